@@ -1,0 +1,444 @@
+"""Typed, frozen configuration for every part of vlajax, and the preset registry.
+
+A run is one `TrainConfig`. Each section is a frozen dataclass with one comment per field
+(tyro turns those comments into `--help` text). Presets are named `TrainConfig`s kept in a
+registry; `get_config(name)` suggests the closest names on a typo. Everything that can be
+checked without devices is checked in `__post_init__`; checks that need the device count
+live in `vlajax.sharding.resolve_mesh_shape` and run before anything compiles.
+
+The logical-to-mesh sharding tables are data (`LOGICAL_RULES`), selected by name in
+`MeshConfig.rules` and amended entry by entry with `MeshConfig.rule_overrides`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable
+from typing import Literal
+
+# ----------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run. The message is one line that says what to change."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+# ----------------------------------------------------------------------------------------
+# Sharding rules (data, not code)
+# ----------------------------------------------------------------------------------------
+
+# Mesh axis names. Defined once here; `vlajax.sharding` re-exports them.
+DP, TP, SP = "dp", "tp", "sp"
+MESH_AXES: tuple[str, str, str] = (DP, TP, SP)
+
+# Logical axis name -> mesh axis (or None = replicated). Model code names only logical axes.
+# Parameters: `embed` is sharded over dp (FSDP), heads / mlp / vocab over tp (Megatron-style).
+# Activations: batch over dp, sequence over sp, heads / mlp over tp.
+LOGICAL_RULES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "fsdp_tp_sp": (
+        ("batch", DP),
+        ("embed", DP),
+        ("mlp", TP),
+        ("heads", TP),
+        ("kv_heads", TP),
+        ("head_dim", None),
+        ("vocab", TP),
+        ("patch", None),
+        ("layers", None),
+        ("act_batch", DP),
+        ("act_len", SP),
+        ("act_embed", None),
+        ("act_heads", TP),
+        ("act_kv_heads", TP),
+        ("act_mlp", TP),
+        ("act_vocab", TP),
+    ),
+    # Pure data parallelism: parameters replicated, only the batch is split.
+    "dp_only": (
+        ("batch", DP),
+        ("act_batch", DP),
+    ),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh: `dp x tp x sp` over all devices of all processes."""
+
+    dp: int = -1  # data (and FSDP) parallel size; -1 = all devices not used by tp and sp
+    tp: int = 1  # tensor parallel size (attention heads, MLP hidden units)
+    sp: int = 1  # sequence parallel size (activations split along the token axis)
+    rules: str = "fsdp_tp_sp"  # name of a table in vlajax.config.LOGICAL_RULES
+    rule_overrides: tuple[str, ...] = ()  # entries 'logical=mesh_axis' (or 'logical=' for replicated)
+
+    def __post_init__(self):
+        _check(self.dp == -1 or self.dp >= 1, f"mesh.dp must be -1 or >= 1, got {self.dp}")
+        _check(self.tp >= 1, f"mesh.tp must be >= 1, got {self.tp}")
+        _check(self.sp >= 1, f"mesh.sp must be >= 1, got {self.sp}")
+        _check(
+            self.rules in LOGICAL_RULES,
+            f"mesh.rules={self.rules!r} is unknown; choose one of {sorted(LOGICAL_RULES)}",
+        )
+        for entry in self.rule_overrides:
+            name, sep, axis = entry.partition("=")
+            _check(bool(sep) and bool(name), f"mesh.rule_overrides entry {entry!r} must be 'logical=axis'")
+            _check(axis in ("", *MESH_AXES), f"mesh.rule_overrides {entry!r}: axis must be one of {MESH_AXES}")
+
+    @property
+    def logical_rules(self) -> tuple[tuple[str, str | None], ...]:
+        """The rule table with overrides applied (later entries win)."""
+        rules = dict(LOGICAL_RULES[self.rules])
+        for entry in self.rule_overrides:
+            name, _, axis = entry.partition("=")
+            rules[name] = axis or None
+        return tuple(rules.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The VLA: ViT image encoder + prefix transformer + action head (+ value head)."""
+
+    name: str = "tiny"  # label of the model size, for logs and checkpoints
+    # Vision tower.
+    image_size: int = 32  # square input image side in pixels (images are resized to it)
+    patch_size: int = 8  # ViT patch side in pixels
+    vit_width: int = 64  # ViT embedding width
+    vit_depth: int = 2  # ViT blocks
+    vit_heads: int = 4  # ViT attention heads
+    # Prefix transformer ("VLM").
+    width: int = 64  # transformer embedding width
+    depth: int = 2  # transformer blocks
+    num_heads: int = 4  # query heads
+    num_kv_heads: int = 2  # key/value heads (grouped-query attention); divides num_heads
+    head_dim: int = 16  # per-head width
+    mlp_dim: int = 128  # gated-MLP hidden width
+    vocab_size: int = 512  # text vocabulary size (the packaged tokenizer's)
+    max_text_len: int = 16  # instruction tokens (padded/truncated)
+    use_state_token: bool = True  # add one token carrying the proprioceptive state
+    # Action head.
+    action_head: Literal["flow", "tokens"] = "flow"  # pi0-style flow matching, or OFT-style tokens
+    action_dim: int = 7  # robot action dims (the chunk is action_horizon x action_dim)
+    action_horizon: int = 4  # actions per chunk (H)
+    expert_width: int = 64  # flow action-expert width
+    num_denoise_steps: int = 4  # Euler steps of the flow sampler
+    flow_sampler: Literal["ode", "flow_sde", "flow_noise"] = "ode"  # stochastic variants give log-probs
+    noise_level: float = 0.5  # flow_sde noise scale (sigma_t = noise_level * sqrt(t / (1 - t)))
+    num_bins: int = 256  # token head: bins per action dim
+    value_head: Literal["none", "prefix", "expert"] = "none"  # where the PPO value head reads from
+    # Numerics and kernels.
+    dtype: Literal["float32", "bfloat16"] = "float32"  # activation dtype
+    param_dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype
+    attention: Literal["auto", "xla", "cudnn", "te"] = "auto"  # auto: te on GPU with TE, else xla
+    fp8: Literal["none", "flax", "te"] = "none"  # FP8 matmuls: flax's emulated ops or Transformer Engine
+
+    def __post_init__(self):
+        for f in ("image_size", "patch_size", "width", "depth", "num_heads", "num_kv_heads", "head_dim"):
+            _check(getattr(self, f) >= 1, f"model.{f} must be >= 1, got {getattr(self, f)}")
+        _check(
+            self.image_size % self.patch_size == 0,
+            f"model.patch_size={self.patch_size} must divide model.image_size={self.image_size}",
+        )
+        _check(
+            self.num_heads % self.num_kv_heads == 0,
+            f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}",
+        )
+        _check(self.action_horizon >= 1 and self.action_dim >= 1, "model.action_horizon/action_dim must be >= 1")
+        _check(self.num_denoise_steps >= 1, "model.num_denoise_steps must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Simulation: the task suite, batch of envs, cameras and control."""
+
+    suite: str = "spatial"  # task suite name (see vlajax.envs.registry)
+    task: str = ""  # a single task name, or '' for every task of the suite
+    num_envs: int = 16  # parallel envs per process
+    obs_mode: Literal["pixels", "state"] = "pixels"  # pixels: cameras + state; state: state only
+    image_size: int = 32  # rendered image side in pixels
+    cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras rendered for the policy
+    render_backend: Literal["jax", "warp"] = "jax"  # pure-JAX ray caster (CPU default) or MJX-Warp
+    physics_impl: Literal["jax", "warp"] = "jax"  # MJX implementation (warp is required for warp rendering)
+    episode_length: int = 200  # low-level control steps before truncation
+    action_repeat: int = 1  # physics steps per control step
+
+    def __post_init__(self):
+        _check(self.num_envs >= 1, f"env.num_envs must be >= 1, got {self.num_envs}")
+        _check(self.image_size >= 8, f"env.image_size must be >= 8, got {self.image_size}")
+        _check(self.episode_length >= 1, "env.episode_length must be >= 1")
+        _check(
+            not (self.render_backend == "warp" and self.physics_impl != "warp"),
+            "env.render_backend='warp' needs env.physics_impl='warp' (MJX renders only Warp data)",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Demonstration data and the input pipeline."""
+
+    dataset_dir: str = ""  # LeRobot v3.0 dataset root ('' = <output_dir>/demos)
+    batch_size: int = 32  # global batch (all processes); divides mesh.dp
+    batching: Literal["fixed", "dynamic", "packed"] = "packed"  # padding strategy for variable-length prefixes
+    shuffle_seed: int = 0  # seed of the global, index-based shuffle
+    num_threads: int = 2  # grain read threads per process
+    prefetch: int = 4  # batches prefetched per process
+    drop_cameras: tuple[str, ...] = ()  # cameras removed from the input (their tokens disappear)
+    augment: bool = False  # random crop + colour jitter on training images
+
+    def __post_init__(self):
+        _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
+        _check(self.num_threads >= 0 and self.prefetch >= 0, "data.num_threads and data.prefetch must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning on demonstrations."""
+
+    num_steps: int = 1000  # optimizer updates
+    learning_rate: float = 3e-4  # peak learning rate
+    warmup_steps: int = 100  # linear warmup, then cosine decay to end_lr_fraction * peak
+    end_lr_fraction: float = 0.1  # final learning rate as a fraction of the peak
+    weight_decay: float = 1e-4  # AdamW decoupled weight decay
+    grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
+    ema_decay: float = 0.0  # exponential moving average of params (0 = off)
+    eval_every: int = 0  # closed-loop eval every N steps (0 = only at the end)
+    eval_episodes_per_task: int = 10  # episodes per task in periodic eval
+
+    def __post_init__(self):
+        _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
+        _check(self.learning_rate > 0, "sft.learning_rate must be > 0")
+        _check(0.0 <= self.ema_decay < 1.0, "sft.ema_decay must be in [0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """PPO / GRPO over action chunks (one decision = one chunk)."""
+
+    algo: Literal["ppo", "grpo"] = "ppo"  # policy-gradient algorithm
+    num_iterations: int = 100  # collect -> update iterations
+    rollout_length: int = 16  # chunk decisions collected per env per iteration
+    group_size: int = 8  # GRPO: rollouts per initial state (divides env.num_envs)
+    gamma: float = 0.99  # discount per chunk decision
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_low: float = 0.2  # PPO ratio clip below 1
+    clip_high: float = 0.28  # PPO ratio clip above 1 (clip-higher when > clip_low)
+    dual_clip: float = 3.0  # dual-clip bound c for negative advantages (0 = off)
+    value_coef: float = 0.5  # value-loss weight (PPO)
+    value_clip: float = 0.0  # clip the value around the old value (0 = off)
+    entropy_coef: float = 0.0  # entropy bonus weight
+    kl_coef: float = 0.0  # KL penalty to the reference (initial) policy
+    behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
+    filter_zero_advantage: bool = True  # GRPO: drop groups whose rewards have zero variance
+    update_epochs: int = 2  # passes over each collected batch
+    num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
+    micro_batches: int = 1  # gradient-accumulation steps per minibatch
+    learning_rate: float = 1e-4  # optimizer learning rate
+    grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
+    eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
+
+    def __post_init__(self):
+        _check(0.0 < self.gamma <= 1.0, "rl.gamma must be in (0, 1]")
+        _check(0.0 <= self.gae_lambda <= 1.0, "rl.gae_lambda must be in [0, 1]")
+        _check(self.clip_low > 0 and self.clip_high > 0, "rl.clip_low and rl.clip_high must be > 0")
+        _check(self.dual_clip == 0 or self.dual_clip > 1, "rl.dual_clip must be 0 (off) or > 1")
+        _check(self.group_size >= 1 and self.num_minibatches >= 1 and self.micro_batches >= 1,
+               "rl.group_size, rl.num_minibatches and rl.micro_batches must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncConfig:
+    """The asynchronous pipeline (verl fully-async + RL-VLA3 knobs)."""
+
+    enabled: bool = False  # False = the synchronous collect -> update loop
+    placement: Literal["colocated", "disaggregated", "hybrid"] = "colocated"  # device groups per role
+    rollout_devices: int = 0  # disaggregated/hybrid: devices given to rollout (0 = half)
+    staleness_threshold: float = 0.0  # extra fraction of a sync window rollout may run ahead
+    trigger_parameter_sync_step: int = 1  # trainer updates between weight publications
+    require_batches: int = 1  # micro-batches the trainer pulls per update
+    partial_rollout: bool = False  # episodes in flight continue under new weights
+    use_rollout_log_probs: bool = True  # True: behaviour log-probs as old; False: recompute proximal
+    streaming: bool = False  # start backward on the first micro-batch; accumulate to one update
+    num_slots: int = 1  # env slots posting requests independently (rollout async when > 1)
+    max_batch: int = 0  # dynamic batching: fire at this many waiting requests (0 = all slots)
+    max_wait_ms: float = 5.0  # dynamic batching: fire when the oldest request waited this long
+    queue_timeout_s: float = 120.0  # every queue wait times out after this
+    watchdog_s: float = 300.0  # a lane silent this long is reported as stalled
+
+    def __post_init__(self):
+        _check(self.staleness_threshold >= 0, "async.staleness_threshold must be >= 0")
+        _check(self.trigger_parameter_sync_step >= 1, "async.trigger_parameter_sync_step must be >= 1")
+        _check(self.require_batches >= 1 and self.num_slots >= 1, "async.require_batches/num_slots must be >= 1")
+        _check(self.max_batch >= 0 and self.max_wait_ms >= 0, "async.max_batch/max_wait_ms must be >= 0")
+        _check(self.queue_timeout_s > 0 and self.watchdog_s > 0, "async timeouts must be > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Orbax checkpoints."""
+
+    dir: str = ""  # checkpoint directory ('' = <output_dir>/checkpoints)
+    every_steps: int = 100  # save every N steps (and always at the end)
+    max_to_keep: int = 3  # newest checkpoints kept
+    async_save: bool = True  # write in a background thread while training continues
+    resume: bool = True  # resume from the newest checkpoint in dir when one exists
+
+    def __post_init__(self):
+        _check(self.every_steps >= 1, "checkpoint.every_steps must be >= 1")
+        _check(self.max_to_keep >= 1, "checkpoint.max_to_keep must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    """TensorBoard and console progress."""
+
+    tensorboard: bool = True  # write TensorBoard event files under <output_dir>/tb
+    every_steps: int = 10  # log scalars every N steps
+    progress: Literal["rich", "plain", "none"] = "rich"  # console progress display
+    video_every: int = 0  # write rollout videos every N evals (0 = off)
+
+    def __post_init__(self):
+        _check(self.every_steps >= 1, "logging.every_steps must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """Multi-host start-up (`jax.distributed.initialize`). Empty = single process or auto-detect."""
+
+    coordinator_address: str = ""  # 'host:port' of process 0 ('' = auto-detect or single process)
+    num_processes: int = 0  # total processes (0 = auto-detect)
+    process_id: int = -1  # this process's index (-1 = auto-detect)
+    local_device_count: int = 0  # CPU only: virtual devices per process (0 = leave as is)
+    initialization_timeout_s: int = 300  # how long to wait for every process to join
+
+    def __post_init__(self):
+        explicit = bool(self.coordinator_address)
+        _check(
+            not explicit or (self.num_processes >= 1 and self.process_id >= 0),
+            "distributed.coordinator_address needs distributed.num_processes and distributed.process_id",
+        )
+        _check(
+            not explicit or self.process_id < self.num_processes,
+            f"distributed.process_id={self.process_id} must be < num_processes={self.num_processes}",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """One run of vlajax: every section, a seed and where outputs go."""
+
+    name: str = "debug"  # preset name (and run label)
+    seed: int = 0  # root seed; every RNG stream is derived from it
+    output_dir: str = "runs/debug"  # checkpoints, TensorBoard logs, reports
+    compilation_cache_dir: str = "~/.cache/vlajax/jax"  # JAX persistent compilation cache ('' = off)
+    mesh: MeshConfig = MeshConfig()
+    model: ModelConfig = ModelConfig()
+    env: EnvConfig = EnvConfig()
+    data: DataConfig = DataConfig()
+    sft: SFTConfig = SFTConfig()
+    rl: RLConfig = RLConfig()
+    pipeline: AsyncConfig = AsyncConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+    distributed: DistributedConfig = DistributedConfig()
+
+    def __post_init__(self):
+        m = self.mesh
+        if self.model.num_heads and m.tp > 1:
+            _check(
+                self.model.num_heads % m.tp == 0,
+                f"model.num_heads={self.model.num_heads} is not divisible by mesh.tp={m.tp}",
+            )
+            _check(
+                self.model.num_kv_heads % m.tp == 0,
+                f"model.num_kv_heads={self.model.num_kv_heads} is not divisible by mesh.tp={m.tp}",
+            )
+        if m.dp > 0:
+            _check(
+                self.data.batch_size % m.dp == 0,
+                f"data.batch_size={self.data.batch_size} is not divisible by mesh.dp={m.dp}",
+            )
+        if self.rl.algo == "grpo":
+            _check(
+                self.env.num_envs % self.rl.group_size == 0,
+                f"env.num_envs={self.env.num_envs} is not divisible by rl.group_size={self.rl.group_size}",
+            )
+
+    def replace(self, **changes) -> TrainConfig:
+        """A copy with top-level fields replaced (sections are replaced whole)."""
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------
+# Preset registry
+# ----------------------------------------------------------------------------------------
+
+_PRESETS: dict[str, tuple[str, Callable[[], TrainConfig]]] = {}
+
+
+def register(name: str, description: str):
+    """Decorator: register `fn() -> TrainConfig` as preset `name`. Names are unique."""
+
+    def wrap(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
+        if name in _PRESETS:
+            raise ConfigError(f"preset {name!r} is registered twice")
+        _PRESETS[name] = (description, fn)
+        return fn
+
+    return wrap
+
+
+def preset_names() -> list[str]:
+    return sorted(_PRESETS)
+
+
+def preset_descriptions() -> dict[str, str]:
+    return {name: desc for name, (desc, _) in sorted(_PRESETS.items())}
+
+
+def get_config(name: str) -> TrainConfig:
+    """The preset `name`; an unknown name raises `ConfigError` naming the closest presets."""
+    if name not in _PRESETS:
+        close = difflib.get_close_matches(name, _PRESETS, n=3, cutoff=0.4)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        raise ConfigError(f"unknown preset {name!r}; {hint}available: {', '.join(preset_names())}")
+    cfg = _PRESETS[name][1]()
+    return dataclasses.replace(cfg, name=name)
+
+
+@register("debug", "smallest everything: 2-step smoke runs and tests")
+def _debug() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/debug",
+        env=EnvConfig(num_envs=8, image_size=32, episode_length=40),
+        data=DataConfig(batch_size=8),
+        sft=SFTConfig(num_steps=4, warmup_steps=1, eval_episodes_per_task=2),
+        rl=RLConfig(num_iterations=2, rollout_length=4, group_size=4, num_minibatches=2),
+        checkpoint=CheckpointConfig(every_steps=2),
+        logging=LoggingConfig(every_steps=1, progress="plain"),
+    )
+
+
+@register("cpu-small", "the CPU learning preset: small model, 32x32 pixels, sized for 2 cores")
+def _cpu_small() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/cpu-small",
+        model=ModelConfig(name="small-cpu", width=128, depth=4, num_heads=4, num_kv_heads=2, head_dim=32,
+                          mlp_dim=256, vit_width=96, vit_depth=3, expert_width=96),
+        env=EnvConfig(num_envs=32, image_size=32, episode_length=120),
+        data=DataConfig(batch_size=64),
+        sft=SFTConfig(num_steps=3000, warmup_steps=200, eval_every=1000, eval_episodes_per_task=20),
+        rl=RLConfig(num_iterations=200, rollout_length=16, group_size=8),
+        checkpoint=CheckpointConfig(every_steps=250),
+    )
