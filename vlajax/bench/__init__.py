@@ -1,0 +1,11 @@
+"""Benchmarks: `python -m vlajax.bench NAME --json PATH`. Each writes JSON; ratios are in-run.
+
+A benchmark is a module `vlajax.bench.<name>` with `main(argv: list[str]) -> int`.
+"""
+
+BENCHMARKS: dict[str, str] = {
+    "env": "env steps/s with and without rendering vs C MuJoCo (vlajax.bench.env)",
+    "fp8": "block-wise FP8 PTQ: bytes saved and action error (vlajax.bench.fp8)",
+    "packing": "fixed vs dynamic padding vs packing, effective tokens/s (vlajax.bench.packing)",
+    "async": "sync vs async pipeline modes and placements, env steps/s (vlajax.bench.async_)",
+}

@@ -1,0 +1,35 @@
+"""`python -m vlajax.bench NAME [--json PATH] ...` dispatches to `vlajax.bench.<NAME>.main`."""
+
+import difflib
+import importlib
+import sys
+
+from vlajax.bench import BENCHMARKS
+
+_MODULES = {"async": "async_"}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m vlajax.bench NAME [--json PATH] [options]\n\nbenchmarks:")
+        for name, desc in BENCHMARKS.items():
+            print(f"  {name:10s} {desc}")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in BENCHMARKS:
+        close = difflib.get_close_matches(name, BENCHMARKS, n=2)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        print(f"error: unknown benchmark {name!r}{hint}; available: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(f"vlajax.bench.{_MODULES.get(name, name)}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("vlajax.bench."):
+            print(f"error: benchmark {name!r} is not built yet", file=sys.stderr)
+            return 2
+        raise
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
