@@ -109,33 +109,44 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """The VLA: ViT image encoder + prefix transformer + action head (+ value head)."""
+    """The VLA: ViT image encoder + prefix transformer + action head (+ value head).
+
+    Named sizes live in `vlajax.models.presets` (`tiny`, `small`, `base`, `pi0-3b`).
+    """
 
     name: str = "tiny"  # label of the model size, for logs and checkpoints
     # Vision tower.
     image_size: int = 32  # square input image side in pixels (images are resized to it)
     patch_size: int = 8  # ViT patch side in pixels
+    num_cameras: int = 2  # cameras the prefix has room for (each gives (image_size/patch_size)^2 tokens)
     vit_width: int = 64  # ViT embedding width
     vit_depth: int = 2  # ViT blocks
-    vit_heads: int = 4  # ViT attention heads
+    vit_heads: int = 8  # ViT attention heads
+    vit_mlp_dim: int = 128  # ViT MLP hidden width
     # Prefix transformer ("VLM").
     width: int = 64  # transformer embedding width
-    depth: int = 2  # transformer blocks
-    num_heads: int = 4  # query heads
-    num_kv_heads: int = 2  # key/value heads (grouped-query attention); divides num_heads
-    head_dim: int = 16  # per-head width
+    depth: int = 2  # transformer blocks (the flow expert has as many, one per prefix layer)
+    num_heads: int = 8  # query heads
+    num_kv_heads: int = 4  # key/value heads (grouped-query attention); divides num_heads
+    head_dim: int = 8  # per-head width
     mlp_dim: int = 128  # gated-MLP hidden width
-    vocab_size: int = 512  # text vocabulary size (the packaged tokenizer's)
+    rope_max_wavelength: float = 10_000.0  # RoPE base wavelength
+    vocab_size: int = 512  # text vocabulary size (>= the packaged tokenizer's)
     max_text_len: int = 16  # instruction tokens (padded/truncated)
     use_state_token: bool = True  # add one token carrying the proprioceptive state
+    state_dim: int = 8  # proprioceptive state size (zero-padded/truncated to it)
+    seq_multiple: int = 8  # the unpacked prefix is padded to a multiple of this (keep it a multiple of mesh.sp)
     # Action head.
     action_head: Literal["flow", "tokens"] = "flow"  # pi0-style flow matching, or OFT-style tokens
     action_dim: int = 7  # robot action dims (the chunk is action_horizon x action_dim)
     action_horizon: int = 4  # actions per chunk (H)
     expert_width: int = 64  # flow action-expert width
+    expert_mlp_dim: int = 128  # flow action-expert gated-MLP hidden width
     num_denoise_steps: int = 4  # Euler steps of the flow sampler
     flow_sampler: Literal["ode", "flow_sde", "flow_noise"] = "ode"  # stochastic variants give log-probs
     noise_level: float = 0.5  # flow_sde noise scale (sigma_t = noise_level * sqrt(t / (1 - t)))
+    noise_std_min: float = 0.08  # flow_noise: lower bound of the learned per-step std
+    noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
     num_bins: int = 256  # token head: bins per action dim
     value_head: Literal["none", "prefix", "expert"] = "none"  # where the PPO value head reads from
     # Numerics and kernels.
@@ -145,7 +156,9 @@ class ModelConfig:
     fp8: Literal["none", "flax", "te"] = "none"  # FP8 matmuls: flax's emulated ops or Transformer Engine
 
     def __post_init__(self):
-        for f in ("image_size", "patch_size", "width", "depth", "num_heads", "num_kv_heads", "head_dim"):
+        for f in ("image_size", "patch_size", "num_cameras", "vit_width", "vit_depth", "vit_heads", "width",
+                  "depth", "num_heads", "num_kv_heads", "head_dim", "mlp_dim", "expert_width",
+                  "expert_mlp_dim", "seq_multiple", "state_dim", "max_text_len", "num_bins"):
             _check(getattr(self, f) >= 1, f"model.{f} must be >= 1, got {getattr(self, f)}")
         _check(
             self.image_size % self.patch_size == 0,
@@ -155,8 +168,30 @@ class ModelConfig:
             self.num_heads % self.num_kv_heads == 0,
             f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}",
         )
+        _check(
+            self.vit_width % self.vit_heads == 0,
+            f"model.vit_heads={self.vit_heads} must divide model.vit_width={self.vit_width}",
+        )
+        _check(self.head_dim % 2 == 0, f"model.head_dim={self.head_dim} must be even (RoPE)")
         _check(self.action_horizon >= 1 and self.action_dim >= 1, "model.action_horizon/action_dim must be >= 1")
         _check(self.num_denoise_steps >= 1, "model.num_denoise_steps must be >= 1")
+        _check(self.noise_level > 0, f"model.noise_level must be > 0, got {self.noise_level}")
+        _check(
+            0 < self.noise_std_min < self.noise_std_max,
+            f"model.noise_std_min={self.noise_std_min} must be in (0, noise_std_max={self.noise_std_max})",
+        )
+
+    @property
+    def prefix_len(self) -> int:
+        """Tokens of the unpacked prefix: cameras' patches + text (+ state), padded to seq_multiple."""
+        n = self.num_cameras * (self.image_size // self.patch_size) ** 2 + self.max_text_len
+        n += int(self.use_state_token)
+        return -(-n // self.seq_multiple) * self.seq_multiple
+
+    @property
+    def action_len(self) -> int:
+        """Action tokens: H for the flow expert, H * action_dim for the token head."""
+        return self.action_horizon * (self.action_dim if self.action_head == "tokens" else 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,9 +395,20 @@ class TrainConfig:
                 self.model.num_heads % m.tp == 0,
                 f"model.num_heads={self.model.num_heads} is not divisible by mesh.tp={m.tp}",
             )
+            kv = self.model.num_kv_heads
             _check(
-                self.model.num_kv_heads % m.tp == 0,
-                f"model.num_kv_heads={self.model.num_kv_heads} is not divisible by mesh.tp={m.tp}",
+                kv % m.tp == 0 or m.tp % kv == 0,
+                f"model.num_kv_heads={kv} neither divides nor is divisible by mesh.tp={m.tp}",
+            )
+        if m.sp > 1:
+            _check(
+                self.model.prefix_len % m.sp == 0,
+                f"model prefix length {self.model.prefix_len} is not divisible by mesh.sp={m.sp}; "
+                f"set model.seq_multiple to a multiple of {m.sp}",
+            )
+            _check(
+                self.model.action_len % m.sp == 0,
+                f"model action length {self.model.action_len} is not divisible by mesh.sp={m.sp}",
             )
         if m.dp > 0:
             _check(
