@@ -1,0 +1,128 @@
+"""`python -m vlajax.train COMMAND [--preset NAME] [--section.field VALUE ...]`.
+
+Commands run one phase of the VLA workflow on the config of a preset, with any field
+overridden from the command line (tyro; `COMMAND --help` lists every field with its comment).
+Every command validates the config and the device mesh before anything compiles, so a bad
+preset name or a mesh that does not fit the devices exits non-zero with a one-line reason.
+
+Multi-host: run the same command on every host; set `--distributed.coordinator-address`,
+`--distributed.num-processes`, `--distributed.process-id` (or rely on SLURM / `JAX_COORDINATOR_ADDRESS`
+auto-detection, see `vlajax.distributed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+
+import tyro
+
+from vlajax.config import ConfigError, TrainConfig, get_config, preset_descriptions
+
+PROG = "python -m vlajax.train"
+DEFAULT_PRESET = "debug"
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    description: str
+    target: str  # "module:function" taking a TrainConfig and returning an exit code
+
+
+COMMANDS: dict[str, Command] = {
+    "smoke": Command("foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs",
+                     "vlajax.smoke:run"),
+    "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.demos:run"),
+    "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
+    "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.loop:run"),
+    "eval": Command("closed-loop evaluation in the simulator", "vlajax.evaluate:run"),
+}
+
+
+def _top_help() -> str:
+    lines = [
+        f"usage: {PROG} COMMAND [--preset NAME] [overrides...]",
+        "",
+        "commands:",
+        *(f"  {name:8s} {c.description}" for name, c in COMMANDS.items()),
+        "",
+        f"presets (--preset, default {DEFAULT_PRESET!r}):",
+        *(f"  {name:12s} {desc}" for name, desc in preset_descriptions().items()),
+        "",
+        "config fields (the same for every command; `COMMAND --help` shows a preset's values):",
+    ]
+    return "\n".join(lines)
+
+
+def _split_preset(args: list[str]) -> tuple[str, list[str]]:
+    """Take `--preset NAME` / `--preset=NAME` out of `args`."""
+    rest, preset, i = [], DEFAULT_PRESET, 0
+    while i < len(args):
+        a = args[i]
+        if a == "--preset":
+            if i + 1 >= len(args):
+                raise ConfigError("--preset needs a name")
+            preset, i = args[i + 1], i + 2
+            continue
+        if a.startswith("--preset="):
+            preset = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return preset, rest
+
+
+def parse(command: str, args: list[str]) -> TrainConfig:
+    """The config for `command` from `--preset` and overrides. Raises ConfigError / SystemExit."""
+    preset, rest = _split_preset(args)
+    base = get_config(preset)
+    return tyro.cli(
+        TrainConfig,
+        default=base,
+        args=rest,
+        prog=f"{PROG} {command} --preset {preset}",
+        description=f"{COMMANDS[command].description}. Fields default to preset {preset!r}.",
+    )
+
+
+def _resolve(command: str) -> Callable[[TrainConfig], int]:
+    module, fn = COMMANDS[command].target.split(":")
+    try:
+        return getattr(importlib.import_module(module), fn)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            raise ConfigError(f"the {command!r} command is not built yet (module {module} is missing)") from e
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_help())
+        try:
+            tyro.cli(TrainConfig, args=["--help"], prog=f"{PROG} COMMAND")
+        except SystemExit:
+            pass
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=2)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = parse(command, rest)
+        run = _resolve(command)
+        return int(run(cfg) or 0)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
