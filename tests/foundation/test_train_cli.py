@@ -1,0 +1,88 @@
+"""`python -m vlajax.train`: help lists fields, bad presets and meshes fail before compiling."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vlajax import train
+
+
+def _run(*args, timeout=240):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1"}
+    return subprocess.run([sys.executable, "-m", "vlajax.train", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_top_level_help_lists_commands_presets_and_fields():
+    p = _run("--help")
+    assert p.returncode == 0, p.stderr
+    for word in ("sft", "rl", "eval", "cpu-small", "--mesh.dp", "--rl.clip-high", "--pipeline.staleness-threshold"):
+        assert word in p.stdout, word
+    # Field comments become help text.
+    assert "tensor parallel size" in p.stdout
+
+
+def test_sft_help_lists_the_fields():
+    p = _run("sft", "--help")
+    assert p.returncode == 0, p.stderr
+    for word in ("--sft.learning-rate", "--data.batching", "--checkpoint.every-steps", "peak learning rate"):
+        assert word in p.stdout, word
+
+
+def test_wrong_preset_suggests_closest_names():
+    p = _run("sft", "--preset", "cpu-smal")
+    assert p.returncode == 2
+    assert "did you mean 'cpu-small'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_command_is_an_error():
+    p = _run("tran")
+    assert p.returncode == 2 and "unknown command" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (("--mesh.dp", "3"), "does not match the 1 available devices"),
+        (("--mesh.tp", "2", "--mesh.dp", "1"), "does not match the 1 available devices"),
+    ],
+)
+def test_invalid_mesh_exits_before_any_compile(args, reason):
+    p = _run("smoke", "--data.batch-size", "6", "--model.num-heads", "8", "--model.num-kv-heads", "2", *args)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and reason in lines[0], p.stderr
+    assert "Finished XLA compilation" not in p.stderr and "Compiling" not in p.stderr
+
+
+def test_config_contradiction_is_reported_in_one_line():
+    p = _run("smoke", "--mesh.dp", "3")  # debug preset: batch 8 does not divide dp=3
+    assert p.returncode == 2
+    assert "data.batch_size=8 is not divisible by mesh.dp=3" in p.stderr
+
+
+def test_parse_applies_overrides_on_the_preset():
+    cfg = train.parse("rl", ["--preset", "cpu-small", "--rl.algo", "grpo", "--seed", "7"])
+    assert cfg.name == "cpu-small" and cfg.rl.algo == "grpo" and cfg.seed == 7
+    assert cfg.env.num_envs == 32  # from the preset
+
+
+@pytest.mark.entry
+def test_smoke_trains_checkpoints_and_resumes(tmp_path):
+    out = str(tmp_path / "run")
+    common = ("--output-dir", out, "--sft.learning-rate", "3e-3", "--checkpoint.every-steps", "10",
+              "--logging.progress", "none")
+    p = _run("smoke", "--sft.num-steps", "20", *common)
+    assert p.returncode == 0, p.stderr[-3000:]
+    first = json.loads(p.stdout.strip().splitlines()[-1])
+    assert first["start_step"] == 0 and first["final_loss"] < first["first_logged_loss"]
+    p = _run("smoke", "--sft.num-steps", "30", *common)
+    assert p.returncode == 0, p.stderr[-3000:]
+    second = json.loads(p.stdout.strip().splitlines()[-1])
+    assert second["start_step"] == 20
+    assert sorted(os.listdir(os.path.join(out, "checkpoints")))[-1] == "30"
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(out, "tb")))
