@@ -21,7 +21,6 @@ test-all: venv
 
 lint: venv
 	$(PY) -m ruff check vlajax tests experiments scripts
-	$(PY) -m ruff format --check vlajax tests experiments scripts
 
 quickstart: venv
 	$(PY) -m vlajax.quickstart

@@ -37,9 +37,7 @@ def abstract_state(state_or_shapes: Any, shardings: Any | None = None) -> Any:
     """
     if shardings is None:
         return jax.tree.map(ocp.utils.to_shape_dtype_struct, state_or_shapes)
-    return jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state_or_shapes, shardings
-    )
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state_or_shapes, shardings)
 
 
 class Checkpointer:
@@ -108,8 +106,10 @@ class Checkpointer:
 
         step = self.latest_step() if step is None else step
         if step is None or step not in self.all_steps():
-            raise FileNotFoundError(f"no complete checkpoint{'' if step is None else f' at step {step}'} in "
-                                    f"{self.directory} (steps: {self.all_steps()})")
+            raise FileNotFoundError(
+                f"no complete checkpoint{'' if step is None else f' at step {step}'} in "
+                f"{self.directory} (steps: {self.all_steps()})"
+            )
         target = jax.tree.map(
             lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(x), target
         )

@@ -25,8 +25,15 @@ from vlajax.config import DistributedConfig
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "initialize", "shutdown", "is_main_process", "cluster_detected", "to_global", "to_local",
-    "allgather", "sync", "broadcast_from_main",
+    "initialize",
+    "shutdown",
+    "is_main_process",
+    "cluster_detected",
+    "to_global",
+    "to_local",
+    "allgather",
+    "sync",
+    "broadcast_from_main",
 ]
 
 _initialized = False
@@ -68,7 +75,10 @@ def initialize(cfg: DistributedConfig = DistributedConfig()) -> bool:
     _initialized = True
     log.info(
         "jax.distributed: process %d/%d, %d local / %d global devices",
-        jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count(),
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.device_count(),
     )
     return True
 

@@ -17,8 +17,18 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
 
 def main() -> int:
-    common = ["--output-dir", OUT, "--sft.learning-rate", "3e-3", "--checkpoint.every-steps", "100",
-              "--logging.every-steps", "50", "--logging.progress", "plain"]
+    common = [
+        "--output-dir",
+        OUT,
+        "--sft.learning-rate",
+        "3e-3",
+        "--checkpoint.every-steps",
+        "100",
+        "--logging.every-steps",
+        "50",
+        "--logging.progress",
+        "plain",
+    ]
     if os.path.isdir(OUT):
         print(f"[quickstart] removing the previous quickstart run in {OUT}", flush=True)
         shutil.rmtree(OUT)

@@ -22,8 +22,19 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from vlajax.config import DP, MESH_AXES, SP, TP, ConfigError, MeshConfig
 
 __all__ = [
-    "DP", "TP", "SP", "MESH_AXES", "Rules", "resolve_mesh_shape", "make_mesh", "use_mesh",
-    "logical_to_mesh_spec", "tree_shardings", "init_sharded", "data_sharding", "replicated",
+    "DP",
+    "TP",
+    "SP",
+    "MESH_AXES",
+    "Rules",
+    "resolve_mesh_shape",
+    "make_mesh",
+    "use_mesh",
+    "logical_to_mesh_spec",
+    "tree_shardings",
+    "init_sharded",
+    "data_sharding",
+    "replicated",
     "partition_specs_summary",
 ]
 

@@ -39,7 +39,9 @@ class Student(nn.Module):
         dense = functools.partial(nn.DenseGeneral, use_bias=False)
         h = dense(HIDDEN, kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp")))(x)
         h = nn.with_logical_constraint(nn.gelu(h), ("act_batch", "act_mlp"))
-        return dense(OUT_DIM, kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("mlp", "embed")))(h)
+        return dense(
+            OUT_DIM, kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("mlp", "embed"))
+        )(h)
 
 
 def make_batch(seed: int, step: int, batch_size: int) -> dict[str, np.ndarray]:
@@ -67,7 +69,10 @@ def train_step(state: TrainState, batch) -> tuple[TrainState, dict[str, jax.Arra
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
     s = cfg.sft
     schedule = optax.warmup_cosine_decay_schedule(
-        0.0, s.learning_rate, max(s.warmup_steps, 1), max(s.num_steps, s.warmup_steps + 1),
+        0.0,
+        s.learning_rate,
+        max(s.warmup_steps, 1),
+        max(s.num_steps, s.warmup_steps + 1),
         end_value=s.learning_rate * s.end_lr_fraction,
     )
     parts = [optax.clip_by_global_norm(s.grad_clip)] if s.grad_clip > 0 else []
@@ -106,7 +111,9 @@ def run(cfg: TrainConfig) -> int:
     # ---- Checkpoints and resume -----------------------------------------------------------
     ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
     ckpt = checkpoint.Checkpointer(
-        ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep, save_every=cfg.checkpoint.every_steps,
+        ckpt_dir,
+        max_to_keep=cfg.checkpoint.max_to_keep,
+        save_every=cfg.checkpoint.every_steps,
         async_save=cfg.checkpoint.async_save,
     )
     start = 0
@@ -118,9 +125,10 @@ def run(cfg: TrainConfig) -> int:
     # ---- Train ----------------------------------------------------------------------------
     logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
     first = last = None
-    with sharding.use_mesh(mesh, rules), Progress(
-        cfg.sft.num_steps, "smoke", cfg.logging.progress, cfg.logging.every_steps, start
-    ) as progress:
+    with (
+        sharding.use_mesh(mesh, rules),
+        Progress(cfg.sft.num_steps, "smoke", cfg.logging.progress, cfg.logging.every_steps, start) as progress,
+    ):
         for step in range(start, cfg.sft.num_steps):
             batch = distributed.to_global(make_batch(cfg.seed, step, cfg.data.batch_size), batch_sharding)
             state, metrics = step_fn(state, batch)
@@ -135,8 +143,14 @@ def run(cfg: TrainConfig) -> int:
     logger.close()
 
     # ---- Report ---------------------------------------------------------------------------
-    summary = {"start_step": start, "steps": cfg.sft.num_steps, "first_logged_loss": first,
-               "final_loss": last, "devices": jax.device_count(), "processes": jax.process_count()}
+    summary = {
+        "start_step": start,
+        "steps": cfg.sft.num_steps,
+        "first_logged_loss": first,
+        "final_loss": last,
+        "devices": jax.device_count(),
+        "processes": jax.process_count(),
+    }
     if distributed.is_main_process():
         print(json.dumps(summary), flush=True)
     distributed.shutdown()

@@ -12,6 +12,7 @@ auto-detection, see `vlajax.distributed`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
@@ -34,8 +35,9 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "smoke": Command("foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs",
-                     "vlajax.smoke:run"),
+    "smoke": Command(
+        "foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs", "vlajax.smoke:run"
+    ),
     "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.demos:run"),
     "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
     "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.loop:run"),
@@ -103,10 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
-        try:
+        with contextlib.suppress(SystemExit):
             tyro.cli(TrainConfig, args=["--help"], prog=f"{PROG} COMMAND")
-        except SystemExit:
-            pass
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:

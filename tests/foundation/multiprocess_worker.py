@@ -13,10 +13,15 @@ from vlajax.config import DistributedConfig, MeshConfig
 
 
 def main(pid: int, port: int, ckpt_dir: str) -> None:
-    distributed.initialize(DistributedConfig(
-        coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid, local_device_count=4,
-        initialization_timeout_s=120,
-    ))
+    distributed.initialize(
+        DistributedConfig(
+            coordinator_address=f"127.0.0.1:{port}",
+            num_processes=2,
+            process_id=pid,
+            local_device_count=4,
+            initialization_timeout_s=120,
+        )
+    )
     import flax.linen as nn
     import jax.numpy as jnp
     import numpy as np
@@ -65,7 +70,10 @@ def main(pid: int, port: int, ckpt_dir: str) -> None:
         for a, b in zip(distributed.allgather(jax.tree.leaves(state)), distributed.allgather(jax.tree.leaves(restored)))
     )
     result = {
-        "pid": pid, "total": total, "same": same, "extra": extra,
+        "pid": pid,
+        "total": total,
+        "same": same,
+        "extra": extra,
         "restored_spec": list(restored.params["k"].sharding.spec),
         "restored_mesh": dict(restored.params["k"].sharding.mesh.shape),
     }

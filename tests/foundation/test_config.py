@@ -57,3 +57,20 @@ def test_rule_overrides_amend_the_table():
 def test_registry_rejects_duplicates():
     with pytest.raises(C.ConfigError, match="registered twice"):
         C.register("debug", "again")(lambda: C.TrainConfig())
+
+
+def test_cluster_detection_from_environment():
+    from vlajax.distributed import cluster_detected
+
+    assert not cluster_detected({})
+    assert cluster_detected({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+    assert cluster_detected({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"})
+    assert not cluster_detected({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"})  # one task: single process
+    assert cluster_detected({"OMPI_COMM_WORLD_SIZE": "2"})
+
+
+def test_public_api_resolves_every_name():
+    import vlajax
+
+    for name in vlajax.__all__:
+        assert getattr(vlajax, name) is not None, name

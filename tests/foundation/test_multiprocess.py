@@ -17,8 +17,13 @@ def test_two_processes_mesh_reduction_and_checkpoint(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
     procs = [
-        subprocess.Popen([sys.executable, WORKER, str(pid), str(port), str(tmp_path / "ckpt")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [sys.executable, WORKER, str(pid), str(port), str(tmp_path / "ckpt")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for pid in range(2)
     ]
     results = []
@@ -27,7 +32,7 @@ def test_two_processes_mesh_reduction_and_checkpoint(tmp_path):
             out, err = p.communicate(timeout=240)
             assert p.returncode == 0, err[-3000:]
             line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
-            results.append(json.loads(line[len("RESULT "):]))
+            results.append(json.loads(line[len("RESULT ") :]))
     finally:
         for p in procs:
             if p.poll() is None:

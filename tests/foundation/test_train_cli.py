@@ -12,8 +12,9 @@ from vlajax import train
 
 def _run(*args, timeout=240):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1"}
-    return subprocess.run([sys.executable, "-m", "vlajax.train", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "vlajax.train", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_top_level_help_lists_commands_presets_and_fields():
@@ -74,8 +75,16 @@ def test_parse_applies_overrides_on_the_preset():
 @pytest.mark.entry
 def test_smoke_trains_checkpoints_and_resumes(tmp_path):
     out = str(tmp_path / "run")
-    common = ("--output-dir", out, "--sft.learning-rate", "3e-3", "--checkpoint.every-steps", "10",
-              "--logging.progress", "none")
+    common = (
+        "--output-dir",
+        out,
+        "--sft.learning-rate",
+        "3e-3",
+        "--checkpoint.every-steps",
+        "10",
+        "--logging.progress",
+        "none",
+    )
     p = _run("smoke", "--sft.num-steps", "20", *common)
     assert p.returncode == 0, p.stderr[-3000:]
     first = json.loads(p.stdout.strip().splitlines()[-1])
