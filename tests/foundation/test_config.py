@@ -74,3 +74,19 @@ def test_public_api_resolves_every_name():
 
     for name in vlajax.__all__:
         assert getattr(vlajax, name) is not None, name
+
+
+def test_every_config_field_has_a_comment():
+    from vlajax.config_reference import field_comments, sections
+
+    for cls in [C.TrainConfig] + [cls for _, cls in sections()]:
+        comments = field_comments(cls)
+        for f in dataclasses.fields(cls):
+            if not dataclasses.is_dataclass(f.default):
+                assert comments.get(f.name), f"{cls.__name__}.{f.name} has no comment"
+
+
+def test_config_reference_doc_is_up_to_date():
+    from vlajax.config_reference import DOC_PATH, render
+
+    assert DOC_PATH.read_text() == render(), "run: python -m vlajax.config_reference"
