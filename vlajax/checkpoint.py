@@ -41,7 +41,12 @@ def abstract_state(state_or_shapes: Any, shardings: Any | None = None) -> Any:
 
 
 class Checkpointer:
-    """A thin, typed wrapper over `ocp.CheckpointManager` (one directory, numbered steps)."""
+    """A thin, typed wrapper over `ocp.CheckpointManager` (one directory, numbered steps).
+
+    `save` writes a step when it is a multiple of `save_every`, when it is the first save in
+    the directory, when `force=True`, or when JAX reports a preemption notice (Orbax's
+    default decision policies); otherwise it returns False without writing.
+    """
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, save_every: int = 1, async_save: bool = True):
         directory = os.path.abspath(os.path.expanduser(directory))

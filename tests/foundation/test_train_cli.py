@@ -95,3 +95,37 @@ def test_smoke_trains_checkpoints_and_resumes(tmp_path):
     assert second["start_step"] == 20
     assert sorted(os.listdir(os.path.join(out, "checkpoints")))[-1] == "30"
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(out, "tb")))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.entry
+def test_two_process_cli_run_with_env_var_launch(tmp_path):
+    """The documented plain launch: same command per process, JAX_* variables tell who is who."""
+    import portpicker
+
+    port = portpicker.pick_unused_port()
+    out = str(tmp_path / "run")
+    procs = []
+    for pid in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+               "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(pid)}
+        cmd = [sys.executable, "-m", "vlajax.train", "smoke", "--output-dir", out, "--sft.num-steps", "6",
+               "--checkpoint.every-steps", "3", "--logging.progress", "none", "--mesh.tp", "2",
+               "--distributed.local-device-count", "2"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    outs = []
+    try:
+        for p in procs:
+            o, e = p.communicate(timeout=240)
+            assert p.returncode == 0, e[-3000:]
+            outs.append(o)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    summaries = [[ln for ln in o.splitlines() if ln.startswith("{")] for o in outs]
+    assert len(summaries[0]) == 1 and not summaries[1]  # only process 0 prints the summary
+    summary = json.loads(summaries[0][0])
+    assert summary["devices"] == 4 and summary["processes"] == 2
+    # Orbax also keeps the first step (a guard against early crashes), then every 3rd.
+    assert sorted(os.listdir(os.path.join(out, "checkpoints")), key=int) == ["1", "3", "6"]
