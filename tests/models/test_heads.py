@@ -1,0 +1,163 @@
+"""Flow head (ODE determinism, stochastic log-probs, recomputation, gradient direction), token head, value."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from vlajax.config import ModelConfig
+from vlajax.models import heads
+from vlajax.models.observation import fake_observation
+from vlajax.models.vla import VLA
+
+B = 3
+
+
+def _setup(**kw):
+    cfg = dataclasses.replace(ModelConfig(), **kw)
+    model = VLA(cfg)
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    return model, jax.jit(model.init)(jax.random.key(1), obs), obs
+
+
+@pytest.fixture(scope="module")
+def sde():
+    return _setup(flow_sampler="flow_sde", value_head="expert")
+
+
+@pytest.fixture(scope="module")
+def noise():
+    return _setup(flow_sampler="flow_noise", value_head="prefix")
+
+
+def test_ode_sampler_is_deterministic(sde):
+    model, variables, obs = sde
+    sample = jax.jit(lambda v, o, r: heads.flow_sample(model, v, o, r, sampler="ode"))
+    a, b = sample(variables, obs, jax.random.key(5)), sample(variables, obs, jax.random.key(5))
+    np.testing.assert_array_equal(a.chain, b.chain)
+    assert a.chain.shape == (B, model.cfg.num_denoise_steps + 1, 4, 7)
+    np.testing.assert_array_equal(a.actions, a.chain[:, -1])
+    assert np.all(np.asarray(a.log_prob) == 0) and np.all(np.asarray(a.sde_step) == -1)
+    # Every step is x_{t-d} = x_t - d * v(x_t, t): replay one Euler step by hand.
+    _, cache = model.apply(variables, obs, method=VLA.prefix)
+    v, _, _ = model.apply(variables, cache, a.chain[:, 0], jnp.ones((B,)), method=VLA.velocity)
+    np.testing.assert_allclose(a.chain[:, 1], a.chain[:, 0] - v / model.cfg.num_denoise_steps, atol=1e-5)
+    assert not np.allclose(a.chain, sample(variables, obs, jax.random.key(6)).chain)  # noise depends on rng
+
+
+@pytest.mark.parametrize("which", ["sde", "noise"])
+def test_recomputed_log_prob_equals_sampling_log_prob(which, request):
+    model, variables, obs = request.getfixturevalue(which)
+    mask = jnp.ones((B, 4, 7), bool).at[:, 2:].set(False).at[:, :, 6].set(False)  # executed part, real dims
+    s = jax.jit(lambda v, o, r: heads.flow_sample(model, v, o, r, logp_mask=mask))(variables, obs, jax.random.key(7))
+    assert s.value.shape == (B,)
+    if which == "sde":
+        assert np.all((np.asarray(s.sde_step) >= 0) & (np.asarray(s.sde_step) < model.cfg.num_denoise_steps))
+    re = jax.jit(lambda v, o, c, j: heads.flow_chain_log_prob(model, v, o, c, j, logp_mask=mask))(
+        variables, obs, s.chain, s.sde_step)
+    assert np.all(np.isfinite(np.asarray(s.log_prob))) and np.any(np.asarray(s.log_prob) != 0)
+    np.testing.assert_allclose(re["log_prob"], s.log_prob, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["sde", "noise"])
+def test_gradient_step_increases_gaussian_likelihood(which, request):
+    """One SGD step on -mean log pi(chain) under new params raises the chain's log-prob."""
+    model, variables, obs = request.getfixturevalue(which)
+    s = heads.flow_sample(model, variables, obs, jax.random.key(8))
+
+    def nll(params):
+        out = heads.flow_chain_log_prob(model, {**variables, "params": params}, obs, s.chain, s.sde_step)
+        return -jnp.mean(out["log_prob"])
+
+    loss0, g = jax.jit(jax.value_and_grad(nll))(variables["params"])
+    new = jax.tree.map(lambda p, gi: p - 1e-4 * gi, variables["params"], g)
+    loss1 = jax.jit(nll)(new)
+    assert float(loss1) < float(loss0), (float(loss0), float(loss1))
+
+
+def test_flow_loss_decreases_with_adam():
+    model, variables, obs = _setup()
+    actions = jnp.tanh(jax.random.normal(jax.random.key(9), (B, 4, 7)))
+    tx = optax.adam(3e-3)
+    opt = tx.init(variables["params"])
+
+    @jax.jit
+    def step(params, opt, rng):
+        loss, g = jax.value_and_grad(lambda p: heads.flow_loss(model, {"params": p}, obs, actions, rng)[0])(params)
+        up, opt = tx.update(g, opt, params)
+        return optax.apply_updates(params, up), opt, loss
+
+    params = variables["params"]
+    fixed = jax.random.key(10)  # same t and noise each step: the loss must fall
+    losses = []
+    for _ in range(15):
+        params, opt, loss = step(params, opt, fixed)
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return _setup(action_head="tokens", value_head="expert", num_bins=32)
+
+
+def test_token_log_probs_match_direct_log_softmax(tok):
+    model, variables, obs = tok
+    _, cache = model.apply(variables, obs, method=VLA.prefix)
+    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    assert logits.shape == (B, 4, 7, 32)
+    for temp in (1.0, 0.7):
+        s = heads.token_sample(model, variables, obs, jax.random.key(11), temperature=temp)
+        z = np.asarray(logits, np.float64) / temp
+        logp = z - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)) - z.max(-1, keepdims=True)
+        direct = np.take_along_axis(logp, np.asarray(s.tokens)[..., None], -1)[..., 0].sum((1, 2))
+        np.testing.assert_allclose(s.log_prob, direct, rtol=1e-5, atol=1e-4)
+        re = heads.token_chunk_log_prob(model, variables, obs, s.tokens, temperature=temp)
+        np.testing.assert_allclose(re["log_prob"], direct, rtol=1e-5, atol=1e-4)
+        assert s.value.shape == (B,)
+
+
+def test_token_temperature_zero_is_argmax(tok):
+    model, variables, obs = tok
+    _, cache = model.apply(variables, obs, method=VLA.prefix)
+    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    s0 = heads.token_sample(model, variables, obs, jax.random.key(12), temperature=0.0)
+    s1 = heads.token_sample(model, variables, obs, jax.random.key(13), temperature=0.0)
+    np.testing.assert_array_equal(s0.tokens, np.argmax(np.asarray(logits), -1))
+    np.testing.assert_array_equal(s0.tokens, s1.tokens)
+    np.testing.assert_allclose(s0.actions, heads.bins_to_actions(s0.tokens, 32))
+
+
+def test_bins_roundtrip():
+    a = jnp.linspace(-1, 1, 101)
+    back = heads.bins_to_actions(heads.actions_to_bins(a, 256), 256)
+    assert float(jnp.max(jnp.abs(back - a))) <= 1 / 256 + 1e-6
+    assert heads.actions_to_bins(jnp.array([-5.0, 5.0]), 8).tolist() == [0, 7]
+
+
+def test_token_loss_decreases_and_value_heads():
+    model, variables, obs = _setup(action_head="tokens", num_bins=16, value_head="prefix")
+    actions = jnp.tanh(jax.random.normal(jax.random.key(14), (B, 4, 7)))
+    tx = optax.adam(3e-3)
+    opt = tx.init(variables["params"])
+
+    @jax.jit
+    def step(params, opt):
+        (loss, _), g = jax.value_and_grad(
+            lambda p: heads.token_loss(model, {"params": p}, obs, actions), has_aux=True)(params)
+        up, opt = tx.update(g, opt, params)
+        return optax.apply_updates(params, up), opt, loss
+
+    params, losses = variables["params"], []
+    for _ in range(10):
+        params, opt, loss = step(params, opt)
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0], losses
+    v = heads.value(model, {"params": params}, obs)
+    assert v.shape == (B,) and np.all(np.isfinite(np.asarray(v)))
+    with pytest.raises(ValueError, match="no value head"):
+        m2, v2, o2 = _setup()
+        heads.value(m2, v2, o2)

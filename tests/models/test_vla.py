@@ -1,0 +1,96 @@
+"""The prefix: cameras, masks, packing, tokenizer, presets."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vlajax.config import ConfigError, ModelConfig
+from vlajax.models import presets, tokenizer
+from vlajax.models.observation import Observation, fake_observation
+from vlajax.models.vla import VLA
+
+CFG = ModelConfig()
+
+
+@pytest.fixture(scope="module")
+def model_and_vars():
+    model = VLA(CFG)
+    obs = fake_observation(jax.random.key(0), 2, CFG)
+    return model, jax.jit(model.init)(jax.random.key(1), obs), obs
+
+
+def _prefix(model, variables, obs):
+    return jax.jit(lambda v, o: model.apply(v, o, method=VLA.prefix))(variables, obs)
+
+
+def test_masked_camera_equals_absent_camera(model_and_vars):
+    """A camera with mask False contributes nothing: same prefix outputs as without that camera."""
+    model, variables, obs = model_and_vars
+    masked = obs.replace(image_masks={**obs.image_masks, "cam1": jnp.zeros((2,), bool)})
+    absent = obs.replace(images={"cam0": obs.images["cam0"]}, image_masks={"cam0": obs.image_masks["cam0"]})
+    h_m, c_m = _prefix(model, variables, masked)
+    h_a, c_a = _prefix(model, variables, absent)
+    vm = np.asarray(c_m.segment_ids > 0)
+    va = np.asarray(c_a.segment_ids > 0)
+    assert vm.sum() == va.sum() < np.asarray(_prefix(model, variables, obs)[1].segment_ids > 0).sum()
+    np.testing.assert_allclose(np.asarray(h_m)[vm], np.asarray(h_a)[va], atol=1e-5)
+
+
+def test_packed_prefix_equals_one_by_one(model_and_vars):
+    """Two samples' prefix tokens packed in one row (segment ids 1, 2; own positions) == run alone."""
+    model, variables, obs = model_and_vars
+    emb, mask = jax.jit(lambda v, o: model.apply(v, o, method=VLA.embed_prefix))(variables, obs)
+    enc = jax.jit(lambda v, e, s, p: model.apply(v, e, s, p, method=VLA.encode_prefix))
+    rows, segs, poss, alone = [], [], [], []
+    for b in range(2):
+        m = np.asarray(mask[b])
+        e = np.asarray(emb[b])[m]
+        n = e.shape[0]
+        rows.append(e)
+        segs.append(np.full(n, b + 1))
+        poss.append(np.arange(n))
+        h, _ = enc(variables, e[None], jnp.ones((1, n), jnp.int32), jnp.arange(n, dtype=jnp.int32)[None])
+        alone.append(np.asarray(h[0]))
+    total = sum(r.shape[0] for r in rows)
+    pad = -total % 8
+    packed_emb = np.concatenate(rows + [np.zeros((pad, emb.shape[-1]), np.float32)])[None]
+    seg = np.concatenate(segs + [np.zeros(pad)]).astype(np.int32)[None]
+    pos = np.concatenate(poss + [np.zeros(pad)]).astype(np.int32)[None]
+    h, cache = enc(variables, packed_emb, seg, pos)
+    np.testing.assert_allclose(np.asarray(h[0, :total]), np.concatenate(alone), atol=1e-5)
+    assert len(cache.k) == CFG.depth
+
+
+def test_prefix_too_long_is_an_error(model_and_vars):
+    model, variables, obs = model_and_vars
+    extra = obs.replace(images={**obs.images, "cam2": obs.images["cam0"]},
+                        image_masks={**obs.image_masks, "cam2": obs.image_masks["cam0"]})
+    with pytest.raises(ValueError, match="prefix_len"):
+        model.apply(variables, extra, method=VLA.prefix)
+
+
+def test_observation_rejects_mismatched_cameras():
+    with pytest.raises(ValueError, match="differ"):
+        Observation({"a": jnp.zeros((1, 8, 8, 3))}, {"b": jnp.ones((1,), bool)}, jnp.zeros((1, 4), jnp.int32),
+                    jnp.ones((1, 4), bool), jnp.zeros((1, 3)))
+
+
+def test_tokenizer_roundtrip_and_padding():
+    ids, mask = tokenizer.encode("Put the RED cube  in the bowl", 16)
+    assert ids[0] == tokenizer.BOS and ids.dtype == np.int32 and mask.sum() == 9  # bos + 7 words + eos
+    assert tokenizer.decode(ids) == "put the red cube in the bowl"
+    ids, mask = tokenizer.encode("zebra", 4)  # unknown word spelled as bytes, truncated to 4
+    assert mask.all() and tokenizer.decode(ids) == "zeb"
+    batch, bmask = tokenizer.encode_batch(["open the drawer", "x"], 8)
+    assert batch.shape == (2, 8) and bmask.sum(1).tolist() == [5, 3]
+    assert ModelConfig().vocab_size >= tokenizer.VOCAB_SIZE
+
+
+def test_presets_sizes_and_unknown_name():
+    counts = {n: presets.param_count(presets.abstract_variables(presets.get_model_config(n)))
+              for n in ("tiny", "small")}
+    assert counts["tiny"] < 5e6 and 10e6 <= counts["small"] < 100e6
+    with pytest.raises(ConfigError, match="did you mean 'small'") as e:
+        presets.get_model_config("smal")
+    assert "\n" not in str(e.value)

@@ -1,0 +1,176 @@
+"""The VLA module: vision tower + text/state embedding + prefix transformer + action head modules.
+
+Parameter tree (top-level names matter: PTQ quantizes `llm`, `expert`, never `vision`):
+  vision   ViT shared by all cameras
+  embed    text embedding table [vocab, width]; `state_proj` the state token
+  llm      prefix transformer `Stack` (the "VLM")
+  expert   flow action expert `Stack` (flow head) -- attends to the prefix's per-layer keys/values
+  action_* input/output projections of the head; `value` the optional value MLP
+
+Methods (call with `model.apply(variables, ..., method=VLA.<name>)`; the head functions in
+`vlajax.models.heads` compose them):
+  embed_prefix(obs)                    -> emb [B, L, W], mask bool [B, L]  (L = cfg.prefix_len)
+  encode_prefix(emb, seg, pos)         -> hidden [B, L, W], KVCache   (packed rows: explicit seg/pos)
+  prefix(obs)                          -> hidden, KVCache             (unpacked: seg = mask, pos = cumsum)
+  velocity(cache, x_t, t)              -> v [B, H, A], log_std [B, H, A] | None, hidden [B, H, We]
+  action_logits(cache)                 -> logits [B, H, A, bins], hidden [B, H*A, W]
+  value(hidden_prefix, prefix_mask, cache) -> [B]
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vlajax.config import ModelConfig
+from vlajax.models import fp8
+from vlajax.models.attention import resolve_backend
+from vlajax.models.layers import DTYPES, constrain, dense, sincos_embedding
+from vlajax.models.observation import Observation
+from vlajax.models.transformer import KVCache, Stack
+from vlajax.models.vision import ViT
+
+
+def suffix_layout(cache: KVCache, length: int) -> tuple[jax.Array, jax.Array]:
+    """Segment ids and positions [B, length] for suffix tokens that follow an unpacked prefix."""
+    b = cache.segment_ids.shape[0]
+    start = jnp.sum(cache.segment_ids > 0, axis=1, keepdims=True).astype(jnp.int32)
+    return jnp.ones((b, length), jnp.int32), start + jnp.arange(length, dtype=jnp.int32)[None]
+
+
+class VLA(nn.Module):
+    """The whole policy network for one `ModelConfig` (see the module docstring for the methods)."""
+
+    cfg: ModelConfig
+
+    def setup(self):
+        c = self.cfg
+        dt, pdt = DTYPES[c.dtype], DTYPES[c.param_dtype]
+        dgc = fp8.dot_general_cls(c.fp8)
+        backend = resolve_backend(c.attention)
+        kw = dict(dtype=dt, param_dtype=pdt)
+        self.vision = ViT(c.image_size, c.patch_size, c.vit_width, c.vit_depth, c.vit_heads, c.vit_mlp_dim,
+                          c.width, **kw)
+        self.embed = nn.Embed(c.vocab_size, c.width, embedding_init=nn.with_logical_partitioning(
+            nn.initializers.normal(1.0), ("vocab", "embed")), **kw)
+        if c.use_state_token:
+            self.state_proj = dense(c.width, (None, "embed"), use_bias=True, **kw)
+        stack = dict(depth=c.depth, num_heads=c.num_heads, num_kv_heads=c.num_kv_heads, head_dim=c.head_dim,
+                     rope_max_wavelength=c.rope_max_wavelength, backend=backend, dot_general_cls=dgc, **kw)
+        self.llm = Stack(mlp_dim=c.mlp_dim, **stack)
+        if c.action_head == "flow":
+            self.expert = Stack(mlp_dim=c.expert_mlp_dim, **stack)
+            self.action_in = dense(c.expert_width, (None, "embed"), use_bias=True, **kw)
+            self.time_mlp_in = dense(c.expert_width, (None, "embed"), use_bias=True, **kw)
+            self.time_mlp_out = dense(c.expert_width, ("mlp", "embed"), use_bias=True, **kw)
+            self.action_out = dense(c.action_dim, ("embed", None), use_bias=True, init_scale=0.1, **kw)
+            if c.flow_sampler == "flow_noise":
+                self.noise_std = dense(c.action_dim, ("embed", None), use_bias=True, init_scale=0.1, **kw)
+        else:
+            self.action_queries = self.param(
+                "action_queries", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
+                (c.action_horizon * c.action_dim, c.width), pdt)
+            self.bin_head = dense(c.num_bins, ("embed", "vocab"), use_bias=True, **kw)
+        if c.value_head != "none":
+            self.value_hidden = dense(c.width, ("embed", "mlp"), use_bias=True, **kw)
+            self.value_out = dense(1, ("mlp", None), use_bias=True, **kw)
+
+    # ---------------------------------------------------------------- prefix
+
+    def embed_prefix(self, obs: Observation) -> tuple[jax.Array, jax.Array]:
+        """Image, text and state tokens, padded to `cfg.prefix_len`. -> emb [B, L, W], mask [B, L]."""
+        c = self.cfg
+        b = obs.batch_size
+        embs, masks = [], []
+        cams = sorted(obs.images)
+        if cams:
+            imgs = jnp.concatenate([obs.images[k] for k in cams], axis=0)  # [C*B, H, W, 3]
+            tok = self.vision(imgs)
+            p = tok.shape[1]
+            embs.append(tok.reshape(len(cams), b, p, -1).transpose(1, 0, 2, 3).reshape(b, len(cams) * p, -1))
+            masks.append(jnp.repeat(jnp.stack([obs.image_masks[k] for k in cams], 1), p, axis=1))
+        txt = obs.tokens[:, : c.max_text_len]
+        embs.append(self.embed(txt) * jnp.sqrt(c.width).astype(DTYPES[c.dtype]))
+        masks.append(obs.token_mask[:, : c.max_text_len])
+        if c.use_state_token:
+            s = obs.state[:, : c.state_dim]
+            s = jnp.pad(s, ((0, 0), (0, c.state_dim - s.shape[1])))
+            embs.append(self.state_proj(s)[:, None])
+            masks.append(jnp.ones((b, 1), bool))
+        emb = jnp.concatenate([e.astype(DTYPES[c.dtype]) for e in embs], axis=1)
+        mask = jnp.concatenate(masks, axis=1)
+        n = emb.shape[1]
+        if n > c.prefix_len:
+            raise ValueError(f"prefix has {n} tokens > cfg.prefix_len={c.prefix_len} (too many cameras?)")
+        emb = jnp.pad(emb, ((0, 0), (0, c.prefix_len - n), (0, 0)))
+        mask = jnp.pad(mask, ((0, 0), (0, c.prefix_len - n)))
+        return constrain(emb, ("act_batch", "act_len", "act_embed")), mask
+
+    def encode_prefix(self, emb: jax.Array, segment_ids: jax.Array, positions: jax.Array):
+        """Bidirectional attention within each segment. emb [B,L,W], seg/pos [B,L] -> (hidden, KVCache)."""
+        return self.llm(emb, segment_ids, positions)
+
+    def prefix(self, obs: Observation):
+        """Unpacked prefix: masked tokens get segment 0 and take no position. -> (hidden [B,L,W], KVCache)."""
+        emb, mask = self.embed_prefix(obs)
+        seg = mask.astype(jnp.int32)
+        pos = jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0).astype(jnp.int32)
+        return self.encode_prefix(emb, seg, pos)
+
+    # ---------------------------------------------------------------- flow expert
+
+    def velocity(self, cache: KVCache, x_t: jax.Array, t: jax.Array):
+        """Flow velocity. cache of the prefix, x_t [B,H,A], t [B] -> (v [B,H,A], log_std | None, hidden)."""
+        c = self.cfg
+        h = x_t.shape[1]
+        a = self.action_in(x_t.astype(DTYPES[c.dtype]))
+        temb = jnp.broadcast_to(sincos_embedding(t, c.expert_width)[:, None], a.shape).astype(a.dtype)
+        x = self.time_mlp_out(nn.swish(self.time_mlp_in(jnp.concatenate([a, temb], axis=-1))))
+        seg, pos = suffix_layout(cache, h)
+        hidden, _ = self.expert(x, seg, pos, cache)
+        v = self.action_out(hidden).astype(jnp.float32)
+        log_std = None
+        if c.flow_sampler == "flow_noise":
+            lo, hi = jnp.log(c.noise_std_min), jnp.log(c.noise_std_max)
+            log_std = lo + (hi - lo) * nn.sigmoid(self.noise_std(hidden).astype(jnp.float32))
+        return v, log_std, hidden
+
+    # ---------------------------------------------------------------- action tokens
+
+    def action_logits(self, cache: KVCache):
+        """Parallel decoding of all H*A action tokens. -> (logits f32 [B,H,A,bins], hidden [B,H*A,W])."""
+        c = self.cfg
+        b = cache.segment_ids.shape[0]
+        n = c.action_horizon * c.action_dim
+        q = jnp.broadcast_to(self.action_queries.astype(DTYPES[c.dtype])[None], (b, n, c.width))
+        seg, pos = suffix_layout(cache, n)
+        hidden, _ = self.llm(q, seg, pos, cache)
+        logits = constrain(self.bin_head(hidden), ("act_batch", "act_len", "act_vocab")).astype(jnp.float32)
+        return logits.reshape(b, c.action_horizon, c.action_dim, c.num_bins), hidden
+
+    # ---------------------------------------------------------------- value
+
+    def value(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
+        """Masked mean of hidden [B,T,W'] (prefix or head tokens), MLP -> value f32 [B]."""
+        m = mask.astype(hidden.dtype)[..., None]
+        pooled = (hidden * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+        return self.value_out(nn.gelu(self.value_hidden(pooled)))[:, 0].astype(jnp.float32)
+
+    def __call__(self, obs: Observation, actions: jax.Array | None = None, t: jax.Array | None = None):
+        """Touches every parameter (used by `init`). -> dict of outputs."""
+        c = self.cfg
+        hidden, cache = self.prefix(obs)
+        out = {}
+        if c.action_head == "flow":
+            b = obs.batch_size
+            x = jnp.zeros((b, c.action_horizon, c.action_dim)) if actions is None else actions
+            tt = jnp.ones((b,)) if t is None else t
+            out["v"], out["log_std"], head_hidden = self.velocity(cache, x, tt)
+        else:
+            out["logits"], head_hidden = self.action_logits(cache)
+        if c.value_head == "prefix":
+            out["value"] = self.value(hidden, cache.segment_ids > 0)
+        elif c.value_head == "expert":
+            out["value"] = self.value(head_hidden, jnp.ones(head_hidden.shape[:2], bool))
+        return out
