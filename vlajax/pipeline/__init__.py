@@ -1,0 +1,18 @@
+"""The asynchronous pipeline: lanes, staleness-paced buffer, dynamic batching, weights, placement.
+
+See `docs/async.md` for the design and how to tune it from the two idle ratios.
+"""
+
+from vlajax.pipeline.buffer import Trajectory, TrajectoryBuffer, window_samples
+from vlajax.pipeline.lanes import Lane, LaneGroup, LaneStalled, Lifetime, PipelineStopped, PipelineTimeout
+from vlajax.pipeline.metrics import Timeline, summarize
+from vlajax.pipeline.placement import Placement, make_placement
+from vlajax.pipeline.runner import AsyncRunner, RunnerCounters, run_sync
+from vlajax.pipeline.scheduler import DynamicBatcher, Request, Router
+from vlajax.pipeline.weights import ParamServer
+
+__all__ = [
+    "AsyncRunner", "DynamicBatcher", "Lane", "LaneGroup", "LaneStalled", "Lifetime", "ParamServer",
+    "PipelineStopped", "PipelineTimeout", "Placement", "Request", "Router", "RunnerCounters", "Timeline",
+    "Trajectory", "TrajectoryBuffer", "make_placement", "run_sync", "summarize", "window_samples",
+]

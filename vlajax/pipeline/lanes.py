@@ -1,0 +1,222 @@
+"""Lanes: the threads of the asynchronous pipeline, with one shared lifetime.
+
+A *lane* (D-VLA's swimlane) is a thread that calls its body again and again until the body
+returns `False` or the run stops: sampling (envs + inference), training, the weight control
+plane. All lanes of a run share a `Lifetime`:
+
+- any exception in a lane stops every lane, and `LaneGroup.run()` re-raises that exception in
+  the calling (main) thread, with its original traceback and a note naming the lane;
+- every wait has a timeout (`Lifetime.wait_until`); a wait that times out raises
+  `PipelineTimeout` naming what it waited for, a wait interrupted by a stop raises
+  `PipelineStopped` (which the lane treats as a normal exit);
+- a watchdog thread reports a lane that has been *busy* (not waiting) without a heartbeat for
+  longer than `watchdog_s` as `LaneStalled`, naming it;
+- Ctrl-C (KeyboardInterrupt) or SIGTERM in the main thread stops the lanes, calls the
+  `on_interrupt` callback (save a checkpoint) and returns `"interrupted"`.
+
+Waiting time is recorded in the run's `Timeline` (it is what the idle ratios are made of).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from vlajax.pipeline.metrics import Timeline
+
+__all__ = ["PipelineTimeout", "PipelineStopped", "LaneStalled", "Lifetime", "Lane", "LaneGroup"]
+
+_POLL_S = 0.05  # granularity at which waits re-check the stop flag
+
+
+class PipelineTimeout(TimeoutError):
+    """A queue / pacing / weight wait exceeded its timeout. The message names what it waited for."""
+
+
+class PipelineStopped(RuntimeError):
+    """The run was stopped while this lane waited (another lane failed, or an interrupt)."""
+
+
+class LaneStalled(RuntimeError):
+    """The watchdog saw a lane busy without a heartbeat for longer than its limit."""
+
+
+class Lifetime:
+    """The stop flag shared by every lane of a run, and the first error that stopped it."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.error_lane: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self, error: BaseException | None = None, lane: str | None = None) -> None:
+        """Stop the run; the first error recorded wins."""
+        with self._lock:
+            if error is not None and self.error is None:
+                self.error, self.error_lane = error, lane
+            self._stop.set()
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep unless stopped first; True if the run is still live."""
+        return not self._stop.wait(seconds)
+
+    def wait_until(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Wait on `cond` (held by the caller) until `predicate()`; raises on timeout or stop."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.stopped:
+                raise PipelineStopped(f"stopped while waiting for {what}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PipelineTimeout(f"waited {timeout:.3g} s for {what}")
+            cond.wait(min(left, _POLL_S))
+
+
+class Lane:
+    """One thread. `body(lane)` is called until it returns False or the run stops.
+
+    Inside the body, `with lane.waiting("reason"):` marks an idle period (recorded in the
+    timeline, ignored by the watchdog); `lane.beat()` marks progress in long busy sections.
+    """
+
+    def __init__(self, name: str, body: Callable[[Lane], bool | None], lifetime: Lifetime, timeline: Timeline):
+        self.name, self.body, self.lifetime, self.timeline = name, body, lifetime, timeline
+        self.iterations = 0
+        self._busy_since = time.monotonic()
+        self._waiting: str | None = None
+        self.thread = threading.Thread(target=self._run, name=f"lane:{name}", daemon=True)
+        self.done = threading.Event()
+        timeline.register(name)
+
+    def beat(self) -> None:
+        self._busy_since = time.monotonic()
+
+    @contextlib.contextmanager
+    def waiting(self, reason: str) -> Iterator[None]:
+        self._waiting = reason
+        self.timeline.begin_idle(self.name, reason)
+        try:
+            yield
+        finally:
+            self.timeline.end_idle(self.name)
+            self._waiting = None
+            self.beat()
+
+    def busy_for(self, now: float) -> float:
+        """Seconds busy without a heartbeat (0 while waiting or finished)."""
+        if self._waiting is not None or self.done.is_set():
+            return 0.0
+        return now - self._busy_since
+
+    def _run(self) -> None:
+        try:
+            while not self.lifetime.stopped:
+                self.beat()
+                if self.body(self) is False:
+                    break
+                self.iterations += 1
+        except PipelineStopped:
+            pass
+        except BaseException as e:  # noqa: BLE001 - every error must reach the main thread
+            e.add_note(f"raised in pipeline lane {self.name!r}")
+            self.lifetime.stop(e, self.name)
+        finally:
+            self.done.set()
+
+
+class LaneGroup:
+    """The lanes of one run, started together and supervised from the calling thread."""
+
+    def __init__(self, lifetime: Lifetime | None = None, timeline: Timeline | None = None, watchdog_s: float = 300.0):
+        self.lifetime = lifetime or Lifetime()
+        self.timeline = timeline or Timeline()
+        self.watchdog_s = watchdog_s
+        self.lanes: list[Lane] = []
+        self._watchdog: threading.Thread | None = None
+
+    def add(self, name: str, body: Callable[[Lane], bool | None]) -> Lane:
+        lane = Lane(name, body, self.lifetime, self.timeline)
+        self.lanes.append(lane)
+        return lane
+
+    def _watch(self) -> None:
+        period = min(max(self.watchdog_s / 10, 0.01), 1.0)
+        while self.lifetime.sleep(period):
+            now = time.monotonic()
+            for lane in self.lanes:
+                busy = lane.busy_for(now)
+                if busy > self.watchdog_s:
+                    err = LaneStalled(f"lane {lane.name!r} stalled: busy {busy:.2f} s without a heartbeat "
+                                      f"(watchdog {self.watchdog_s:.3g} s)")
+                    self.lifetime.stop(err, lane.name)
+                    return
+
+    def run(self, timeout: float | None = None, on_interrupt: Callable[[], None] | None = None,
+            join_timeout: float = 10.0, handle_sigterm: bool = True) -> str:
+        """Start every lane, wait for all to finish; returns 'done' or 'interrupted'.
+
+        Re-raises the first lane error (original traceback, note naming the lane). `timeout`
+        bounds the whole run (raises `PipelineTimeout`). Installs a SIGTERM handler while
+        running when called from the main thread.
+        """
+        interrupted = threading.Event()
+        old_handler = None
+        if handle_sigterm and threading.current_thread() is threading.main_thread():
+            old_handler = signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self.start()
+            try:
+                while not all(lane.done.is_set() for lane in self.lanes) and not self.lifetime.stopped:
+                    if interrupted.is_set():
+                        raise KeyboardInterrupt("SIGTERM")
+                    if deadline is not None and time.monotonic() > deadline:
+                        self.lifetime.stop(PipelineTimeout(f"run exceeded {timeout:.3g} s"), "main")
+                        break
+                    time.sleep(_POLL_S)
+            except KeyboardInterrupt:
+                interrupted.set()
+        finally:
+            self.lifetime.stop()
+            self._join(join_timeout)
+            if old_handler is not None:
+                signal.signal(signal.SIGTERM, old_handler)
+        if self.lifetime.error is not None:
+            raise self.lifetime.error
+        if interrupted.is_set():
+            if on_interrupt is not None:
+                on_interrupt()
+            return "interrupted"
+        return "done"
+
+    def start(self) -> None:
+        """Start every lane not yet started, and the watchdog (idempotent)."""
+        for lane in self.lanes:
+            if lane.thread.ident is None:
+                lane.thread.start()
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="lane:watchdog", daemon=True)
+            self._watchdog.start()
+
+    def stop(self, join_timeout: float = 10.0) -> None:
+        """Stop every lane and join them (bounded); use after `start()` without `run()`."""
+        self.lifetime.stop()
+        self._join(join_timeout)
+
+    def _join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for lane in self.lanes:
+            if lane.thread.is_alive():
+                lane.thread.join(max(deadline - time.monotonic(), 0.0))
+
+    @property
+    def alive(self) -> list[str]:
+        return [lane.name for lane in self.lanes if lane.thread.is_alive()]

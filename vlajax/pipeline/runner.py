@@ -1,0 +1,191 @@
+"""The asynchronous RL runner (train async + streaming + partial rollout) and its synchronous twin.
+
+The runner knows nothing about envs, models or losses; it drives three callables:
+
+- `sample_step(version, params, call) -> list[Trajectory]`: one round of envs + inference
+  with the given weights (the `call`-th round; derive RNG from it). Every returned item is
+  one micro-batch of `mini_batch` samples, tagged with the versions that produced it. A
+  sampler doing partial rollout may read newer weights itself (`ParamServer.latest`) between
+  inference calls; its trajectories then carry several versions.
+- `train_step(state, micro_batches) -> (state, metrics)`: one optimizer update from
+  `require_batches` micro-batches pulled from the iterator. With `streaming` the iterator
+  hands over each micro-batch as soon as it arrives (the step starts forward/backward on the
+  first and accumulates); without, it blocks until all are there. `metrics` may hold
+  `rejected` (samples dropped by a filter; counts against the acceptance rate).
+- `get_params(state) -> params`: the weights to publish.
+
+Lanes (one `LaneGroup`, shared lifetime, watchdog): `rollouter` (reserve samples under pacing
+-> newest weights -> `sample_step` -> buffer), `trainer` (pull micro-batches -> `train_step`;
+every `trigger_parameter_sync_step` updates publish a new version), `weights` (the control
+plane: reshard onto the rollout sub-mesh and swap in), plus any `extra_lanes` (env slots,
+generators). `run_sync` is the same pieces as one loop: collect W samples -> `trigger` updates
+-> publish. With staleness_threshold=0, trigger=1, one slot and no streaming the two produce
+identical parameters (tests/pipeline/test_runner.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from vlajax.config import AsyncConfig, ConfigError
+from vlajax.pipeline.buffer import Trajectory, TrajectoryBuffer, window_samples
+from vlajax.pipeline.lanes import Lane, LaneGroup, Lifetime
+from vlajax.pipeline.metrics import Timeline, summarize
+from vlajax.pipeline.weights import ParamServer
+
+__all__ = ["AsyncRunner", "RunnerCounters", "run_sync"]
+
+SampleStep = Callable[[int, Any, int], Sequence[Trajectory]]
+TrainStep = Callable[[Any, Iterator[Trajectory]], tuple[Any, dict]]
+
+
+@dataclasses.dataclass
+class RunnerCounters:
+    """What a resumed run needs besides the train state (JSON-able)."""
+
+    updates: int = 0  # optimizer updates done
+    version: int = 0  # newest published policy version
+    sample_calls: int = 0  # sample_step rounds started
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def _check_sizes(cfg: AsyncConfig, samples_per_step: int, mini_batch: int) -> int:
+    w = window_samples(cfg.trigger_parameter_sync_step, cfg.require_batches, mini_batch)
+    if samples_per_step % mini_batch or w % samples_per_step:
+        raise ConfigError(f"a sample_step of {samples_per_step} samples must be whole micro-batches of {mini_batch} "
+                          f"and divide the sync window W={w} (trigger*require_batches*mini_batch)")
+    return w
+
+
+class AsyncRunner:
+    """Rollout, training and weight distribution as lanes; see the module docstring."""
+
+    def __init__(self, cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep,
+                 get_params: Callable[[Any], Any], state: Any, num_updates: int, samples_per_step: int,
+                 mini_batch: int, rollout_shardings: Any = None, counters: RunnerCounters | None = None,
+                 on_update: Callable[[AsyncRunner, dict], None] | None = None,
+                 extra_lanes: Sequence[tuple[str, Callable[[Lane], bool | None]]] = (),
+                 timeline: Timeline | None = None):
+        self.cfg = cfg
+        self.window = _check_sizes(cfg, samples_per_step, mini_batch)
+        self.sample_step, self.train_step, self.get_params = sample_step, train_step, get_params
+        self.state, self.num_updates = state, num_updates
+        self.samples_per_step, self.mini_batch = samples_per_step, mini_batch
+        self.counters = dataclasses.replace(counters) if counters else RunnerCounters()
+        self.on_update = on_update
+        self.timeline = timeline or Timeline()
+        self.lifetime = Lifetime()
+        self.buffer = TrajectoryBuffer(self.window, cfg.staleness_threshold, timeout_s=cfg.queue_timeout_s,
+                                       lifetime=self.lifetime, timeline=self.timeline,
+                                       version=self.counters.version)
+        self.weights = ParamServer(get_params(state), rollout_shardings, lifetime=self.lifetime,
+                                   version=self.counters.version)
+        self.weights.on_install(self.buffer.set_rollout_version)
+        self.group = LaneGroup(self.lifetime, self.timeline, cfg.watchdog_s)
+        self.group.add("rollouter", self._rollout_body)
+        self.group.add("trainer", self._trainer_body)
+        self.group.add("weights", self.weights.lane_body)
+        for name, body in extra_lanes:
+            self.group.add(name, body)
+        self.history: list[dict] = []  # per update: metrics + version + staleness of its micro-batches
+
+    # -- lanes ------------------------------------------------------------------------------
+
+    def _rollout_body(self, lane: Lane) -> bool:
+        with lane.waiting("pacing"):
+            self.buffer.reserve(self.samples_per_step)
+        version, params = self.weights.latest()
+        call = self.counters.sample_calls
+        self.counters.sample_calls += 1
+        items = list(self.sample_step(version, params, call))
+        n = sum(it.num_samples for it in items)
+        if n != self.samples_per_step or any(it.num_samples != self.mini_batch for it in items):
+            raise ValueError(f"sample_step returned {[it.num_samples for it in items]} samples; expected items of "
+                             f"{self.mini_batch} summing to {self.samples_per_step}")
+        for it in items:
+            self.buffer.put(it)
+        return True
+
+    def _micro_batches(self, lane: Lane, taken: list[Trajectory]) -> Iterator[Trajectory]:
+        for _ in range(self.cfg.require_batches):
+            with lane.waiting("samples"):
+                item = self.buffer.get()
+            taken.append(item)
+            yield item
+
+    def _trainer_body(self, lane: Lane) -> bool:
+        if self.counters.updates >= self.num_updates:
+            self.lifetime.stop()
+            return False
+        taken: list[Trajectory] = []
+        batches = self._micro_batches(lane, taken)
+        if not self.cfg.streaming:
+            batches = iter(list(batches))
+        self.state, metrics = self.train_step(self.state, batches)
+        if len(taken) != self.cfg.require_batches or next(batches, None) is not None:
+            raise RuntimeError(f"train_step must consume exactly require_batches={self.cfg.require_batches} "
+                               f"micro-batches, it took {len(taken)}")
+        rejected = int(metrics.get("rejected", 0)) if isinstance(metrics, dict) else 0
+        if rejected:
+            self.timeline.record_rejected(rejected)
+        version = self.buffer.trainer_version
+        self.counters.updates += 1
+        record = {"update": self.counters.updates, "version": version,
+                  "staleness": [version - t.version_min for t in taken], "span": [t.span for t in taken],
+                  "metrics": metrics}
+        if self.counters.updates % self.cfg.trigger_parameter_sync_step == 0:
+            self.counters.version += 1
+            self.buffer.record_publish(self.counters.version)
+            self.weights.publish(self.counters.version, self.get_params(self.state))
+        self.history.append(record)
+        if self.on_update is not None:
+            self.on_update(self, record)
+        return True
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def run(self, timeout: float | None = None, on_interrupt: Callable[[AsyncRunner], None] | None = None) -> str:
+        """Run until `num_updates` updates; 'done' or 'interrupted' (after `on_interrupt(self)`)."""
+        cb = None if on_interrupt is None else (lambda: on_interrupt(self))
+        return self.group.run(timeout=timeout, on_interrupt=cb)
+
+    def summary(self, t0: float | None = None, t1: float | None = None) -> dict[str, float]:
+        """Metrics over a window of the timeline plus the cumulative counters."""
+        out = summarize(self.timeline, t0, t1)
+        out.update({f"counters/{k}": float(v) for k, v in self.buffer.counters().items()})
+        out["weights/superseded"] = float(self.weights.superseded)
+        if self.weights.transfer_s:
+            out["weights/transfer_s_mean"] = sum(self.weights.transfer_s) / len(self.weights.transfer_s)
+        return out
+
+
+def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep, get_params: Callable[[Any], Any],
+             state: Any, num_updates: int, samples_per_step: int, mini_batch: int,
+             counters: RunnerCounters | None = None) -> tuple[Any, list[dict]]:
+    """The synchronous loop: collect W samples with version v -> `trigger` updates -> publish v+1."""
+    window = _check_sizes(cfg, samples_per_step, mini_batch)
+    c = dataclasses.replace(counters) if counters else RunnerCounters()
+    params = get_params(state)
+    history: list[dict] = []
+    while c.updates < num_updates:
+        items: list[Trajectory] = []
+        for _ in range(math.ceil(window / samples_per_step)):
+            items.extend(sample_step(c.version, params, c.sample_calls))
+            c.sample_calls += 1
+        queue = iter(items)
+        for _ in range(cfg.trigger_parameter_sync_step):
+            if c.updates >= num_updates:
+                break
+            taken = [next(queue) for _ in range(cfg.require_batches)]
+            state, metrics = train_step(state, iter(taken))
+            c.updates += 1
+            history.append({"update": c.updates, "version": c.version,
+                            "staleness": [c.version - t.version_min for t in taken], "metrics": metrics})
+        c.version += 1
+        params = get_params(state)
+    return state, history
