@@ -298,7 +298,7 @@ class AsyncConfig:
 
     enabled: bool = False  # False = the synchronous collect -> update loop
     placement: Literal["colocated", "disaggregated", "hybrid"] = "colocated"  # device groups per role
-    rollout_devices: int = 0  # disaggregated/hybrid: devices given to rollout (0 = half)
+    placement_ratio: str = "1:1"  # 'rollout:train' device split per host (hybrid: rollout share; training uses all)
     staleness_threshold: float = 0.0  # extra fraction of a sync window rollout may run ahead
     trigger_parameter_sync_step: int = 1  # trainer updates between weight publications
     require_batches: int = 1  # micro-batches the trainer pulls per update
@@ -306,17 +306,22 @@ class AsyncConfig:
     use_rollout_log_probs: bool = True  # True: behaviour log-probs as old; False: recompute proximal
     streaming: bool = False  # start backward on the first micro-batch; accumulate to one update
     num_slots: int = 1  # env slots posting requests independently (rollout async when > 1)
+    num_generators: int = 1  # inference batchers the slots are routed over (fine-grained env sharding)
     max_batch: int = 0  # dynamic batching: fire at this many waiting requests (0 = all slots)
     max_wait_ms: float = 5.0  # dynamic batching: fire when the oldest request waited this long
     queue_timeout_s: float = 120.0  # every queue wait times out after this
     watchdog_s: float = 300.0  # a lane silent this long is reported as stalled
 
     def __post_init__(self):
-        _check(self.staleness_threshold >= 0, "async.staleness_threshold must be >= 0")
-        _check(self.trigger_parameter_sync_step >= 1, "async.trigger_parameter_sync_step must be >= 1")
-        _check(self.require_batches >= 1 and self.num_slots >= 1, "async.require_batches/num_slots must be >= 1")
-        _check(self.max_batch >= 0 and self.max_wait_ms >= 0, "async.max_batch/max_wait_ms must be >= 0")
-        _check(self.queue_timeout_s > 0 and self.watchdog_s > 0, "async timeouts must be > 0")
+        _check(self.staleness_threshold >= 0, "pipeline.staleness_threshold must be >= 0")
+        _check(self.trigger_parameter_sync_step >= 1, "pipeline.trigger_parameter_sync_step must be >= 1")
+        _check(self.require_batches >= 1 and self.num_slots >= 1, "pipeline.require_batches/num_slots must be >= 1")
+        _check(self.max_batch >= 0 and self.max_wait_ms >= 0, "pipeline.max_batch/max_wait_ms must be >= 0")
+        _check(self.queue_timeout_s > 0 and self.watchdog_s > 0, "pipeline timeouts must be > 0")
+        _check(self.num_generators >= 1, "pipeline.num_generators must be >= 1")
+        parts = self.placement_ratio.split(":")
+        _check(len(parts) == 2 and all(p.isdigit() and int(p) >= 1 for p in parts),
+               f"pipeline.placement_ratio={self.placement_ratio!r} must be 'rollout:train' with positive integers")
 
 
 @dataclasses.dataclass(frozen=True)
