@@ -231,10 +231,17 @@ class DataConfig:
     prefetch: int = 4  # batches prefetched per process
     drop_cameras: tuple[str, ...] = ()  # cameras removed from the input (their tokens disappear)
     augment: bool = False  # random crop + colour jitter on training images
+    pack_rows: int = 0  # packed: prefix rows per global batch (0 = from the data's mean prefix length)
+    pack_row_len: int = 0  # packed: tokens per row (0 = 2 x model.prefix_len)
+    max_segments_per_row: int = 0  # packed: samples per row at most (0 = no limit)
+    action_norm: Literal["quantile", "mean_std"] = "quantile"  # actions: q01/q99 -> [-1, 1], or z-score
+    state_norm: Literal["quantile", "mean_std"] = "mean_std"  # proprioceptive state normalization
 
     def __post_init__(self):
         _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
         _check(self.num_threads >= 0 and self.prefetch >= 0, "data.num_threads and data.prefetch must be >= 0")
+        _check(min(self.pack_rows, self.pack_row_len, self.max_segments_per_row) >= 0,
+               "data.pack_rows, data.pack_row_len and data.max_segments_per_row must be >= 0 (0 = automatic)")
 
 
 @dataclasses.dataclass(frozen=True)
