@@ -269,6 +269,7 @@ class RLConfig:
     """PPO / GRPO over action chunks (one decision = one chunk)."""
 
     algo: Literal["ppo", "grpo"] = "ppo"  # policy-gradient algorithm
+    advantage: Literal["auto", "gae", "grpo", "rloo"] = "auto"  # estimator; auto: ppo->gae, grpo->grpo
     num_iterations: int = 100  # collect -> update iterations
     rollout_length: int = 16  # chunk decisions collected per env per iteration
     group_size: int = 8  # GRPO: rollouts per initial state (divides env.num_envs)
@@ -282,7 +283,12 @@ class RLConfig:
     entropy_coef: float = 0.0  # entropy bonus weight
     kl_coef: float = 0.0  # KL penalty to the reference (initial) policy
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
+    behaviour_weight_mode: Literal["drop", "truncate"] = "drop"  # above the cap: drop (AReaL) or clip
     filter_zero_advantage: bool = True  # GRPO: drop groups whose rewards have zero variance
+    advantage_eps: float = 1e-6  # GRPO: added to the group std before dividing
+    group_std_normalize: bool = True  # GRPO: divide by the group std (False = Dr. GRPO, mean only)
+    normalize_advantages: Literal["none", "batch", "minibatch"] = "minibatch"  # standardize over valid decisions
+    target_kl: float = 0.0  # skip the remaining minibatch updates once approx KL exceeds this (0 = off)
     update_epochs: int = 2  # passes over each collected batch
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
     micro_batches: int = 1  # gradient-accumulation steps per minibatch
@@ -297,6 +303,15 @@ class RLConfig:
         _check(self.dual_clip == 0 or self.dual_clip > 1, "rl.dual_clip must be 0 (off) or > 1")
         _check(self.group_size >= 1 and self.num_minibatches >= 1 and self.micro_batches >= 1,
                "rl.group_size, rl.num_minibatches and rl.micro_batches must be >= 1")
+        _check(self.clip_low < 1.0, f"rl.clip_low must be < 1 (ratio floor 1 - clip_low), got {self.clip_low}")
+        _check(self.rollout_length >= 1 and self.update_epochs >= 1, "rl.rollout_length/update_epochs must be >= 1")
+        _check(self.value_clip >= 0 and self.entropy_coef >= 0 and self.kl_coef >= 0 and self.value_coef >= 0,
+               "rl.value_clip, rl.value_coef, rl.entropy_coef and rl.kl_coef must be >= 0")
+        _check(self.behaviour_weight_cap >= 1.0, f"rl.behaviour_weight_cap must be >= 1: {self.behaviour_weight_cap}")
+        _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
+        _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
+        _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
+        _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
 
 
 @dataclasses.dataclass(frozen=True)
