@@ -1,0 +1,67 @@
+"""From a TrainConfig to batches: checks against the model, the three modes, automatic row sizing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from helpers import write_dataset
+
+from vlajax.config import MeshConfig, ModelConfig, get_config
+from vlajax.data.build import make_loader, packed_rows
+from vlajax.data.lerobot import DatasetError
+from vlajax.data.normalize import unnormalize
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp("b") / "ds"), lengths=(6, 7, 8, 9, 10, 11, 12, 13))
+
+
+def _cfg(root, **data):
+    cfg = get_config("debug")
+    return cfg.replace(data=dataclasses.replace(cfg.data, dataset_dir=root, batch_size=8, **data))
+
+
+def _mesh():
+    from vlajax.sharding import make_mesh
+
+    return make_mesh(MeshConfig(dp=4), jax.devices()[:4])
+
+
+@pytest.mark.parametrize("mode", ["fixed", "dynamic", "packed"])
+def test_modes_give_model_ready_batches(root, mode):
+    cfg = _cfg(root, batching=mode, drop_cameras=("wrist",))
+    loader, info = make_loader(cfg, _mesh())
+    b = next(loader)
+    loader.close()
+    assert info.cameras == ("agentview",) and set(b["images"]) == {"agentview"}
+    assert b["actions"].shape == (8, cfg.model.action_horizon, 7) and b["tokens"].shape == (8, 16)
+    # one camera of 16 patches + instruction + state: far below the padded length
+    seg = np.asarray(b["segment_ids"])
+    if mode == "fixed":
+        assert seg.shape == (8, info.spec.length)
+    if mode == "dynamic":
+        assert seg.shape[1] < info.spec.length and seg.shape[1] % cfg.model.seq_multiple == 0
+    if mode == "packed":
+        assert seg.shape == (info.rows, info.row_len) and info.rows % 4 == 0 and info.rows < 8
+    # actions were normalized with the dataset's quantiles and invert to the raw actions' range
+    raw = unnormalize(np.asarray(b["actions"]), info.norm["actions"], "quantile")
+    assert raw.min() >= -0.01 and raw.max() <= 7.8
+
+
+def test_auto_rows_formula():
+    # 64 samples of 40 tokens in rows of 128: 1.05 * 64 * 40 / 128 = 21 rows -> 24 (multiple of 8)
+    assert packed_rows(40, 64, 128, 8) == 24
+
+
+def test_dataset_that_does_not_fit_the_model_is_an_error(root):
+    cfg = _cfg(root)
+    with pytest.raises(DatasetError, match="actions have 7 dims, model.action_dim=6"):
+        make_loader(cfg.replace(model=ModelConfig(action_dim=6)), None)
+    with pytest.raises(DatasetError, match=r"data.drop_cameras \['top'\] are not in the dataset"):
+        make_loader(_cfg(root, drop_cameras=("top",)), None)
+    with pytest.raises(DatasetError, match="meta/info.json: missing file"):
+        make_loader(_cfg(root + "/meta"), None)

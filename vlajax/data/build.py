@@ -1,0 +1,126 @@
+"""From a `TrainConfig` to a running input pipeline: `make_loader(cfg, mesh) -> (Loader, DataInfo)`.
+
+    loader, info = make_loader(cfg, mesh)     # checks the dataset against the model first
+    batch = next(loader)                      # global arrays, keys in vlajax.data.packing
+    actions = unnormalize(pred, info.norm["actions"], cfg.data.action_norm)
+
+Order of the per-sample transforms: camera selection (`data.drop_cameras`) -> resize to
+`model.image_size` -> augmentation (`data.augment`) -> tokenization (`model.max_text_len`) ->
+normalization with the dataset's `meta/stats.json` (errors, never skipped, when missing).
+`data.batch_size` is the number of sample slots per global batch in every mode; in packed
+mode `data.pack_rows` rows of `data.pack_row_len` tokens hold them (0 = sized from the mean
+prefix length of up to 256 records, so that a batch carries about `batch_size` samples).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import jax
+import numpy as np
+
+from vlajax.config import TrainConfig
+from vlajax.data.lerobot import DatasetError, LeRobotData
+from vlajax.data.loader import Loader, make_dataset
+from vlajax.data.normalize import NormStats, load_norm_stats
+from vlajax.data.packing import PrefixSpec
+from vlajax.data.source import ActionChunkSource
+from vlajax.data.transforms import AugmentImages, Compose, Normalize, ResizeImages, SelectCameras, Tokenize
+
+__all__ = ["DataInfo", "dataset_dir", "make_source", "make_transform", "packed_rows", "make_loader"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataInfo:
+    """What the trainer and evaluator need to know about the data."""
+
+    root: str
+    cameras: tuple[str, ...]  # cameras fed to the model (sorted)
+    spec: PrefixSpec
+    norm: dict[str, NormStats]  # 'actions', 'state'
+    slots: int  # samples per global batch (at most, in packed mode)
+    rows: int  # prefix rows per global batch
+    row_len: int  # tokens per row
+    tasks: tuple[str, ...]  # instructions by task_index
+
+
+def dataset_dir(cfg: TrainConfig) -> str:
+    return cfg.data.dataset_dir or os.path.join(cfg.output_dir, "demos")
+
+
+def make_source(cfg: TrainConfig, data: LeRobotData | None = None) -> ActionChunkSource:
+    """The dataset as action chunks of `model.action_horizon`, checked against the model."""
+    data = LeRobotData(dataset_dir(cfg)) if data is None else data
+    src = ActionChunkSource(data, cfg.model.action_horizon)
+    info = os.path.join(data.root, "meta", "info.json")
+    if src.action_dim != cfg.model.action_dim:
+        raise DatasetError(f"{info}: actions have {src.action_dim} dims, model.action_dim={cfg.model.action_dim}")
+    if src.state_dim > cfg.model.state_dim:
+        raise DatasetError(f"{info}: state has {src.state_dim} dims > model.state_dim={cfg.model.state_dim}")
+    return src
+
+
+def _cameras(cfg: TrainConfig, src: ActionChunkSource) -> tuple[str, ...]:
+    unknown = [c for c in cfg.data.drop_cameras if c not in src.cameras]
+    if unknown:
+        raise DatasetError(f"{src.data.root}/meta/info.json: data.drop_cameras {unknown} are not in the dataset "
+                           f"(cameras: {list(src.cameras)})")
+    cams = tuple(sorted(c for c in src.cameras if c not in cfg.data.drop_cameras))
+    if len(cams) > cfg.model.num_cameras:
+        raise DatasetError(f"{src.data.root}/meta/info.json: {len(cams)} cameras {cams} > model.num_cameras="
+                           f"{cfg.model.num_cameras}; drop some with data.drop_cameras")
+    return cams
+
+
+def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
+                   train: bool = True) -> Compose:
+    steps = [SelectCameras(keep=cameras), ResizeImages(cfg.model.image_size)]
+    if train and cfg.data.augment:
+        steps.append(AugmentImages(seed=cfg.seed))
+    steps += [Tokenize(cfg.model.max_text_len), Normalize(norm, cfg.data.state_norm, cfg.data.action_norm)]
+    return Compose(tuple(steps))
+
+
+def packed_rows(mean_tokens: float, slots: int, row_len: int, multiple: int) -> int:
+    """Rows so that `slots` samples of `mean_tokens` fit with 5% slack, rounded up to `multiple`."""
+    rows = math.ceil(1.05 * slots * mean_tokens / row_len)
+    return max(multiple, -(-rows // multiple) * multiple)
+
+
+def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
+                train: bool = True) -> tuple[Loader, DataInfo]:
+    """This process's loader of global batches over `mesh` (None: process-local numpy)."""
+    src = make_source(cfg)
+    cams = _cameras(cfg, src)
+    stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
+                            dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
+    norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
+    spec = PrefixSpec.from_model(cfg.model, cams)
+    transform = make_transform(cfg, cams, norm, train=train)
+    pc = jax.process_count()
+    d = cfg.data
+    dp = mesh.shape["dp"] if mesh is not None else 1
+    if d.batch_size % pc:
+        raise ValueError(f"data.batch_size={d.batch_size} is not divisible by {pc} processes")
+    row_len = d.pack_row_len or 2 * spec.length
+    rows = d.pack_rows
+    if d.batching == "packed" and rows == 0:
+        n = min(len(src), 256)
+        picks = np.random.default_rng(cfg.data.shuffle_seed).choice(len(src), n, replace=False)
+        mean = float(np.mean([spec.num_tokens(transform(src[int(i)])) for i in picks]))
+        rows = packed_rows(mean, d.batch_size, row_len, math.lcm(dp, pc))
+    if d.batching == "packed" and rows % math.lcm(dp, pc):
+        raise ValueError(f"data.pack_rows={rows} is not divisible by mesh dp={dp} and {pc} processes")
+    if d.batching == "dynamic" and pc > 1:
+        raise ValueError("data.batching='dynamic' needs one process (each process would pick its own padded "
+                         "length, and a global array needs one); use 'packed' or 'fixed' across hosts")
+    ds = make_dataset(src, transform, spec, d.batching, d.batch_size // pc, seed=d.shuffle_seed,
+                      rows=rows // pc if d.batching == "packed" else 0, row_len=row_len,
+                      max_segments=d.max_segments_per_row, num_epochs=num_epochs, num_threads=d.num_threads)
+    loader = Loader(ds, mesh, prefetch=d.prefetch)
+    info = DataInfo(src.data.root, cams, spec, norm, d.batch_size,
+                    rows if d.batching == "packed" else d.batch_size,
+                    row_len if d.batching == "packed" else spec.length, tuple(src.data.tasks))
+    return loader, info
