@@ -9,10 +9,12 @@ from vlajax.pipeline.metrics import Timeline, summarize
 from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters, run_sync
 from vlajax.pipeline.scheduler import DynamicBatcher, Request, Router
+from vlajax.pipeline.slots import SlotRollout, VersionGate
 from vlajax.pipeline.weights import ParamServer
 
 __all__ = [
     "AsyncRunner", "DynamicBatcher", "Lane", "LaneGroup", "LaneStalled", "Lifetime", "ParamServer",
     "PipelineStopped", "PipelineTimeout", "Placement", "Request", "Router", "RunnerCounters", "Timeline",
-    "Trajectory", "TrajectoryBuffer", "make_placement", "run_sync", "summarize", "window_samples",
+    "SlotRollout", "Trajectory", "TrajectoryBuffer", "VersionGate", "make_placement", "run_sync", "summarize",
+    "window_samples",
 ]

@@ -121,6 +121,26 @@ class TrajectoryBuffer:
                                      self.timeout_s if timeout is None else timeout, f"pacing admission ({what})")
             self.reserved += n
 
+    def reserve_for(self, n: int, version: int, timeout: float | None = None) -> bool:
+        """Reserve `n` samples to be produced under `version` (an env slot starting a segment).
+
+        Blocks until `version`'s budget admits them (True) or a newer version has been
+        installed on the rollout side (False: start again under the new weights).
+        """
+        if n > self.budget:
+            raise ValueError(f"reserving {n} samples at once exceeds the pacing budget {self.budget}")
+        with self._cond:
+            if version not in self._consumed_at:
+                raise KeyError(f"version {version} was never published")
+            fits = lambda: self._consumed_at[version] + self.budget - self.reserved >= n
+            self.lifetime.wait_until(self._cond, lambda: fits() or self.rollout_version > version,
+                                     self.timeout_s if timeout is None else timeout,
+                                     f"pacing admission under version {version}")
+            if fits():
+                self.reserved += n
+                return True
+            return False
+
     def put(self, item: Trajectory) -> None:
         """Append a produced item. Its samples must have been reserved."""
         with self._cond:

@@ -17,10 +17,12 @@ The runner knows nothing about envs, models or losses; it drives three callables
 Lanes (one `LaneGroup`, shared lifetime, watchdog): `rollouter` (reserve samples under pacing
 -> newest weights -> `sample_step` -> buffer), `trainer` (pull micro-batches -> `train_step`;
 every `trigger_parameter_sync_step` updates publish a new version), `weights` (the control
-plane: reshard onto the rollout sub-mesh and swap in), plus any `extra_lanes` (env slots,
-generators). `run_sync` is the same pieces as one loop: collect W samples -> `trigger` updates
--> publish. With staleness_threshold=0, trigger=1, one slot and no streaming the two produce
-identical parameters (tests/pipeline/test_runner.py).
+plane: reshard onto the rollout sub-mesh and swap in), plus any `extra_lanes`. `rollout=`
+replaces the single rollouter lane by lanes of its own (`SlotRollout.lanes`: env slots and
+generators with dynamic batching; then `samples_per_step` is the samples of one slot segment).
+`run_sync` is the same pieces as one loop: collect W samples -> `trigger` updates -> publish.
+With staleness_threshold=0, trigger=1, one slot and no streaming the two produce identical
+parameters (tests/pipeline/test_runner.py).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class AsyncRunner:
                  mini_batch: int, rollout_shardings: Any = None, counters: RunnerCounters | None = None,
                  on_update: Callable[[AsyncRunner, dict], None] | None = None,
                  extra_lanes: Sequence[tuple[str, Callable[[Lane], bool | None]]] = (),
+                 rollout: Callable[[AsyncRunner], Sequence[tuple[str, Callable[[Lane], bool | None]]]] | None = None,
                  timeline: Timeline | None = None):
         self.cfg = cfg
         self.window = _check_sizes(cfg, samples_per_step, mini_batch)
@@ -87,7 +90,11 @@ class AsyncRunner:
                                    version=self.counters.version)
         self.weights.on_install(self.buffer.set_rollout_version)
         self.group = LaneGroup(self.lifetime, self.timeline, cfg.watchdog_s)
-        self.group.add("rollouter", self._rollout_body)
+        if rollout is None:
+            self.group.add("rollouter", self._rollout_body)
+        else:  # e.g. SlotRollout.lanes: env slots + generators instead of one sample_step lane
+            for name, body in rollout(self):
+                self.group.add(name, body)
         self.group.add("trainer", self._trainer_body)
         self.group.add("weights", self.weights.lane_body)
         for name, body in extra_lanes:
