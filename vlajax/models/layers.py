@@ -32,6 +32,44 @@ def constrain(x: jax.Array, names: Names) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)
 
 
+class Linear(nn.Module):
+    """Dense layer contracting `axis` of x with a kernel [*x.shape[axis], *features] named `names`.
+
+    Like `nn.DenseGeneral`, but the kernel is initialised at its full shape so its logical
+    names are valid under a mesh (DenseGeneral initialises a flattened 2-D kernel).
+    `dot_general_cls` is the FP8 seam (None, `nn.Fp8DotGeneralOp`, or TE's dot-general class).
+    """
+
+    features: tuple[int, ...]
+    names: tuple[str | None, ...]
+    axis: tuple[int, ...] = (-1,)
+    use_bias: bool = False
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+    dot_general_cls: Any = None
+    init_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        axis = tuple(sorted(a % x.ndim for a in self.axis))
+        n_in = len(axis)
+        in_shape = tuple(x.shape[a] for a in axis)
+        init = nn.initializers.variance_scaling(
+            self.init_scale, "fan_in", "truncated_normal", in_axis=tuple(range(n_in)),
+            out_axis=tuple(range(n_in, n_in + len(self.features))),
+        )
+        kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names), in_shape + self.features,
+                            self.param_dtype)
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        dot_general = self.dot_general_cls() if self.dot_general_cls is not None else jax.lax.dot_general
+        y = dot_general(x, kernel, ((axis, tuple(range(n_in))), ((), ())))
+        if self.use_bias:
+            bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros_init(),
+                                                                   self.names[n_in:]), self.features, self.param_dtype)
+            y = y + bias.astype(self.dtype)
+        return y
+
+
 def dense(
     features: int | Sequence[int],
     names: Names,
@@ -43,24 +81,11 @@ def dense(
     dot_general_cls: Any = None,
     name: str | None = None,
     init_scale: float = 1.0,
-) -> nn.DenseGeneral:
-    """A `DenseGeneral` whose kernel (dims: contracted..., features...) carries logical `names`.
-
-    `dot_general_cls` is the FP8 seam (None, `nn.Fp8DotGeneralOp`, or TE's dot-general class).
-    """
-    init = nn.initializers.variance_scaling(init_scale, "fan_in", "truncated_normal")
+) -> Linear:
+    """A `Linear` layer; `names` label the kernel's dims (contracted dims first, then features)."""
     feats = (features,) if isinstance(features, int) else tuple(features)
-    return nn.DenseGeneral(
-        features=features,
-        axis=axis,
-        use_bias=use_bias,
-        dtype=dtype,
-        param_dtype=param_dtype,
-        kernel_init=nn.with_logical_partitioning(init, tuple(names)),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), tuple(names)[-len(feats):]),
-        dot_general_cls=dot_general_cls,
-        name=name,
-    )
+    ax = (axis,) if isinstance(axis, int) else tuple(axis)
+    return Linear(feats, tuple(names), ax, use_bias, dtype, param_dtype, dot_general_cls, init_scale, name=name)
 
 
 class RMSNorm(nn.Module):
