@@ -9,7 +9,8 @@ text slots are holes. Every mode emits the same keys; only the layout arrays dif
   per sample slot n < N (numpy):
     images {cam: uint8 [N, h, w, 3]}, image_masks {cam: bool [N]}, tokens int32 [N, text_len],
     token_mask bool [N, text_len], state float32 [N, S], actions float32 [N, H, A],
-    action_mask bool [N, H], task_index int32 [N], sample_mask bool [N] (False = empty slot)
+    action_mask bool [N, H], task_index int32 [N], index int32 [N] (record; -1 = empty slot),
+    sample_mask bool [N] (False = empty slot)
   layout of the prefix transformer's input rows (R rows of T tokens):
     prefix_index int32 [R, T]   source of each token in the flattened per-sample prefix [N * length]
     segment_ids  int32 [R, T]   1, 2, ... per sample within a row; 0 = padding
@@ -123,6 +124,8 @@ def collate(samples: Sequence[dict], spec: PrefixSpec, slots: int) -> dict[str, 
         "tokens": stack("tokens", np.int32), "token_mask": stack("token_mask", bool),
         "state": stack("state", np.float32), "actions": stack("actions", np.float32),
         "action_mask": stack("action_mask", bool), "task_index": stack("task_index", np.int32),
+        "index": np.concatenate([np.asarray([smp["index"] for smp in samples], np.int32),
+                                 np.full(pad, -1, np.int32)]),
         "sample_mask": np.arange(slots) < len(samples),
     }
 
