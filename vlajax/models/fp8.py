@@ -2,8 +2,8 @@
 
 Every `DenseGeneral` in the language tower and the action expert takes a `dot_general_cls`:
   * `none`  plain XLA dot.
-  * `flax`  `nn.Fp8DotGeneralOp`: delayed-scaling e4m3 forward / e5m2 backward quantize-
-            dequantize. XLA emulates it on CPU (slow, exact to the recipe) and fuses it on GPUs
+  * `flax`  `nn.Fp8DirectDotGeneralOp`: delayed-scaling e4m3 forward / e5m2 backward FP8
+            dot-general. XLA emulates it on CPU (slow, exact to the recipe) and fuses it on GPUs
             with FP8 support. Scales and amax histories live in the `_overwrite_with_gradient`
             collection; `apply_gradients` below replaces them by their "gradients".
   * `te`    Transformer Engine's `make_dot_general_cls(Float8CurrentScaling())` (stateless
@@ -33,7 +33,7 @@ def dot_general_cls(mode: str) -> Any:
     if mode == "none":
         return None
     if mode == "flax":
-        return nn.Fp8DotGeneralOp
+        return nn.Fp8DirectDotGeneralOp
     te_mods = try_import_te()
     if te_mods is None or jax.default_backend() != "gpu":
         raise RuntimeError("model.fp8='te' needs Transformer Engine and a GPU; use fp8='flax' or 'none'")
@@ -58,7 +58,7 @@ def apply_gradients(
 ) -> tuple[dict, optax.OptState]:
     """One optimizer update of `variables['params']`; other collections (FP8 metas) take `grads[...]`.
 
-    `grads` is the gradient w.r.t. the *whole* variables dict. For `Fp8DotGeneralOp` the
+    `grads` is the gradient w.r.t. the *whole* variables dict. For flax FP8 ops the
     "gradient" of a scale / amax history is its new value (the overwrite-with-gradient trick).
     """
     updates, opt_state = tx.update(grads["params"], opt_state, variables["params"])
