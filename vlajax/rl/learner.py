@@ -24,6 +24,13 @@ over `dp`: both are cut strided (rows `i::k`), so each device keeps its share.
 
 A minibatch whose loss or gradient is not finite is *not applied* (the state stays as it was)
 and counted in `metrics['nonfinite']`; the caller stops the run with `check_finite`.
+
+Streaming (micro-batches arriving one by one, one optimizer update per global batch) uses the
+same pieces: `compute_gradients(..., normalizer=1.0)` per arriving micro-batch gives masked
+*sums*; add them up, divide by the total valid count, then `apply_gradients`. That equals
+`accumulate_gradients` on the concatenated batch (tested). Normalize advantages before
+streaming (`normalize_advantages='batch'` at collection, or 'none'): per-minibatch
+normalization needs the whole minibatch.
 """
 
 from __future__ import annotations
