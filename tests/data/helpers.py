@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from vlajax.data.writer import LeRobotWriter, image_feature
+from vlajax.data.writer import LeRobotWriter, image_feature, video_feature
 
 # Written by the real lerobot 0.6.1; shared/ sits beside the repository (also in CI).
 FIXTURE = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../shared/fixtures/lerobot-v3.0-images"))
@@ -21,12 +21,13 @@ def fixture_action(e: int, t: int) -> np.ndarray:
     return (np.arange(7) * 0.1 + e + t * 0.01).astype(np.float32)
 
 
-def features(size: int = 32) -> dict:
+def features(size: int = 32, video: bool = False) -> dict:
+    camera = video_feature if video else image_feature
     return {
         "observation.state": {"dtype": "float32", "shape": [8], "names": None},
         "action": {"dtype": "float32", "shape": [7], "names": None},
-        AGENT: image_feature(size, size),
-        WRIST: image_feature(size, size),
+        AGENT: camera(size, size),
+        WRIST: camera(size, size),
     }
 
 
@@ -41,10 +42,10 @@ def episode(e: int, n: int, size: int = 32, seed: int = 0) -> dict[str, np.ndarr
     }
 
 
-def write_dataset(root: str, lengths=LENGTHS, tasks=None, size: int = 32, **kw) -> str:
+def write_dataset(root: str, lengths=LENGTHS, tasks=None, size: int = 32, video: bool = False, **kw) -> str:
     """The fixture's content (3 episodes 6/7/8 frames at 10 fps, tasks 0, 1, 0) written by our writer."""
     tasks = tasks or [TASKS[e % 2] for e in range(len(lengths))]
-    with LeRobotWriter(root, fps=10, features=features(size), **kw) as w:
+    with LeRobotWriter(root, fps=10, features=features(size, video), **kw) as w:
         for e, n in enumerate(lengths):
             w.add_episode(episode(e, n, size), task=tasks[e])
     return root

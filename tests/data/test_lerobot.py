@@ -231,3 +231,39 @@ def test_reads_v21_like_v30(tmp_path):
         np.testing.assert_array_equal(a.columns[k], b.columns[k])
     np.testing.assert_array_equal(a.image(WRIST, 20), b.image(WRIST, 20))
     np.testing.assert_array_equal(a.episode_to, b.episode_to)
+
+
+# -- video features ----------------------------------------------------------------------------
+
+
+def test_video_features_round_trip(tmp_path):
+    root = write_dataset(str(tmp_path / "ds"), video=True)
+    info = load_json(f"{root}/meta/info.json")
+    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    assert info["features"][WRIST]["dtype"] == "video"
+    assert info["features"][WRIST]["info"]["video.codec"] == "av1"
+    for cam in (AGENT, WRIST):
+        assert os.path.isfile(f"{root}/videos/{cam}/chunk-000/file-000.mp4")
+    assert WRIST not in pq.read_schema(f"{root}/data/chunk-000/file-000.parquet").names
+    eps = pq.read_table(f"{root}/meta/episodes/chunk-000/file-000.parquet")
+    np.testing.assert_allclose(eps.column(f"videos/{WRIST}/from_timestamp").to_pylist(), [0.0, 0.6, 1.3])
+    np.testing.assert_allclose(eps.column(f"videos/{WRIST}/to_timestamp").to_pylist(), [0.6, 1.3, 2.1])
+    d = LeRobotData(root)
+    i = 0
+    for e, n in enumerate(LENGTHS):
+        ep = episode(e, n)
+        for t in range(n):
+            wrist = d.image(WRIST, i).astype(int)
+            assert wrist.shape == (32, 32, 3) and np.abs(wrist - 10 * t).max() <= 2  # lossy, but the right frame
+            agent = d.image(AGENT, i).astype(int)  # random pixels: the nearest original is frame t
+            dist = [np.abs(agent - ep[AGENT][k]).mean() for k in range(n)]
+            assert int(np.argmin(dist)) == t
+            i += 1
+
+
+def test_missing_video_file_is_named(tmp_path):
+    root = write_dataset(str(tmp_path / "ds"), video=True)
+    path = f"{root}/videos/{WRIST}/chunk-000/file-000.mp4"
+    os.remove(path)
+    with pytest.raises(DatasetError, match=f"{path}: missing file"):
+        LeRobotData(root).image(WRIST, 3)

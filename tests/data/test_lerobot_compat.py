@@ -1,7 +1,9 @@
 """What our writer produces opens in the real `lerobot` library with the same frames and tasks.
 
 lerobot is torch-based and lives in its own venv (docs/data.md shows how to make one); point
-`VLAJAX_LEROBOT_PYTHON` at its python. Without it the test is skipped.
+`VLAJAX_LEROBOT_PYTHON` at its python. Without it the test is skipped. Video frames are
+decoded by lerobot's own frame selection (over PyAV, see lerobot_dump.py), so they must hash
+equal to what our reader decodes.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ PYTHON = os.environ.get("VLAJAX_LEROBOT_PYTHON", "")
 
 
 @pytest.mark.skipif(not os.path.isfile(PYTHON), reason="set VLAJAX_LEROBOT_PYTHON to a python with lerobot")
-def test_lerobot_opens_what_we_write(tmp_path):
+@pytest.mark.parametrize("video", [False, True], ids=["png", "video"])
+def test_lerobot_opens_what_we_write(tmp_path, video):
     tasks = ["put the red cube in the bowl", "push the green block left", "put the red cube in the bowl",
              "open the drawer"]
-    root = write_dataset(str(tmp_path / "ds"), lengths=(6, 7, 8, 5), tasks=tasks)
+    root = write_dataset(str(tmp_path / "ds"), lengths=(6, 7, 8, 5), tasks=tasks, video=video)
     out = subprocess.run([PYTHON, os.path.join(os.path.dirname(__file__), "lerobot_dump.py"), root],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

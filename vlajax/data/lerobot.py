@@ -17,7 +17,7 @@ metadata (`meta/episodes.jsonl`, `meta/tasks.jsonl`, `meta/episodes_stats.jsonl`
 `LeRobotData(root)` validates everything on open and raises one `DatasetError` naming the file
 at fault. Numeric columns are held in memory as numpy (`[N, d]`, N = total frames); image
 features stay as PNG bytes and are decoded per access (`image(key, i) -> uint8 [h, w, 3]`).
-Video features (`dtype: "video"`) are refused with a clear error for now.
+Video features (`dtype: "video"`) are decoded with PyAV at `from_timestamp + timestamp`.
 Nothing is unpickled.
 """
 
@@ -131,9 +131,6 @@ class LeRobotData:
             if "dtype" not in feat or "shape" not in feat:
                 raise _fail(info_path, f"feature {name!r} needs 'dtype' and 'shape'")
         self.cameras = image_features(self.features)
-        videos = [k for k in self.cameras if self.features[k]["dtype"] == "video"]
-        if videos:
-            raise _fail(info_path, f"video features {videos} are not supported yet; store cameras as 'image'")
         if version == "v3.0":
             self._open_v3()
         else:
@@ -171,6 +168,14 @@ class LeRobotData:
             files.append(self._p(self.info["data_path"].format(chunk_index=c, file_index=f)))
         self._load_data(files)
         self.stats = read_json(self._p("meta/stats.json")) if os.path.exists(self._p("meta/stats.json")) else None
+        for key in self.cameras:
+            if self.features[key]["dtype"] == "video":
+                cols = [f"videos/{key}/{c}" for c in ("chunk_index", "file_index", "from_timestamp")]
+                missing = [c for c in cols if c not in eps.column_names]
+                if missing:
+                    raise _fail(ep_files[0], f"episode metadata lacks video columns {missing}")
+                if not self.info.get("video_path"):
+                    raise _fail(self._p("meta/info.json"), f"video feature {key!r} but no 'video_path'")
 
     # -- v2.1 -------------------------------------------------------------------------------
 
@@ -265,6 +270,8 @@ class LeRobotData:
     def image(self, key: str, i: int) -> np.ndarray:
         """Camera `key` at global frame i -> uint8 [h, w, 3]."""
         feat = self.features[key]
+        if feat["dtype"] == "video":
+            return self._video_frame(key, i)
         f = int(np.searchsorted(self._image_offsets, i, side="right") - 1)
         cell = self._images[key][f][i - int(self._image_offsets[f])]
         data = cell["bytes"].as_py() if pa.types.is_struct(cell.type) else cell.as_py()
@@ -274,6 +281,34 @@ class LeRobotData:
         img = decode_png(data, f"{path} ({key}, frame {i})")
         if list(img.shape) != list(_hwc(feat["shape"], feat.get("names"))):
             raise _fail(path, f"{key!r} frame {i} has shape {img.shape}, meta/info.json says {feat['shape']}")
+        return img
+
+    def _video_frame(self, key: str, i: int) -> np.ndarray:
+        from vlajax.data.video import read_frame
+
+        e = int(self.episode_of[i])
+        if self.version == "v3.0":
+            row = {c: self.episodes.column(f"videos/{key}/{c}")[e].as_py()
+                   for c in ("chunk_index", "file_index", "from_timestamp")}
+            path = self._p(self.info["video_path"].format(video_key=key, chunk_index=row["chunk_index"],
+                                                          file_index=row["file_index"]))
+            start = float(row["from_timestamp"])
+        else:
+            ep = int(self._v21_episodes[e]["episode_index"])
+            chunks = int(self.info.get("chunks_size", 1000))
+            path = self._p(self.info["video_path"].format(episode_chunk=ep // chunks, video_key=key,
+                                                          episode_index=ep))
+            start = 0.0
+        if not os.path.isfile(path):
+            raise _fail(path, "missing file")
+        ts = start + float(self.columns["timestamp"].reshape(-1)[i])
+        try:
+            img = read_frame(path, ts, self.fps)
+        except Exception as e:  # PyAV raises its own error types for damaged files
+            raise _fail(path, f"cannot decode {key!r} at {ts:.3f} s ({type(e).__name__}: {e})") from None
+        want = _hwc(self.features[key]["shape"], self.features[key].get("names"))
+        if img.shape != want:
+            raise _fail(path, f"{key!r} frame {i} has shape {img.shape}, meta/info.json says {list(want)}")
         return img
 
 

@@ -9,6 +9,9 @@
                        "observation.images.agentview": uint8 [T, 32, 32, 3]}, task="put the cube in the bowl")
     # leaving the block calls finalize(); an exception inside it removes the partial output
 
+A camera declared with `video_feature(h, w)` instead is encoded into
+`videos/<key>/chunk-XXX/file-YYY.mp4` (AV1, many episodes per file; see `vlajax.data.video`).
+
 The layout, column types, parquet schema metadata and statistics follow what lerobot 0.6
 writes with `use_videos=False` (compare `shared/fixtures/lerobot-v3.0-images`): camera frames
 are PNG image features inside the data parquet (one row group per episode), episode metadata
@@ -34,7 +37,7 @@ import pyarrow.parquet as pq
 from vlajax.data.lerobot import CODEBASE_VERSION, DEFAULT_FEATURES, DatasetError
 from vlajax.data.stats import STAT_NAMES, aggregate, episode_stats
 
-__all__ = ["LeRobotWriter", "image_feature"]
+__all__ = ["LeRobotWriter", "image_feature", "video_feature"]
 
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -62,6 +65,11 @@ def image_feature(height: int, width: int) -> dict[str, Any]:
     return {"dtype": "image", "shape": [height, width, 3], "names": list(_IMAGE_NAMES)}
 
 
+def video_feature(height: int, width: int) -> dict[str, Any]:
+    """The info.json entry of an RGB camera stored as video (the writer fills in `info`)."""
+    return {"dtype": "video", "shape": [height, width, 3], "names": ["height", "width", "channels"]}
+
+
 def _value_type(dtype: str) -> pa.DataType:
     return {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(),
             "bool": pa.bool_()}[dtype]
@@ -87,8 +95,10 @@ class LeRobotWriter:
         features: dict[str, dict],
         robot_type: str | None = None,
         overwrite: bool = False,
+        video_codec: str = "av1",
         chunks_size: int = 1000,
         data_files_size_in_mb: int = 100,
+        video_files_size_in_mb: int = 200,
     ):
         self.root = os.path.abspath(os.path.expanduser(root))
         if os.path.exists(self.root) and not overwrite:
@@ -96,9 +106,7 @@ class LeRobotWriter:
         for name, feat in features.items():
             if name in DEFAULT_FEATURES:
                 raise ValueError(f"feature {name!r} is reserved (lerobot adds it to every frame)")
-            if feat.get("dtype") == "video":
-                raise ValueError(f"feature {name!r}: video storage is not supported by the writer; use 'image'")
-            if feat.get("dtype") == "image":
+            if feat.get("dtype") in ("image", "video"):
                 if len(feat["shape"]) != 3 or feat["shape"][2] != 3:
                     raise ValueError(f"image feature {name!r} needs shape [h, w, 3], got {feat['shape']}")
             elif len(feat.get("shape", ())) != 1:
@@ -115,6 +123,7 @@ class LeRobotWriter:
         self.overwrite = overwrite
         self.chunks_size = chunks_size
         self.data_files_size_in_mb = data_files_size_in_mb
+        self.video_files_size_in_mb = video_files_size_in_mb
         self.tmp = f"{self.root}.partial-{uuid.uuid4().hex[:8]}"
         os.makedirs(self.tmp)
         self._schema = self._data_schema()
@@ -126,12 +135,17 @@ class LeRobotWriter:
         self._writer: pq.ParquetWriter | None = None
         self._file_bytes = 0
         self._done = False
+        self.video_codec = video_codec
+        self._videos: dict[str, Any] = {k: None for k, f in self.features.items() if f["dtype"] == "video"}
+        self._video_files: dict[str, tuple[int, int]] = {k: (0, 0) for k in self._videos}
 
     # -- schema -----------------------------------------------------------------------------
 
     def _data_schema(self) -> pa.Schema:
         fields = []
         for name, feat in self.features.items():
+            if feat["dtype"] == "video":
+                continue  # frames live in the mp4 files
             if feat["dtype"] == "image":
                 t = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
             elif feat["shape"] == [1] and name in DEFAULT_FEATURES:
@@ -139,7 +153,7 @@ class LeRobotWriter:
             else:
                 t = pa.list_(_value_type(feat["dtype"]), int(feat["shape"][0]))
             fields.append(pa.field(name, t))
-        hf = {"info": {"features": {k: _hf_feature(f) for k, f in self.features.items()}}}
+        hf = {"info": {"features": {k: _hf_feature(f) for k, f in self.features.items() if f["dtype"] != "video"}}}
         return pa.schema(fields, metadata={"huggingface": json.dumps(hf)})
 
     # -- episodes ---------------------------------------------------------------------------
@@ -167,9 +181,11 @@ class LeRobotWriter:
             want = (t, *feat["shape"])
             if v.shape != want:
                 raise ValueError(f"feature {name!r}: got shape {v.shape}, expected {want}")
-            if feat["dtype"] == "image":
-                if v.dtype != np.uint8:
-                    raise ValueError(f"image feature {name!r} must be uint8, got {v.dtype}")
+            if feat["dtype"] in ("image", "video") and v.dtype != np.uint8:
+                raise ValueError(f"camera feature {name!r} must be uint8, got {v.dtype}")
+            if feat["dtype"] == "video":
+                pass  # encoded below, once the whole episode has been checked
+            elif feat["dtype"] == "image":
                 cols[name] = [{"bytes": _png(img), "path": f"frame-{i:06d}.png"} for i, img in enumerate(v)]
             else:
                 v = v.astype(feat["dtype"])
@@ -187,16 +203,48 @@ class LeRobotWriter:
         }
         cols.update({k: pa.array(v) for k, v in defaults.items()})
         values.update(defaults)
-        table = pa.Table.from_pydict({k: cols[k] for k in self.features}, schema=self._schema)
+        table = pa.Table.from_pydict({k: cols[k] for k in self.features if k in cols}, schema=self._schema)
+        video_meta = {}
+        for name in self._videos:
+            chunk, file, start = self._encode(name, values[name])
+            video_meta.update({f"videos/{name}/chunk_index": chunk, f"videos/{name}/file_index": file,
+                               f"videos/{name}/from_timestamp": start,
+                               f"videos/{name}/to_timestamp": start + t / self.fps})
         self._write_rows(table)
-        self._stats.append({k: episode_stats(values[k], self.features[k]["dtype"] == "image") for k in self.features})
+        self._stats.append({k: episode_stats(values[k], self.features[k]["dtype"] in ("image", "video"))
+                            for k in self.features})
         self._episodes.append({
             "episode_index": ep, "tasks": list(dict.fromkeys(tasks)), "length": t,
             "data/chunk_index": self._chunk, "data/file_index": self._file,
-            "dataset_from_index": self._frames, "dataset_to_index": self._frames + t,
+            "dataset_from_index": self._frames, "dataset_to_index": self._frames + t, **video_meta,
         })
         self._frames += t
         return ep
+
+    def _encode(self, name: str, frames: np.ndarray) -> tuple[int, int, float]:
+        """Append an episode's frames to camera `name`'s current mp4 -> (chunk, file, from_timestamp)."""
+        from vlajax.data.video import VideoEncoder
+
+        enc = self._videos[name]
+        chunk, file = self._video_files[name]
+        if enc is not None and enc.size() >= self.video_files_size_in_mb * 1024 * 1024:
+            enc.close()
+            enc = None
+            file += 1
+            if file >= self.chunks_size:
+                chunk, file = chunk + 1, 0
+        if enc is None:
+            path = os.path.join(self.tmp, VIDEO_PATH.format(video_key=name, chunk_index=chunk, file_index=file))
+            h, w = frames.shape[1:3]
+            enc = VideoEncoder(path, self.fps, h, w, codec=self.video_codec)
+        self._videos[name], self._video_files[name] = enc, (chunk, file)
+        return chunk, file, enc.append(frames)
+
+    def _close_videos(self) -> None:
+        for name, enc in self._videos.items():
+            if enc is not None:
+                enc.close()
+                self._videos[name] = None
 
     def _write_rows(self, table: pa.Table) -> None:
         if self._writer is not None and self._file_bytes >= self.data_files_size_in_mb * 1024 * 1024:
@@ -224,6 +272,7 @@ class LeRobotWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        self._close_videos()
         self._write_tasks()
         self._write_episodes()
         stats = aggregate(self._stats)
@@ -243,18 +292,25 @@ class LeRobotWriter:
     def info(self) -> dict[str, Any]:
         """meta/info.json, with lerobot's key order."""
         n = len(self._episodes)
+        features = {k: dict(f) for k, f in self.features.items()}
+        for k in self._videos:
+            h, w, c = features[k]["shape"]
+            features[k]["info"] = {
+                "video.height": h, "video.width": w, "video.codec": self.video_codec, "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False, "video.fps": self.fps, "video.channels": c, "has_audio": False,
+            }
         return {
             "codebase_version": CODEBASE_VERSION,
             "fps": self.fps,
-            "features": self.features,
+            "features": features,
             "total_episodes": n,
             "total_frames": self._frames,
             "total_tasks": len(self._tasks),
             "chunks_size": self.chunks_size,
             "data_files_size_in_mb": self.data_files_size_in_mb,
-            "video_files_size_in_mb": 200,
+            "video_files_size_in_mb": self.video_files_size_in_mb,
             "data_path": DATA_PATH,
-            "video_path": None,
+            "video_path": VIDEO_PATH if self._videos else None,
             "robot_type": self.robot_type,
             "splits": {"train": f"0:{n}"},
         }
@@ -275,6 +331,10 @@ class LeRobotWriter:
         }
         for k in ("length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"):
             columns[k] = pa.array([r[k] for r in rows], pa.int64())
+        for name in self._videos:
+            for k, t in (("chunk_index", pa.int64()), ("file_index", pa.int64()), ("from_timestamp", pa.float64()),
+                         ("to_timestamp", pa.float64())):
+                columns[f"videos/{name}/{k}"] = pa.array([r[f"videos/{name}/{k}"] for r in rows], t)
         for name in self.features:
             for s in STAT_NAMES:
                 vals = [np.asarray(st[name][s]) for st in self._stats]
@@ -297,7 +357,10 @@ class LeRobotWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            self._close_videos()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         self._done = True
 
     def __enter__(self) -> LeRobotWriter:
