@@ -12,6 +12,7 @@ _API = {
     "LeRobotData": "vlajax.data.lerobot",
     "LeRobotWriter": "vlajax.data.writer",
     "image_feature": "vlajax.data.writer",
+    "video_feature": "vlajax.data.writer",
     "ActionChunkSource": "vlajax.data.source",
     "PrefixSpec": "vlajax.data.packing",
     "PackedBatchDataset": "vlajax.data.packing",
