@@ -223,6 +223,29 @@ def to_v21(src: str, dst: str) -> None:
             f.write(json.dumps({"episode_index": e, "tasks": [d.task(a)], "length": b - a}) + "\n")
 
 
+def test_reads_v21_video(tmp_path):
+    """v2.1 keeps one mp4 per episode and camera; frames start at 0 s in each."""
+    from vlajax.data.video import VideoEncoder
+
+    src = LeRobotData(write_dataset(str(tmp_path / "v3"), video=True))
+    dst = str(tmp_path / "v21")
+    to_v21(src.root, dst)
+    info = load_json(f"{dst}/meta/info.json")
+    info["video_path"] = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+    save_json(f"{dst}/meta/info.json", info)
+    for e, n in enumerate(LENGTHS):
+        enc = VideoEncoder(f"{dst}/videos/chunk-000/{WRIST}/episode_{e:06d}.mp4", 10, 32, 32)
+        enc.append(episode(e, n)[WRIST])
+        enc.close()
+    d = LeRobotData(dst)
+    assert d.version == "v2.1" and d.features[WRIST]["dtype"] == "video"
+    i = 0
+    for n in LENGTHS:
+        for t in range(n):
+            assert np.abs(d.image(WRIST, i).astype(int) - 10 * t).max() <= 2
+            i += 1
+
+
 def test_reads_v21_like_v30(tmp_path):
     to_v21(FIXTURE, str(tmp_path / "v21"))
     a, b = LeRobotData(FIXTURE), LeRobotData(str(tmp_path / "v21"))
