@@ -175,3 +175,23 @@ def test_packed_and_dynamic_prefix_equal_padded_per_sample_through_the_model():
         hidden, _ = enc(variables, rows, jnp.asarray(b["segment_ids"]), jnp.asarray(b["positions"]))
         back = scatter_prefix(hidden, jnp.asarray(b["prefix_index"]), jnp.asarray(b["segment_ids"]), 6, spec.length)
         np.testing.assert_allclose(np.asarray(back)[valid], np.asarray(ref)[valid], atol=2e-5)
+
+
+def test_groups_keep_rows_on_their_own_samples():
+    rng = np.random.default_rng(2)
+    cams = [("a", "b"), ("a",), ("b",)]
+    samples = [sample(i, cams[rng.integers(3)], int(rng.integers(0, 4))) for i in range(40)]
+    out = batches(samples, "packed", 8, rows=4, row_len=12, groups=2)  # 2 groups of 4 slots and 2 rows
+    ids = []
+    for b in out:
+        assert b["segment_ids"].shape == (4, 12) and b["sample_mask"].shape == (8,)
+        _check_lossless(b, SPEC)
+        for r in range(4):
+            src = b["prefix_index"][r][b["segment_ids"][r] > 0] // SPEC.length
+            assert np.all(src // 4 == r // 2)  # rows 0-1 read samples 0-3, rows 2-3 samples 4-7
+        ids += [int(x) for x, m in zip(b["index"], b["sample_mask"]) if m]
+    assert ids == list(range(40))
+    emb = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8, 3)), jnp.float32)
+    b = out[0]
+    np.testing.assert_array_equal(gather_prefix(emb, b["prefix_index"], b["segment_ids"], groups=2),
+                                  gather_prefix(emb, b["prefix_index"], b["segment_ids"]))

@@ -44,6 +44,7 @@ class DataInfo:
     rows: int  # prefix rows per global batch
     row_len: int  # tokens per row
     tasks: tuple[str, ...]  # instructions by task_index
+    groups: int  # packing groups per global batch (pass to gather_prefix)
 
 
 def dataset_dir(cfg: TrainConfig) -> str:
@@ -116,11 +117,15 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     if d.batching == "dynamic" and pc > 1:
         raise ValueError("data.batching='dynamic' needs one process (each process would pick its own padded "
                          "length, and a global array needs one); use 'packed' or 'fixed' across hosts")
+    # One packing group per data shard of this process: a row's tokens then come from samples on
+    # the same device, and the gather in gather_prefix(..., groups) stays local.
+    groups = dp // pc if d.batching == "packed" and dp % pc == 0 else 1
     ds = make_dataset(src, transform, spec, d.batching, d.batch_size // pc, seed=d.shuffle_seed,
                       rows=rows // pc if d.batching == "packed" else 0, row_len=row_len,
-                      max_segments=d.max_segments_per_row, num_epochs=num_epochs, num_threads=d.num_threads)
+                      max_segments=d.max_segments_per_row, num_epochs=num_epochs, num_threads=d.num_threads,
+                      groups=groups)
     loader = Loader(ds, mesh, prefetch=d.prefetch)
     info = DataInfo(src.data.root, cams, spec, norm, d.batch_size,
                     rows if d.batching == "packed" else d.batch_size,
-                    row_len if d.batching == "packed" else spec.length, tuple(src.data.tasks))
+                    row_len if d.batching == "packed" else spec.length, tuple(src.data.tasks), groups * pc)
     return loader, info

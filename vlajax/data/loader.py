@@ -44,6 +44,7 @@ def make_dataset(
     rows: int = 0,
     row_len: int = 0,
     max_segments: int = 0,
+    groups: int = 1,
     num_epochs: int | None = None,
     num_threads: int = 2,
     process_index: int | None = None,
@@ -57,7 +58,8 @@ def make_dataset(
     pc = jax.process_count() if process_count is None else process_count
     ds = grain.MapDataset.source(source)[pi::pc].seed(seed).shuffle().repeat(num_epochs).map(transform)
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=max(2 * slots, 8)))
-    return PackedBatchDataset(it, spec, mode, slots, rows=rows, row_len=row_len, max_segments=max_segments)
+    return PackedBatchDataset(it, spec, mode, slots, rows=rows, row_len=row_len, max_segments=max_segments,
+                              groups=groups)
 
 
 class _Stop:

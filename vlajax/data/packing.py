@@ -181,10 +181,11 @@ def fixed_layout(valid: np.ndarray, num_samples: int) -> dict[str, np.ndarray]:
 class _Packing:
     spec: PrefixSpec
     mode: Batching
-    slots: int  # N sample slots per batch
-    rows: int  # R (packed)
+    slots: int  # N sample slots per group
+    rows: int  # R rows per group (packed)
     row_len: int  # T (packed)
     max_segments: int  # samples per row at most (packed)
+    groups: int  # independent groups per batch, concatenated along dim 0
 
 
 class _BatchIterator(grain.DatasetIterator):
@@ -194,64 +195,89 @@ class _BatchIterator(grain.DatasetIterator):
         super().__init__(parent)
         self._p = p
         self._start = parent.get_state()
-        self._carry: tuple[dict, int] | None = None  # (sample, its token count) read but not yet batched
+        self._carry: tuple[dict, int, Any] | None = None  # (sample, tokens, state before it): read, not batched
+        self._done = False
 
-    def __next__(self) -> dict[str, Any]:
+    def _read(self) -> tuple[dict, int, Any] | None:
+        if self._carry is not None:
+            item, self._carry = self._carry, None
+            return item
+        if self._done:
+            return None
+        before = self._parent.get_state()
+        try:
+            smp = next(self._parent)
+        except StopIteration:
+            self._done = True
+            return None
+        return smp, self._p.spec.num_tokens(smp), before
+
+    def _fill(self) -> tuple[list[dict], list[int], Any]:
+        """One group's samples and their rows -> (samples, rows, parent state before the first)."""
         p = self._p
         samples: list[dict] = []
         rows: list[int] = []
+        first_state = None
         fill = np.zeros(max(p.rows, 1), np.int64)
         segs = np.zeros(max(p.rows, 1), np.int64)
         while len(samples) < p.slots:
-            if self._carry is not None:
-                smp, k = self._carry
-                self._carry = None
-            else:
-                before = self._parent.get_state()
-                try:
-                    smp = next(self._parent)
-                except StopIteration:
-                    if not samples:
-                        raise
-                    break
-                k = p.spec.num_tokens(smp)
-                if not samples:
-                    self._start = before
-            if p.mode != "packed":
-                samples.append(smp)
-                rows.append(len(rows))
-                continue
-            if k > p.row_len:
-                raise ValueError(f"a sample of {k} prefix tokens cannot fit a packed row of {p.row_len}")
-            free = np.flatnonzero((fill + k <= p.row_len) & (segs < p.max_segments))
-            if len(free) == 0:
-                self._carry = (smp, k)
-                self._start = before
+            item = self._read()
+            if item is None:
                 break
-            r = int(free[0])
-            fill[r] += k
-            segs[r] += 1
+            smp, k, before = item
+            if p.mode == "packed":
+                if k > p.row_len:
+                    raise ValueError(f"a sample of {k} prefix tokens cannot fit a packed row of {p.row_len}")
+                free = np.flatnonzero((fill + k <= p.row_len) & (segs < p.max_segments))
+                if len(free) == 0:
+                    self._carry = item
+                    break
+                r = int(free[0])
+                fill[r] += k
+                segs[r] += 1
+            else:
+                r = len(rows)
+            if first_state is None:
+                first_state = before
             samples.append(smp)
             rows.append(r)
-        if self._carry is None:  # the next batch starts at whatever the parent yields next
-            self._start = self._parent.get_state()
-        return self._assemble(samples, rows)
+        return samples, rows, first_state
 
-    def _assemble(self, samples: list[dict], rows: list[int]) -> dict[str, Any]:
+    def __next__(self) -> dict[str, Any]:
+        groups = [self._fill() for _ in range(self._p.groups)]
+        if not groups[0][0]:
+            raise StopIteration
+        self._start = self._carry[2] if self._carry is not None else self._parent.get_state()
+        return self._assemble([(g[0], g[1]) for g in groups])
+
+    def _assemble(self, groups: list[tuple[list[dict], list[int]]]) -> dict[str, Any]:
         p = self._p
-        batch = collate(samples, p.spec, p.slots)
-        valid = np.zeros((p.slots, p.spec.length), bool)
-        for i, smp in enumerate(samples):
-            valid[i] = p.spec.valid(smp)
-        if p.mode == "fixed":
-            batch.update(fixed_layout(valid, len(samples)))
-        elif p.mode == "dynamic":
-            longest = int(valid.sum(1).max())
+        template = None
+        parts = []
+        valids = []
+        for samples, _ in groups:
+            valid = np.zeros((p.slots, p.spec.length), bool)
+            for i, smp in enumerate(samples):
+                valid[i] = p.spec.valid(smp)
+            valids.append(valid)
+        if p.mode == "dynamic":
+            longest = max(int(v.sum(1).max()) for v in valids)
             t = -(-longest // p.spec.seq_multiple) * p.spec.seq_multiple
-            batch.update(layout(valid, rows, p.slots, t))
-        else:
-            batch.update(layout(valid, rows, p.rows, p.row_len))
-        return batch
+        for (samples, rows), valid in zip(groups, valids):
+            if samples:
+                batch = collate(samples, p.spec, p.slots)
+                template = template or batch
+            else:  # the stream ended: an all-empty group shaped like the first
+                batch = jax_tree_zeros(template)
+                batch["index"] = np.full(p.slots, -1, np.int32)
+            if p.mode == "fixed":
+                batch.update(fixed_layout(valid, len(samples)))
+            elif p.mode == "dynamic":
+                batch.update(layout(valid, rows, p.slots, t))
+            else:
+                batch.update(layout(valid, rows, p.rows, p.row_len))
+            parts.append(batch)
+        return _concat_groups(parts, p.slots * p.spec.length)
 
     def get_state(self) -> dict[str, Any]:
         return {"parent": self._start}
@@ -260,27 +286,56 @@ class _BatchIterator(grain.DatasetIterator):
         self._parent.set_state(state["parent"])
         self._start = state["parent"]
         self._carry = None
+        self._done = False
+
+
+def jax_tree_zeros(tree: dict[str, Any]) -> dict[str, Any]:
+    """Zeros shaped like a (nested dict) batch."""
+    return {k: jax_tree_zeros(v) if isinstance(v, dict) else np.zeros_like(v) for k, v in tree.items()}
+
+
+def _concat_groups(parts: list[dict[str, Any]], group_tokens: int) -> dict[str, Any]:
+    """Concatenate groups along dim 0; layout indices of group g are offset to address the batch."""
+    if len(parts) == 1:
+        return parts[0]
+    rows = parts[0]["segment_ids"].shape[0]
+    out: dict[str, Any] = {}
+    for k, v in parts[0].items():
+        if isinstance(v, dict):
+            out[k] = {c: np.concatenate([p[k][c] for p in parts]) for c in v}
+        elif k == "prefix_index":
+            out[k] = np.concatenate([p[k] + np.int32(g * group_tokens) for g, p in enumerate(parts)])
+        elif k == "sample_row":
+            out[k] = np.concatenate([p[k] + np.int32(g * rows) for g, p in enumerate(parts)])
+        else:
+            out[k] = np.concatenate([p[k] for p in parts])
+    return out
 
 
 class PackedBatchDataset(grain.IterDataset):
-    """Batches of `slots` sample slots from a sample stream, in one of the three modes.
+    """Batches from a sample stream, in one of the three modes.
 
-    fixed/dynamic: exactly `slots` samples per batch (the last may be short: empty slots).
-    packed: `rows` x `row_len` tokens, up to `slots` samples, at most `max_segments` per row.
+    fixed/dynamic: `slots` samples per group (the last batch may have empty slots).
+    packed: `rows` x `row_len` tokens per group hold up to `slots` samples, at most
+    `max_segments` per row. `groups` independent groups are concatenated along dim 0; a
+    group's rows reference only its own samples, so with groups = the data shards of a
+    process, `gather_prefix(..., groups=...)` never leaves a device.
     """
 
     def __init__(self, parent: grain.IterDataset, spec: PrefixSpec, mode: Batching, slots: int, *,
-                 rows: int = 0, row_len: int = 0, max_segments: int = 0):
+                 rows: int = 0, row_len: int = 0, max_segments: int = 0, groups: int = 1):
         super().__init__(parent)
         if mode not in ("fixed", "dynamic", "packed"):
             raise ValueError(f"unknown batching mode {mode!r}")
+        if groups < 1 or slots % groups or rows % groups:
+            raise ValueError(f"groups={groups} must divide slots={slots} and rows={rows}")
         if mode == "packed":
             row_len = row_len or 2 * spec.length
             rows = rows or slots
             max_segments = max_segments or slots
             if row_len < spec.length:
                 raise ValueError(f"packed row length {row_len} < the longest possible prefix {spec.length}")
-        self._p = _Packing(spec, mode, slots, rows, row_len, max_segments)
+        self._p = _Packing(spec, mode, slots // groups, rows // groups, row_len, max_segments, groups)
 
     @property
     def spec(self) -> PrefixSpec:
@@ -295,12 +350,20 @@ class PackedBatchDataset(grain.IterDataset):
 # ------------------------------------------------------------------------------------------
 
 
-def gather_prefix(emb, prefix_index, segment_ids):
-    """Per-sample prefix embeddings [N, L, W] -> packed rows [R, T, W] (padding zeroed)."""
+def gather_prefix(emb, prefix_index, segment_ids, groups: int = 1):
+    """Per-sample prefix embeddings [N, L, W] -> packed rows [R, T, W] (padding zeroed).
+
+    With `groups` > 1 (the batch's packing groups), each group gathers from its own samples
+    only: under a `dp` sharding of dim 0 with groups aligned to shards, no data crosses devices.
+    """
+    import jax
     import jax.numpy as jnp
 
     n, length, w = emb.shape
-    rows = jnp.take(emb.reshape(n * length, w), prefix_index, axis=0)
+    r, t = prefix_index.shape
+    e = emb.reshape(groups, (n // groups) * length, w)
+    idx = prefix_index.reshape(groups, r // groups, t) - (jnp.arange(groups) * (n // groups) * length)[:, None, None]
+    rows = jax.vmap(lambda a, i: jnp.take(a, i, axis=0, mode="clip"))(e, idx).reshape(r, t, w)
     return jnp.where((segment_ids > 0)[..., None], rows, 0).astype(emb.dtype)
 
 
