@@ -81,3 +81,16 @@ def test_open_idle_period_counts_until_now():
     tl.end_idle("trainer")
     clock.t = 20.0
     assert summarize(tl)["trainer/idle_ratio"] == pytest.approx(2 / 20)
+
+
+def test_waiting_for_inference_is_not_idle_but_is_reported():
+    clock = FakeClock()
+    tl = Timeline(clock)
+    tl.register("rollouter/slot0")
+    tl.add_idle("rollouter/slot0", "inference", 0.0, 5.0)
+    tl.add_idle("rollouter/slot0", "pacing", 5.0, 6.0)
+    clock.t = 10.0
+    m = summarize(tl)
+    assert m["rollouter/idle_ratio"] == pytest.approx(0.1)
+    assert m["rollouter/wait_inference_ratio"] == pytest.approx(0.5)
+    assert m["rollouter/wait_pacing_ratio"] == pytest.approx(0.1)

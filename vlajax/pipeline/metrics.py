@@ -8,7 +8,8 @@ report:
 - `trainer/idle_ratio`, `rollouter/idle_ratio`: idle time / window length, averaged over the
   role's lanes (a role is the lane name before the first '/': 'rollouter/slot0' -> 'rollouter').
   The trainer is idle while it waits for samples; the rollouter while pacing holds it back or
-  it waits for weights.
+  it waits for weights (a slot waiting for its action is not idle: `<role>/wait_inference_ratio`).
+  `<role>/wait_<reason>_ratio` breaks every wait down by its reason.
 - `queue/depth_mean`, `queue/depth_max`: buffer depth (samples) as sampled at puts and gets.
 - `staleness/mean`, `staleness/max`, `staleness/hist_<k>`: policy-version lag per consumed
   sample (trainer version - oldest version in the sample); `staleness/stale_samples`.
@@ -28,7 +29,9 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Timeline", "summarize", "role_of"]
+__all__ = ["Timeline", "summarize", "role_of", "NOT_IDLE"]
+
+NOT_IDLE = frozenset({"inference"})  # wait reasons that are part of a lane's hot loop, not idleness
 
 
 def role_of(lane: str) -> str:
@@ -122,15 +125,23 @@ def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = No
     inside = lambda rows: [r for r in rows if t0 <= r[0] <= t1]
     out: dict[str, float] = {"window_s": t1 - t0}
 
-    # Idle ratios per role: mean over the role's lanes of (idle time in window / window).
-    idle_by_lane: dict[str, float] = collections.defaultdict(float)
-    for lane, _, a, b in snap["idle"]:
-        idle_by_lane[lane] += _overlap(a, b, t0, t1)
-    roles: dict[str, list[float]] = collections.defaultdict(list)
+    # Idle ratios per role: mean over the role's lanes of (idle time in window / window). Waits
+    # for a result of the same role's hot loop (a slot waiting for its action) are not idle
+    # (they are reported as `<role>/wait_inference_ratio`), every other wait is.
+    by_reason: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for lane, reason, a, b in snap["idle"]:
+        by_reason[(lane, reason)] += _overlap(a, b, t0, t1)
+    roles: dict[str, list[str]] = collections.defaultdict(list)
     for lane in snap["lanes"]:
-        roles[role_of(lane)].append(idle_by_lane.get(lane, 0.0) / dur)
-    for role, ratios in roles.items():
-        out[f"{role}/idle_ratio"] = sum(ratios) / len(ratios)
+        roles[role_of(lane)].append(lane)
+    reasons = sorted({r for _, r in by_reason})
+    for role, lanes in roles.items():
+        idle = [sum(v for (ln, r), v in by_reason.items() if ln == lane and r not in NOT_IDLE) for lane in lanes]
+        out[f"{role}/idle_ratio"] = sum(idle) / len(lanes) / dur
+        for reason in reasons:
+            total = sum(by_reason.get((lane, reason), 0.0) for lane in lanes)
+            if total:
+                out[f"{role}/wait_{reason}_ratio"] = total / len(lanes) / dur
 
     depth = [d for _, d in inside(snap["depth"])]
     if depth:

@@ -173,26 +173,45 @@ class AsyncRunner:
 
 def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep, get_params: Callable[[Any], Any],
              state: Any, num_updates: int, samples_per_step: int, mini_batch: int,
-             counters: RunnerCounters | None = None) -> tuple[Any, list[dict]]:
-    """The synchronous loop: collect W samples with version v -> `trigger` updates -> publish v+1."""
+             counters: RunnerCounters | None = None, timeline: Timeline | None = None,
+             on_update: Callable[[dict], None] | None = None) -> tuple[Any, list[dict]]:
+    """The synchronous loop: collect W samples with version v -> `trigger` updates -> publish v+1.
+
+    With a `timeline`, the trainer is recorded idle while rollout collects and the rollouter
+    idle while the trainer updates (so sync runs report the same idle ratios as async ones).
+    """
     window = _check_sizes(cfg, samples_per_step, mini_batch)
     c = dataclasses.replace(counters) if counters else RunnerCounters()
+    tl = timeline or Timeline()
+    tl.register("rollouter")
+    tl.register("trainer")
     params = get_params(state)
     history: list[dict] = []
     while c.updates < num_updates:
         items: list[Trajectory] = []
+        tl.begin_idle("trainer", "samples")
         for _ in range(math.ceil(window / samples_per_step)):
             items.extend(sample_step(c.version, params, c.sample_calls))
             c.sample_calls += 1
+        tl.end_idle("trainer")
+        for it in items:
+            tl.record_produced(it.num_samples)
         queue = iter(items)
+        tl.begin_idle("rollouter", "training")
         for _ in range(cfg.trigger_parameter_sync_step):
             if c.updates >= num_updates:
                 break
             taken = [next(queue) for _ in range(cfg.require_batches)]
+            for t in taken:
+                tl.record_consumed(t.num_samples, c.version - t.version_min, t.span)
             state, metrics = train_step(state, iter(taken))
             c.updates += 1
-            history.append({"update": c.updates, "version": c.version,
-                            "staleness": [c.version - t.version_min for t in taken], "metrics": metrics})
+            record = {"update": c.updates, "version": c.version,
+                      "staleness": [c.version - t.version_min for t in taken], "metrics": metrics}
+            history.append(record)
+            if on_update is not None:
+                on_update(record)
         c.version += 1
         params = get_params(state)
+        tl.end_idle("rollouter")
     return state, history

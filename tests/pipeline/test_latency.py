@@ -1,0 +1,33 @@
+"""The long-tail simulator latency model and its step wrapper."""
+
+import time
+
+import numpy as np
+import pytest
+
+from vlajax.pipeline.latency import LatencyModel, with_latency
+
+
+def test_batch_time_is_the_slowest_env_and_grows_with_the_batch():
+    m = LatencyModel(median_s=0.01, sigma=0.25, tail_prob=0.05, tail_scale=6.0)
+    rng = np.random.default_rng(0)
+    lat = m.env_seconds(rng, 20000)
+    assert np.median(lat) == pytest.approx(0.01, rel=0.05)
+    assert np.mean(lat > 0.03) == pytest.approx(0.05, abs=0.01)  # the stragglers (6x median, beyond 3x)
+    e1, e8, e32 = (m.expected_batch_seconds(n, draws=2000) for n in (1, 8, 32))
+    assert e1 < e8 < e32  # a bigger synchronous batch waits for a worse straggler
+    no_tail = LatencyModel(median_s=0.01, sigma=0.0, tail_prob=0.0)
+    assert no_tail.batch_seconds(rng, 32) == pytest.approx(0.01)
+    with pytest.raises(ValueError):
+        LatencyModel(tail_prob=2.0)
+
+
+@pytest.mark.timeout(30)
+def test_with_latency_takes_the_drawn_wall_time_per_slot():
+    m = LatencyModel(median_s=0.02, sigma=0.0, tail_prob=0.0)
+    calls = []
+    step = with_latency(lambda slot, s, a: calls.append(slot) or (s + a), m, envs_per_slot=4, seed=1)
+    t0 = time.monotonic()
+    assert step(0, 1, 2) == 3
+    assert time.monotonic() - t0 >= 0.02
+    assert calls == [0]

@@ -1,0 +1,245 @@
+"""`python -m vlajax.bench async --json PATH`: sync vs the async pipeline modes, env steps/s.
+
+One fixed workload (same policy, env count, rollout horizon, global batch, update epochs) runs
+in every mode, one after the other in this process:
+
+| mode                        | rollout                       | staleness | streaming | partial |
+|-----------------------------|-------------------------------|-----------|-----------|---------|
+| sync                        | all envs in one batch         | -         | -         | -       |
+| train_async                 | all envs in one batch, 1 lane | 1         | no        | no      |
+| rollout_async               | `slots` env slots + batching  | 0         | no        | no      |
+| train_async+rollout_async   | slots                         | 1         | no        | no      |
+| +streaming                  | slots                         | 1         | yes       | no      |
+| +partial_rollout            | slots                         | 1         | yes       | yes     |
+
+under the `colocated` and a `disaggregated` placement, for two simulator regimes: `mjx`
+(the env step is a jitted JAX function on the host CPU, compute-bound) and `cpu_longtail`
+(each env batch also takes the wall time of its slowest env under `LatencyModel`, like
+LIBERO's CPU MuJoCo workers). One JSON row per (regime, placement, mode): env_steps_per_s,
+trainer/rollouter idle ratios, staleness mean/max, ratio to sync colocated of its regime.
+
+Workload: `standin` (an MLP Gaussian policy on a point-mass env, REINFORCE, Adam) until the
+RL core's PPO on the tabletop suite plugs in through the same `Workload` interface.
+Throughput is measured after a warm-up update (compilation excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import SingleDeviceSharding
+
+from vlajax.config import AsyncConfig, MeshConfig
+from vlajax.pipeline.latency import LatencyModel, with_latency
+from vlajax.pipeline.metrics import Timeline, summarize
+from vlajax.pipeline.placement import make_placement
+from vlajax.pipeline.runner import AsyncRunner, run_sync
+from vlajax.pipeline.slots import SlotRollout
+from vlajax.train_state import TrainState
+
+MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
+
+
+# ----------------------------------------------------------------------------------------
+# The stand-in workload
+# ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StandIn:
+    """MLP Gaussian policy on a point-mass env; REINFORCE over `epochs` passes; Adam."""
+
+    envs: int = 32  # total envs (split into slots in the slot modes)
+    horizon: int = 8  # decisions per segment
+    obs: int = 16
+    act: int = 4
+    hidden: int = 512
+    epochs: int = 32  # passes over each micro-batch (PPO-style update epochs)
+    std: float = 0.5
+
+    def init_state(self, seed: int = 0) -> TrainState:
+        k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+        p = {"w1": jax.random.normal(k1, (self.obs, self.hidden)) / np.sqrt(self.obs),
+             "w2": jax.random.normal(k2, (self.hidden, self.hidden)) / np.sqrt(self.hidden),
+             "w3": 0.01 * jax.random.normal(k3, (self.hidden, self.act))}
+        return TrainState.create(p, optax.adam(1e-3), jax.random.key(seed + 1))
+
+    def mean(self, p, x):
+        return jnp.tanh(jnp.tanh(x @ p["w1"]) @ p["w2"]) @ p["w3"]
+
+    def loss(self, p, batch):
+        logp = -0.5 * jnp.sum(((batch["act"] - self.mean(p, batch["obs"])) / self.std) ** 2, -1)
+        adv = batch["rew"] - batch["rew"].mean()
+        return -jnp.mean(logp * adv)
+
+
+def _make_fns(w: StandIn):
+    @jax.jit
+    def policy(p, x, keys):
+        mean = w.mean(p, x)
+        return mean + w.std * jax.vmap(lambda k: jax.random.normal(k, mean.shape[1:]))(keys)
+
+    @jax.jit
+    def advance(x, a, key):
+        x = 0.9 * x + 0.2 * jnp.pad(a, ((0, 0), (0, w.obs - w.act))) + 0.05 * jax.random.normal(key, x.shape)
+        return x, -jnp.sum(x**2, -1)
+
+    @jax.jit
+    def grads(p, batch):  # `epochs` inner SGD passes (PPO-style); returns the summed gradients
+        def body(_, carry):
+            q, acc = carry
+            g = jax.grad(w.loss)(q, batch)
+            return jax.tree.map(lambda x, y: x - 1e-3 * y, q, g), jax.tree.map(jnp.add, acc, g)
+        return jax.lax.fori_loop(0, w.epochs, body, (p, jax.tree.map(jnp.zeros_like, p)))[1]
+
+    add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+    apply = jax.jit(lambda s, g: s.apply_gradients(g), donate_argnums=0)
+    return policy, advance, grads, add, apply
+
+
+def make_env(w: StandIn, fns, num_slots: int, latency: LatencyModel | None, seed: int = 0):
+    policy, advance, *_ = fns
+    per_slot = w.envs // num_slots
+    root = jax.random.key(seed)
+
+    def reset(slot):
+        x = jax.random.normal(jax.random.fold_in(root, slot), (per_slot, w.obs))
+        return (x, 0), {"x": x, "key": jax.random.fold_in(root, 10_000 + slot)}
+
+    def step(slot, state, action):
+        x, t = state
+        x2, rew = advance(x, action, jax.random.fold_in(jax.random.fold_in(root, 20_000 + slot), t))
+        rec = {"obs": x, "act": action, "rew": rew}
+        return (x2, t + 1), {"x": x2, "key": jax.random.fold_in(jax.random.fold_in(root, 30_000 + slot), t)}, rec
+
+    def infer(p, payloads):  # padded to num_slots rows: one static shape, one compile
+        rows = payloads + [payloads[-1]] * (num_slots - len(payloads))
+        out = policy(p, jnp.stack([q["x"] for q in rows]), jnp.stack([q["key"] for q in rows]))
+        return list(out[: len(payloads)])
+
+    if latency is not None:
+        step = with_latency(step, latency, per_slot, seed)
+    return reset, step, infer
+
+
+class Trainer:
+    """train_step: grads of every micro-batch as it arrives, summed, one Adam update."""
+
+    def __init__(self, fns, device):
+        self.grads, self.add, self.apply = fns[2], fns[3], fns[4]
+        self.device = device
+
+    def __call__(self, state, micro_batches):
+        acc = None
+        for item in micro_batches:
+            g = self.grads(state.params, jax.device_put(item.data, self.device))
+            acc = g if acc is None else self.add(acc, g)
+        state = self.apply(state, acc)
+        jax.block_until_ready(state.params)
+        return state, {}
+
+
+# ----------------------------------------------------------------------------------------
+# One run
+# ----------------------------------------------------------------------------------------
+
+
+def mode_config(mode: str, slots: int, placement: str, ratio: str) -> tuple[AsyncConfig, int]:
+    """(config, num_slots) of a mode."""
+    async_rollout = mode not in ("sync", "train_async")
+    n = slots if async_rollout else 1
+    cfg = AsyncConfig(
+        enabled=mode != "sync", placement=placement, placement_ratio=ratio, num_slots=n, require_batches=n,
+        staleness_threshold=0.0 if mode in ("sync", "rollout_async") else 1.0,
+        streaming=mode in ("+streaming", "+partial_rollout"), partial_rollout=mode == "+partial_rollout",
+        max_batch=n, max_wait_ms=2.0, queue_timeout_s=300.0, watchdog_s=600.0)
+    return cfg, n
+
+
+def run_one(w: StandIn, fns, regime: str, placement: str, mode: str, *, slots: int, updates: int,
+            latency: LatencyModel, ratio: str) -> dict[str, Any]:
+    cfg, n = mode_config(mode, slots, placement, ratio)
+    p = make_placement(cfg, MeshConfig())
+    train_dev, roll_dev = p.train_devices[0], p.rollout_devices[0]  # colocated: the same device, time-shared
+    reset, step, infer = make_env(w, fns, n, latency if regime == "cpu_longtail" else None)
+    rollout = SlotRollout(cfg, reset=reset, step=step, infer=infer, horizon=w.horizon, samples_per_slot=w.envs // n,
+                          env_steps_per_decision=w.envs // n)
+    timeline = Timeline()
+    rollout.timeline = timeline
+    state = jax.device_put(w.init_state(0), train_dev)
+    trainer = Trainer(fns, train_dev)
+    marks: list[float] = []
+    mark = lambda *_: marks.append(time.monotonic())
+    kw = dict(train_step=trainer, get_params=lambda s: s.params, num_updates=updates + 1,
+              samples_per_step=w.envs // n, mini_batch=w.envs // n)
+    t_start = time.monotonic()
+    if mode == "sync":
+        params_dev = jax.device_put  # sync colocated/disaggregated: params move to the rollout device per version
+        sample = lambda v, prm, c: rollout.sample_step(v, params_dev(prm, roll_dev), c)
+        run_sync(cfg, sample_step=sample, state=state, timeline=timeline, on_update=mark, **kw)
+    else:
+        runner = AsyncRunner(cfg, sample_step=rollout.sample_step, state=state, timeline=timeline,
+                             rollout=None if n == 1 else rollout.lanes, on_update=mark,
+                             rollout_shardings=SingleDeviceSharding(roll_dev), **kw)
+        assert runner.run(timeout=1800) == "done"
+    t_end = marks[-1]
+    m = summarize(timeline, marks[0], t_end)  # after the warm-up update (compiles excluded)
+    return {"regime": regime, "placement": p.kind if placement == "colocated" else f"disaggregated {ratio}",
+            "mode": mode, "slots": n, "updates_timed": updates,
+            "env_steps_per_s": m["env/steps_per_s"], "trainer_idle_ratio": m.get("trainer/idle_ratio", 0.0),
+            "rollouter_idle_ratio": m.get("rollouter/idle_ratio", 0.0),
+            "staleness_mean": m.get("staleness/mean", 0.0), "staleness_max": m.get("staleness/max", 0.0),
+            "version_span_max": m.get("partial/version_span_max", 0.0),
+            "inference_batch_mean": m.get("inference/batch_mean", float(w.envs)),
+            "wall_s": t_end - t_start}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
+    ap.add_argument("--json", default="", help="write the rows here")
+    ap.add_argument("--workload", default="standin", choices=["standin"])
+    ap.add_argument("--regimes", default="cpu_longtail,mjx")
+    ap.add_argument("--placements", default="colocated,disaggregated")
+    ap.add_argument("--ratio", default="1:1", help="disaggregated rollout:train device ratio")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--updates", type=int, default=8, help="timed updates per run (after one warm-up update)")
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--envs", type=int, default=32)
+    ap.add_argument("--horizon", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--epochs", type=int, default=32)
+    ap.add_argument("--median-ms", type=float, default=10.0, help="cpu_longtail: median env step")
+    ap.add_argument("--tail-prob", type=float, default=0.02)
+    ap.add_argument("--tail-scale", type=float, default=6.0)
+    a = ap.parse_args(argv)
+    w = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
+    latency = LatencyModel(median_s=a.median_ms / 1e3, tail_prob=a.tail_prob, tail_scale=a.tail_scale)
+    fns = _make_fns(w)
+    rows = []
+    for regime in a.regimes.split(","):
+        base = None
+        for placement in a.placements.split(","):
+            for mode in a.modes.split(","):
+                row = run_one(w, fns, regime, placement, mode, slots=a.slots, updates=a.updates,
+                              latency=latency, ratio=a.ratio)
+                if placement == "colocated" and mode == "sync":
+                    base = row["env_steps_per_s"]
+                row["ratio_to_sync_colocated"] = row["env_steps_per_s"] / base if base else None
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    meta = {"workload": dataclasses.asdict(w) | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
+            "devices": jax.device_count(), "cpu_count": os.cpu_count(), "argv": sys.argv[1:]}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return 0

@@ -1,0 +1,70 @@
+"""A latency model of CPU-bound simulators (LIBERO-style MuJoCo on CPU workers).
+
+In RL-VLA3's CPU-bound regime every env is stepped by a CPU worker whose step time varies:
+most steps take about the median, a few are stragglers (contacts, resets, rendering). A batch
+of envs stepped together finishes when its slowest env does, so the batch time is the max of
+the per-env latencies: the long tail that env slots and dynamic batching are meant to hide.
+
+`LatencyModel.batch_seconds(rng, n)` draws that max for a batch of n envs from a log-normal
+around `median_s` mixed with stragglers (`tail_prob` of steps take `tail_scale` times longer).
+`with_latency(step, model)` wraps a slot's `step` so that it also takes that wall time
+(sleeping releases the GIL and the CPU, like waiting on worker processes would).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["LatencyModel", "with_latency"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyModel:
+    """Per-env step latency: log-normal(median_s, sigma) x (tail_scale with prob. tail_prob)."""
+
+    median_s: float = 0.01  # typical step time of one env
+    sigma: float = 0.25  # log-normal shape (spread around the median)
+    tail_prob: float = 0.02  # probability that a step is a straggler
+    tail_scale: float = 6.0  # a straggler takes this many times longer
+
+    def __post_init__(self):
+        if self.median_s < 0 or self.sigma < 0 or not 0 <= self.tail_prob <= 1 or self.tail_scale < 1:
+            raise ValueError(f"invalid latency model {self}")
+
+    def env_seconds(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Latencies of n env steps, seconds [n]."""
+        base = self.median_s * np.exp(self.sigma * rng.standard_normal(n))
+        return base * np.where(rng.random(n) < self.tail_prob, self.tail_scale, 1.0)
+
+    def batch_seconds(self, rng: np.random.Generator, n: int) -> float:
+        """Wall time of stepping n envs in parallel: the slowest of them."""
+        return float(self.env_seconds(rng, n).max()) if n else 0.0
+
+    def expected_batch_seconds(self, n: int, draws: int = 4000, seed: int = 0) -> float:
+        """Monte-Carlo mean of `batch_seconds` (grows with n: the tail effect)."""
+        rng = np.random.default_rng(seed)
+        return float(np.mean([self.batch_seconds(rng, n) for _ in range(draws)]))
+
+
+def with_latency(step: Callable, model: LatencyModel, envs_per_slot: int, seed: int = 0) -> Callable:
+    """`step(slot, state, action)` that also takes the simulated wall time of its env batch."""
+    rngs: dict[int, np.random.Generator] = {}
+    lock = threading.Lock()
+
+    def timed(slot, state, action):
+        with lock:
+            rng = rngs.setdefault(slot, np.random.default_rng([seed, slot]))
+            delay = model.batch_seconds(rng, envs_per_slot)
+        t0 = time.monotonic()
+        out = step(slot, state, action)
+        left = delay - (time.monotonic() - t0)
+        if left > 0:
+            time.sleep(left)
+        return out
+
+    return timed
