@@ -290,3 +290,21 @@ def test_missing_video_file_is_named(tmp_path):
     os.remove(path)
     with pytest.raises(DatasetError, match=f"{path}: missing file"):
         LeRobotData(root).image(WRIST, 3)
+
+
+def test_add_episodes_from_a_batched_rollout(tmp_path):
+    from vlajax.data.writer import LeRobotWriter, policy_features
+
+    rng = np.random.default_rng(0)
+    b, t = 3, 9
+    frames = {"observation.images.agentview": rng.integers(0, 256, (b, t, 16, 16, 3), dtype=np.uint8),
+              "observation.state": rng.standard_normal((b, t, 5)).astype(np.float32),
+              "action": rng.standard_normal((b, t, 4)).astype(np.float32)}
+    with LeRobotWriter(str(tmp_path / "ds"), fps=20, features=policy_features(["agentview"], 16, 5, 4)) as w:
+        assert w.add_episodes(frames, lengths=[9, 4, 6], tasks=["a", "b", "a"]) == [0, 1, 2]
+    d = LeRobotData(str(tmp_path / "ds"))
+    np.testing.assert_array_equal(d.episode_to - d.episode_from, [9, 4, 6])
+    np.testing.assert_array_equal(d.columns["action"][9:13], frames["action"][1, :4])
+    cam = "observation.images.agentview"
+    np.testing.assert_array_equal(d.image(cam, 13), frames[cam][2, 0])
+    assert d.tasks == ["a", "b"] and d.task(9) == "b"

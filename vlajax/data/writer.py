@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from vlajax.data.lerobot import CODEBASE_VERSION, DEFAULT_FEATURES, DatasetError
 from vlajax.data.stats import STAT_NAMES, aggregate, episode_stats
 
-__all__ = ["LeRobotWriter", "image_feature", "video_feature"]
+__all__ = ["LeRobotWriter", "image_feature", "video_feature", "policy_features"]
 
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -68,6 +68,18 @@ def image_feature(height: int, width: int) -> dict[str, Any]:
 def video_feature(height: int, width: int) -> dict[str, Any]:
     """The info.json entry of an RGB camera stored as video (the writer fills in `info`)."""
     return {"dtype": "video", "shape": [height, width, 3], "names": ["height", "width", "channels"]}
+
+
+def policy_features(cameras: Sequence[str], image_size: int, state_dim: int, action_dim: int,
+                    video: bool = False) -> dict[str, dict[str, Any]]:
+    """The usual features of a demonstration dataset: `observation.images.<camera>` (PNG or video),
+    `observation.state` float32 [state_dim], `action` float32 [action_dim]."""
+    camera = video_feature if video else image_feature
+    return {
+        **{f"observation.images.{c}": camera(image_size, image_size) for c in cameras},
+        "observation.state": {"dtype": "float32", "shape": [state_dim], "names": None},
+        "action": {"dtype": "float32", "shape": [action_dim], "names": None},
+    }
 
 
 def _value_type(dtype: str) -> pa.DataType:
@@ -220,6 +232,17 @@ class LeRobotWriter:
         })
         self._frames += t
         return ep
+
+    def add_episodes(self, frames: dict[str, np.ndarray], lengths: Sequence[int], tasks: Sequence[str]) -> list[int]:
+        """Append a batch of episodes: `frames[name]` is [B, T, *shape] (e.g. a vmapped rollout,
+        transposed to batch-major), episode b keeps its first `lengths[b]` frames and has task
+        `tasks[b]`. Returns the new episode indices."""
+        b = len(lengths)
+        if len(tasks) != b or any(np.shape(v)[0] != b for v in frames.values()):
+            dims = [np.shape(v)[0] for v in frames.values()]
+            raise ValueError(f"{b} lengths, {len(tasks)} tasks and leading dims {dims} must agree")
+        return [self.add_episode({k: np.asarray(v[i, : int(lengths[i])]) for k, v in frames.items()}, tasks[i])
+                for i in range(b)]
 
     def _encode(self, name: str, frames: np.ndarray) -> tuple[int, int, float]:
         """Append an episode's frames to camera `name`'s current mp4 -> (chunk, file, from_timestamp)."""
