@@ -118,3 +118,17 @@ def test_resize_augment_tokenize_normalize(root):
     np.testing.assert_allclose(unnormalize(out["actions"], stats["action"], "quantile"), s["actions"], atol=1e-5)
     np.testing.assert_allclose(unnormalize(out["state"], stats["observation.state"], "mean_std"), s["state"],
                                atol=1e-5)
+
+
+def test_group_outputs_undo_inputs(root):
+    from vlajax.data.transforms import Group, Unnormalize
+
+    stats = load_norm_stats(root, ("action", "observation.state"))
+    norm = {"actions": stats["action"], "state": stats["observation.state"]}
+    g = Group((Tokenize(16),)).push((Normalize(norm),), (Unnormalize(norm),))
+    assert [type(t).__name__ for t in g.inputs] == ["Tokenize", "Normalize"]
+    s = _sample(root)
+    back = g.apply_outputs(g.apply_inputs(s))
+    np.testing.assert_allclose(back["actions"], s["actions"], atol=1e-5)
+    np.testing.assert_allclose(back["state"], s["state"], atol=1e-5)
+    assert g.push(outputs=(Compose(),)).outputs[0] == Compose()  # pushed outputs run first

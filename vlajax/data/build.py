@@ -27,7 +27,16 @@ from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.normalize import NormStats, load_norm_stats
 from vlajax.data.packing import PrefixSpec
 from vlajax.data.source import ActionChunkSource
-from vlajax.data.transforms import AugmentImages, Compose, Normalize, ResizeImages, SelectCameras, Tokenize
+from vlajax.data.transforms import (
+    AugmentImages,
+    Compose,
+    Group,
+    Normalize,
+    ResizeImages,
+    SelectCameras,
+    Tokenize,
+    Unnormalize,
+)
 
 __all__ = ["DataInfo", "dataset_dir", "make_source", "make_transform", "packed_rows", "make_loader"]
 
@@ -45,6 +54,7 @@ class DataInfo:
     row_len: int  # tokens per row
     tasks: tuple[str, ...]  # instructions by task_index
     groups: int  # packing groups per global batch (pass to gather_prefix)
+    transforms: Group  # inputs: the per-sample pipeline; outputs: model actions -> robot actions
 
 
 def dataset_dir(cfg: TrainConfig) -> str:
@@ -76,12 +86,13 @@ def _cameras(cfg: TrainConfig, src: ActionChunkSource) -> tuple[str, ...]:
 
 
 def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
-                   train: bool = True) -> Compose:
+                   train: bool = True) -> Group:
+    """inputs: select cameras, resize, (augment), tokenize, normalize; outputs: unnormalize."""
     steps = [SelectCameras(keep=cameras), ResizeImages(cfg.model.image_size)]
     if train and cfg.data.augment:
         steps.append(AugmentImages(seed=cfg.seed))
     steps += [Tokenize(cfg.model.max_text_len), Normalize(norm, cfg.data.state_norm, cfg.data.action_norm)]
-    return Compose(tuple(steps))
+    return Group(tuple(steps), (Unnormalize(norm, cfg.data.state_norm, cfg.data.action_norm),))
 
 
 def packed_rows(mean_tokens: float, slots: int, row_len: int, multiple: int) -> int:
@@ -99,7 +110,8 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
     spec = PrefixSpec.from_model(cfg.model, cams)
-    transform = make_transform(cfg, cams, norm, train=train)
+    group = make_transform(cfg, cams, norm, train=train)
+    transform = Compose(group.inputs)
     pc = jax.process_count()
     d = cfg.data
     dp = mesh.shape["dp"] if mesh is not None else 1
@@ -127,5 +139,6 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     loader = Loader(ds, mesh, prefetch=d.prefetch)
     info = DataInfo(src.data.root, cams, spec, norm, d.batch_size,
                     rows if d.batching == "packed" else d.batch_size,
-                    row_len if d.batching == "packed" else spec.length, tuple(src.data.tasks), groups * pc)
+                    row_len if d.batching == "packed" else spec.length, tuple(src.data.tasks), groups * pc,
+                    group)
     return loader, info

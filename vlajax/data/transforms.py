@@ -10,7 +10,9 @@ so a record always gets the same augmentation and iterator checkpoints stay a fe
     AugmentImages(seed, ...)           random crop (resized back) + brightness/contrast jitter
     Tokenize(max_len)                  instruction -> tokens int32 [max_len], token_mask bool [max_len]
     Normalize(stats, mode)             state / actions into the normalized space
+    Unnormalize(stats, mode)           its inverse (an output transform: model actions -> robot)
     Compose(transforms)                apply in order
+    Group(inputs, outputs)             a model's input and output transforms, kept together
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import Protocol
 
 import numpy as np
 
-from vlajax.data.normalize import Mode, NormStats, normalize
+from vlajax.data.normalize import Mode, NormStats, normalize, unnormalize
 
 __all__ = [
     "DataTransformFn", "Compose", "SelectCameras", "RandomDropCamera", "ResizeImages", "AugmentImages",
-    "Tokenize", "Normalize",
+    "Tokenize", "Normalize", "Unnormalize", "Group",
 ]
 
 
@@ -154,3 +156,41 @@ class Normalize:
         if "actions" in self.stats:
             out["actions"] = normalize(sample["actions"], self.stats["actions"], self.action_mode)
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Unnormalize:
+    """Inverse of `Normalize` on 'state' / 'actions' (numpy or jax arrays, any leading dims)."""
+
+    stats: dict[str, NormStats]
+    state_mode: Mode = "mean_std"
+    action_mode: Mode = "quantile"
+
+    def __call__(self, sample: dict) -> dict:
+        out = dict(sample)
+        if "state" in self.stats and "state" in sample:
+            out["state"] = unnormalize(sample["state"], self.stats["state"], self.state_mode)
+        if "actions" in self.stats and "actions" in sample:
+            out["actions"] = unnormalize(sample["actions"], self.stats["actions"], self.action_mode)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Input transforms (data -> model) and output transforms (model -> robot) of one policy.
+
+    `push` adds inputs after the existing ones and outputs before them, so the outermost
+    input step is undone last (openpi's convention).
+    """
+
+    inputs: tuple[DataTransformFn, ...] = ()
+    outputs: tuple[DataTransformFn, ...] = ()
+
+    def push(self, inputs: tuple[DataTransformFn, ...] = (), outputs: tuple[DataTransformFn, ...] = ()) -> Group:
+        return Group((*self.inputs, *inputs), (*outputs, *self.outputs))
+
+    def apply_inputs(self, sample: dict) -> dict:
+        return Compose(self.inputs)(sample)
+
+    def apply_outputs(self, sample: dict) -> dict:
+        return Compose(self.outputs)(sample)
