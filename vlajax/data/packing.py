@@ -375,3 +375,20 @@ def scatter_prefix(rows, prefix_index, segment_ids, num_samples: int, length: in
     idx = jnp.where(segment_ids > 0, prefix_index, num_samples * length)  # padding -> a dropped extra row
     out = jnp.zeros((num_samples * length + 1, w), rows.dtype).at[idx.reshape(-1)].set(rows.reshape(-1, w))
     return out[:-1].reshape(num_samples, length, w)
+
+
+def rows_to_samples(rows_tree, segment_ids, sample_row, sample_segment):
+    """Per-row prefix results -> per-sample views, for the action suffix of packed batches.
+
+    rows_tree: arrays with leading dim R (e.g. each layer's keys/values [R, T, KVH, D] and the
+    row positions [R, T]); returns the same arrays with leading dim N (row `sample_row[n]` for
+    sample n) and segment ids int32 [N, T] that are 1 exactly on sample n's own prefix tokens.
+    A suffix that attends to these with segment id 1 and positions starting at the sample's
+    token count sees what it would see after the sample's unpacked prefix.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    take = lambda x: jnp.take(x, sample_row, axis=0)
+    own = (take(segment_ids) == sample_segment[:, None]) & (sample_segment[:, None] > 0)
+    return jax.tree.map(take, rows_tree), own.astype(jnp.int32)
