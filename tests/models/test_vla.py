@@ -94,3 +94,16 @@ def test_presets_sizes_and_unknown_name():
     with pytest.raises(ConfigError, match="did you mean 'small'") as e:
         presets.get_model_config("smal")
     assert "\n" not in str(e.value)
+
+
+def test_fsdp_memory_command(capsys):
+    abstract = presets.abstract_variables(presets.get_model_config("tiny"))
+    n = presets.param_count(abstract)
+    one = presets.fsdp_bytes_per_device(abstract, 1)
+    eight = presets.fsdp_bytes_per_device(abstract, 8)
+    assert one["params"] == 4 * n and one["total"] == 16 * n  # fp32 params + grads + 2 Adam moments
+    assert one["params"] / 8 <= eight["params"] < one["params"] / 2  # mostly split 8 ways
+    assert presets.main(["tiny", "--devices", "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"{n:,} parameters" in out and "FSDP over    8 devices" in out
+    assert presets.main(["tinny"]) == 2

@@ -89,7 +89,7 @@ def fsdp_bytes_per_device(abstract, num_devices: int, rules=None) -> dict[str, i
 
 
 def _gib(n: int) -> str:
-    return f"{n / 2**30:8.2f} GiB"
+    return f"{n / 2**30:8.2f} GiB" if n >= 2**30 else f"{n / 2**20:8.1f} MiB"
 
 
 def main(argv: list[str] | None = None) -> int:
