@@ -161,3 +161,14 @@ def test_token_loss_decreases_and_value_heads():
     with pytest.raises(ValueError, match="no value head"):
         m2, v2, o2 = _setup()
         heads.value(m2, v2, o2)
+
+
+@pytest.mark.slow  # bf16 is emulated on CPU: ~60 s on the shared 2-core box
+def test_bfloat16_model_samples_and_trains():
+    model, variables, obs = _setup(dtype="bfloat16", param_dtype="bfloat16", flow_sampler="flow_sde")
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(variables["params"]))
+    s = jax.jit(lambda v, o, r: heads.flow_sample(model, v, o, r))(variables, obs, jax.random.key(20))
+    assert s.actions.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(s.log_prob)))
+    actions = jnp.zeros((B, 4, 7))
+    g = jax.jit(jax.grad(lambda v: heads.flow_loss(model, v, obs, actions, jax.random.key(21))[0]))(variables)
+    assert all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in jax.tree.leaves(g))

@@ -107,3 +107,33 @@ def test_fsdp_memory_command(capsys):
     out = capsys.readouterr().out
     assert f"{n:,} parameters" in out and "FSDP over    8 devices" in out
     assert presets.main(["tinny"]) == 2
+
+
+def test_packed_flow_expert_equals_one_by_one(model_and_vars):
+    """Two samples packed in one row: prefix tokens and action chunks (segment ids 1, 2) == run alone."""
+    model, variables, obs = model_and_vars
+    h = CFG.action_horizon
+    emb, mask = model.apply(variables, obs, method=VLA.embed_prefix)
+    x = jax.random.normal(jax.random.key(3), (2, h, CFG.action_dim))
+    t = jnp.array([0.3, 0.8])
+    v_alone, _, _ = model.apply(variables, model.apply(variables, obs, method=VLA.prefix)[1], x, t,
+                                method=VLA.velocity)
+    rows, segs, poss, a_seg, a_pos = [], [], [], [], []
+    for b in range(2):
+        e = np.asarray(emb[b])[np.asarray(mask[b])]
+        n = e.shape[0]
+        rows.append(e)
+        segs.append(np.full(n, b + 1))
+        poss.append(np.arange(n))
+        a_seg.append(np.full(h, b + 1))
+        a_pos.append(n + np.arange(h))
+    pad = -sum(len(s) for s in segs) % 8
+    packed = np.concatenate(rows + [np.zeros((pad, emb.shape[-1]), np.float32)])[None]
+    seg = np.concatenate(segs + [np.zeros(pad)]).astype(np.int32)[None]
+    pos = np.concatenate(poss + [np.zeros(pad)]).astype(np.int32)[None]
+    _, cache = model.apply(variables, packed, seg, pos, method=VLA.encode_prefix)
+    xp = x.reshape(1, 2 * h, CFG.action_dim)
+    tp = jnp.repeat(t, h)[None]
+    v_packed, _, _ = model.apply(variables, cache, xp, tp, jnp.asarray(np.concatenate(a_seg))[None],
+                                 jnp.asarray(np.concatenate(a_pos))[None], method=VLA.velocity)
+    np.testing.assert_allclose(v_packed.reshape(2, h, -1), v_alone, atol=1e-5)

@@ -120,14 +120,23 @@ class VLA(nn.Module):
 
     # ---------------------------------------------------------------- flow expert
 
-    def velocity(self, cache: KVCache, x_t: jax.Array, t: jax.Array):
-        """Flow velocity. cache of the prefix, x_t [B,H,A], t [B] -> (v [B,H,A], log_std | None, hidden)."""
+    def velocity(self, cache: KVCache, x_t: jax.Array, t: jax.Array, segment_ids: jax.Array | None = None,
+                 positions: jax.Array | None = None):
+        """Flow velocity. x_t [B,T,A], t [B] or [B,T] -> (v [B,T,A], log_std [B,T,A] | None, hidden [B,T,We]).
+
+        Unpacked (default): T = H tokens of one chunk after each row's prefix. Packed rows pass
+        `segment_ids`/`positions` [B, T] for the action tokens (each chunk carries its sample's
+        segment id and positions continuing that sample's prefix) and per-token times t [B, T].
+        """
         c = self.cfg
         h = x_t.shape[1]
         a = self.action_in(x_t.astype(DTYPES[c.dtype]))
-        temb = jnp.broadcast_to(sincos_embedding(t, c.expert_width)[:, None], a.shape).astype(a.dtype)
+        tt = t if t.ndim == 2 else jnp.broadcast_to(t[:, None], a.shape[:2])
+        temb = sincos_embedding(tt, c.expert_width).astype(a.dtype)
         x = self.time_mlp_out(nn.swish(self.time_mlp_in(jnp.concatenate([a, temb], axis=-1))))
         seg, pos = suffix_layout(cache, h)
+        seg = seg if segment_ids is None else segment_ids
+        pos = pos if positions is None else positions
         hidden, _ = self.expert(x, seg, pos, cache)
         v = self.action_out(hidden).astype(jnp.float32)
         log_std = None
