@@ -20,12 +20,15 @@ trainer/rollouter idle ratios, staleness mean/max, ratio to sync colocated of it
 
 Workload: `standin` (an MLP Gaussian policy on a point-mass env, REINFORCE, Adam) until the
 RL core's PPO on the tabletop suite plugs in through the same `Workload` interface.
-Throughput is measured after a warm-up update (compilation excluded).
+Throughput is measured after a warm-up update (compilation excluded); with `--repeats` a row
+is the median run and `env_steps_per_s_all` lists every run. Rows record the 1-minute load
+average: on a shared machine, compare rows measured under similar load.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -133,13 +136,21 @@ def make_env(w: StandIn, fns, num_slots: int, latency: LatencyModel | None, seed
 
 
 class Trainer:
-    """train_step: grads of every micro-batch as it arrives, summed, one Adam update."""
+    """train_step: one Adam update from the summed gradients of the micro-batches.
 
-    def __init__(self, fns, device):
+    streaming: a gradient per micro-batch as it arrives; otherwise the micro-batches are
+    concatenated (along the env axis) into one batch, as the synchronous loop computes it.
+    """
+
+    def __init__(self, fns, device, streaming: bool):
         self.grads, self.add, self.apply = fns[2], fns[3], fns[4]
-        self.device = device
+        self.device, self.streaming = device, streaming
 
     def __call__(self, state, micro_batches):
+        if not self.streaming:
+            items = list(micro_batches)
+            data = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *[it.data for it in items])
+            micro_batches = [dataclasses.replace(items[0], data=data)]
         acc = None
         for item in micro_batches:
             g = self.grads(state.params, jax.device_put(item.data, self.device))
@@ -177,7 +188,7 @@ def run_one(w: StandIn, fns, regime: str, placement: str, mode: str, *, slots: i
     timeline = Timeline()
     rollout.timeline = timeline
     state = jax.device_put(w.init_state(0), train_dev)
-    trainer = Trainer(fns, train_dev)
+    trainer = Trainer(fns, train_dev, cfg.streaming)
     marks: list[float] = []
     mark = lambda *_: marks.append(time.monotonic())
     kw = dict(train_step=trainer, get_params=lambda s: s.params, num_updates=updates + 1,
@@ -201,7 +212,19 @@ def run_one(w: StandIn, fns, regime: str, placement: str, mode: str, *, slots: i
             "staleness_mean": m.get("staleness/mean", 0.0), "staleness_max": m.get("staleness/max", 0.0),
             "version_span_max": m.get("partial/version_span_max", 0.0),
             "inference_batch_mean": m.get("inference/batch_mean", float(w.envs)),
-            "wall_s": t_end - t_start}
+            "wall_s": t_end - t_start, "loadavg_1m": os.getloadavg()[0]}
+
+
+def render_markdown(rows: list[dict]) -> str:
+    """The rows as a markdown table (docs/async.md)."""
+    head = ("| regime | placement | mode | env steps/s | x sync colocated | trainer idle | rollouter idle "
+            "| staleness mean / max | inference batch | load |\n|" + "---|" * 10 + "\n")
+    body = "".join(
+        f"| {r['regime']} | {r['placement']} | {r['mode']} | {r['env_steps_per_s']:.0f} "
+        f"| {r['ratio_to_sync_colocated']:.2f} | {r['trainer_idle_ratio']:.2f} | {r['rollouter_idle_ratio']:.2f} "
+        f"| {r['staleness_mean']:.2f} / {r['staleness_max']:.0f} | {r['inference_batch_mean']:.1f} "
+        f"| {r['loadavg_1m']:.1f} |\n" for r in rows)
+    return head + body
 
 
 def main(argv: list[str]) -> int:
@@ -221,7 +244,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--median-ms", type=float, default=10.0, help="cpu_longtail: median env step")
     ap.add_argument("--tail-prob", type=float, default=0.02)
     ap.add_argument("--tail-scale", type=float, default=6.0)
+    ap.add_argument("--render", default="", help="print the markdown table of an existing JSON and exit")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per row; the row is the median run")
+    ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices when running on CPU")
     a = ap.parse_args(argv)
+    if a.render:
+        with open(a.render) as f:
+            print(render_markdown(json.load(f)["rows"]), end="")
+        return 0
+    with contextlib.suppress(RuntimeError):  # only possible before the backend starts (tests set it themselves)
+        jax.config.update("jax_num_cpu_devices", a.cpu_devices)
     w = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
     latency = LatencyModel(median_s=a.median_ms / 1e3, tail_prob=a.tail_prob, tail_scale=a.tail_scale)
     fns = _make_fns(w)
@@ -230,8 +262,11 @@ def main(argv: list[str]) -> int:
         base = None
         for placement in a.placements.split(","):
             for mode in a.modes.split(","):
-                row = run_one(w, fns, regime, placement, mode, slots=a.slots, updates=a.updates,
-                              latency=latency, ratio=a.ratio)
+                reps = [run_one(w, fns, regime, placement, mode, slots=a.slots, updates=a.updates,
+                                latency=latency, ratio=a.ratio) for _ in range(a.repeats)]
+                reps.sort(key=lambda r: r["env_steps_per_s"])
+                row = dict(reps[len(reps) // 2])  # the median run (by throughput) of the repeats
+                row["env_steps_per_s_all"] = [r["env_steps_per_s"] for r in reps]
                 if placement == "colocated" and mode == "sync":
                     base = row["env_steps_per_s"]
                 row["ratio_to_sync_colocated"] = row["env_steps_per_s"] / base if base else None

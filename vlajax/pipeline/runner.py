@@ -14,6 +14,10 @@ The runner knows nothing about envs, models or losses; it drives three callables
   `rejected` (samples dropped by a filter; counts against the acceptance rate).
 - `get_params(state) -> params`: the weights to publish.
 
+`rollout_shardings` places published weights on the rollout sub-mesh; multi-host,
+`publish_sharding` (replicated on the train mesh) gathers them first so each host's control
+plane can move its own replica onto its host-local rollout mesh.
+
 Lanes (one `LaneGroup`, shared lifetime, watchdog): `rollouter` (reserve samples under pacing
 -> newest weights -> `sample_step` -> buffer), `trainer` (pull micro-batches -> `train_step`;
 every `trigger_parameter_sync_step` updates publish a new version), `weights` (the control
@@ -69,7 +73,8 @@ class AsyncRunner:
 
     def __init__(self, cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep,
                  get_params: Callable[[Any], Any], state: Any, num_updates: int, samples_per_step: int,
-                 mini_batch: int, rollout_shardings: Any = None, counters: RunnerCounters | None = None,
+                 mini_batch: int, rollout_shardings: Any = None, publish_sharding: Any = None,
+                 counters: RunnerCounters | None = None,
                  on_update: Callable[[AsyncRunner, dict], None] | None = None,
                  extra_lanes: Sequence[tuple[str, Callable[[Lane], bool | None]]] = (),
                  rollout: Callable[[AsyncRunner], Sequence[tuple[str, Callable[[Lane], bool | None]]]] | None = None,
@@ -87,7 +92,7 @@ class AsyncRunner:
                                        lifetime=self.lifetime, timeline=self.timeline,
                                        version=self.counters.version)
         self.weights = ParamServer(get_params(state), rollout_shardings, lifetime=self.lifetime,
-                                   version=self.counters.version)
+                                   version=self.counters.version, gather_to=publish_sharding)
         self.weights.on_install(self.buffer.set_rollout_version)
         self.group = LaneGroup(self.lifetime, self.timeline, cfg.watchdog_s)
         if rollout is None:

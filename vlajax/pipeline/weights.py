@@ -11,6 +11,11 @@ are coalesced (the newest wins; `superseded` counts the others).
 
 Listeners registered with `on_install` run in the control-plane lane after each swap (the
 trajectory buffer uses this to open its pacing budget for the new version).
+
+Multi-host (DESIGN.md): training is global, rollout host-local. Published params that span
+processes must be replicated (`gather_to=` makes the snapshot gather them, in the trainer's
+thread where every process dispatches it in lockstep); the control plane then moves this
+process's replica onto the local rollout mesh without any cross-host traffic.
 """
 
 from __future__ import annotations
@@ -30,6 +35,16 @@ __all__ = ["ParamServer"]
 _copy_tree = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
+def _local_replica(x: Any) -> Any:
+    """A process-spanning replicated array -> this process's copy (rollout is host-local)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if not x.sharding.is_fully_replicated:
+            raise ValueError("params spanning processes must be replicated to reach a host-local rollout mesh; "
+                             "pass ParamServer(gather_to=NamedSharding(train_mesh, PartitionSpec()))")
+        return x.addressable_data(0)
+    return x
+
+
 class ParamServer:
     """Newest (version, params) for rollout, installed by a control-plane lane.
 
@@ -39,14 +54,19 @@ class ParamServer:
     """
 
     def __init__(self, initial: Any, shardings: Any = None, *, snapshot: bool = True,
-                 place: Callable[[Any], Any] | None = None, lifetime: Lifetime | None = None, version: int = 0):
+                 place: Callable[[Any], Any] | None = None, lifetime: Lifetime | None = None, version: int = 0,
+                 gather_to: Any = None):
         self.shardings = shardings
         self.snapshot = snapshot
+        # Multi-host: a replicated sharding on the train mesh; the snapshot gathers sharded
+        # params into it (a collective, so it runs in the trainer's thread, in lockstep).
+        self._snap = _copy_tree if gather_to is None else jax.jit(
+            lambda tree: jax.tree.map(jnp.copy, tree), out_shardings=gather_to)
         self._place_fn = place
         self.lifetime = lifetime or Lifetime()
         self._cond = threading.Condition()
         self._pending: tuple[int, Any, float] | None = None
-        self._current: tuple[int, Any] = (version, self._place(_copy_tree(initial) if snapshot else initial))
+        self._current: tuple[int, Any] = (version, self._place(self._snap(initial) if snapshot else initial))
         jax.block_until_ready(self._current[1])
         self._listeners: list[Callable[[int], None]] = []
         self.published = 0
@@ -64,7 +84,7 @@ class ParamServer:
                 raise ValueError(f"published version {version} is not newer than {newest}")
             if self._pending is not None:
                 self.superseded += 1
-            self._pending = (version, _copy_tree(params) if self.snapshot else params, time.monotonic())
+            self._pending = (version, self._snap(params) if self.snapshot else params, time.monotonic())
             self.published += 1
             self._cond.notify_all()
 
@@ -91,6 +111,7 @@ class ParamServer:
     # -- control plane ----------------------------------------------------------------------
 
     def _place(self, params: Any) -> Any:
+        params = jax.tree.map(_local_replica, params)
         if self._place_fn is not None:
             return self._place_fn(params)
         if self.shardings is None:
