@@ -1,0 +1,207 @@
+"""Wrappers: vmap over a batch, episode length/truncation, auto-reset, action-chunk stepping.
+
+Composition for RL on a batch of `B` envs with action chunks of `H` steps:
+
+    env = wrap(TabletopEnv(...), episode_length=200, num_envs=B, action_horizon=H)
+    state = env.reset(jax.random.split(rng, B))          # leaves [B, ...]
+    state = env.step(state, actions)                     # actions [B, H, A]
+    state.info["chunk_rewards"], state.info["chunk_dones"]  # [B, H] each
+
+Wrappers hold only the inner env and constants; they never assign to env attributes, and all
+bookkeeping lives in `State.info`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from vlajax.envs.base import Env, State, check_action
+
+
+class Wrapper(Env):
+    """Forwards everything to the inner env."""
+
+    def __init__(self, env: Env):
+        self.env = env
+
+    def reset(self, rng: jax.Array) -> State:
+        return self.env.reset(rng)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        return self.env.step(state, action)
+
+    @property
+    def action_size(self) -> int:
+        return self.env.action_size
+
+    @property
+    def observation_size(self):
+        return self.env.observation_size
+
+    @property
+    def unwrapped(self) -> Env:
+        return self.env.unwrapped
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
+def _where(done: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
+    """`x` where `done` else `y`; `done` `[*b]` broadcasts over the trailing axes of `x`/`y`."""
+    return jnp.where(done.reshape(done.shape + (1,) * (x.ndim - done.ndim)) > 0, x, y)
+
+
+class EpisodeWrapper(Wrapper):
+    """Counts low-level steps in `info["steps"]`; at `episode_length` sets `done` and `info["truncation"]`."""
+
+    def __init__(self, env: Env, episode_length: int):
+        super().__init__(env)
+        if episode_length < 1:
+            raise ValueError(f"episode_length must be >= 1, got {episode_length}")
+        self.episode_length = episode_length
+
+    def reset(self, rng: jax.Array) -> State:
+        state = self.env.reset(rng)
+        zeros = jnp.zeros(rng.shape[:-1], jnp.float32)
+        return state.replace(info={**state.info, "steps": zeros, "truncation": zeros})
+
+    def step(self, state: State, action: jax.Array) -> State:
+        state = self.env.step(state, action)
+        steps = state.info["steps"] + 1
+        out_of_time = steps >= self.episode_length
+        truncation = jnp.where(out_of_time, 1.0 - state.done, 0.0)
+        info = {**state.info, "steps": steps, "truncation": truncation}
+        return state.replace(done=jnp.where(out_of_time, 1.0, state.done), info=info)
+
+
+class AutoResetWrapper(Wrapper):
+    """On `done`, the next `step` output is a fresh episode's first state.
+
+    `full_reset=False` restores the episode's cached first state (cheap; brax-style: same initial
+    state each time). `full_reset=True` calls `reset` with a new key split from `info["rng"]`, so every
+    episode is newly randomized (costs a reset per step, selected with `where`).
+    """
+
+    def __init__(self, env: Env, full_reset: bool = True):
+        super().__init__(env)
+        self.full_reset = full_reset
+
+    def reset(self, rng: jax.Array) -> State:
+        state = self.env.reset(rng)
+        if not self.full_reset:
+            first = {"data": state.data, "obs": state.obs, "episode": state.info["episode"]}
+            state = state.replace(info={**state.info, "first": first})
+        return state
+
+    def step(self, state: State, action: jax.Array) -> State:
+        info = dict(state.info)
+        if "steps" in info:
+            info["steps"] = jnp.where(state.done > 0, 0.0, info["steps"])
+        state = self.env.step(state.replace(done=jnp.zeros_like(state.done), info=info), action)
+        done, info = state.done, dict(state.info)
+        if self.full_reset:
+            info["rng"], key = _split(info["rng"])
+            fresh = self.env.reset(key)
+            first = {"data": fresh.data, "obs": fresh.obs, "episode": fresh.info["episode"]}
+        else:
+            first = info["first"]
+        where = lambda x, y: _where(done, x, y)
+        info["episode"] = jax.tree.map(where, first["episode"], info["episode"])
+        return state.replace(
+            data=jax.tree.map(where, first["data"], state.data),
+            obs=jax.tree.map(where, first["obs"], state.obs),
+            info=info,
+        )
+
+
+def _split(rng: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Split keys with any leading batch axes: `[*b, 2]` -> two `[*b, 2]`."""
+    flat = rng.reshape(-1, rng.shape[-1])
+    keys = jax.vmap(lambda k: jax.random.split(k, 2))(flat)
+    return keys[:, 0].reshape(rng.shape), keys[:, 1].reshape(rng.shape)
+
+
+class ActionChunkWrapper(Wrapper):
+    """One `step` executes an action chunk `[H, A]` (an RL decision) as H low-level steps.
+
+    After the first `done` inside a chunk the env is frozen (later actions are ignored), so the
+    returned state is the terminal one and an outer `AutoResetWrapper` resets between chunks.
+    Writes `info["chunk_rewards"]` `[H]`, `info["chunk_dones"]` `[H]` (1 from the terminating step on)
+    and `info["chunk_valid"]` `[H]` (1 for steps that were executed); `reward` is their sum.
+    """
+
+    def __init__(self, env: Env, action_horizon: int):
+        super().__init__(env)
+        if action_horizon < 1:
+            raise ValueError(f"action_horizon must be >= 1, got {action_horizon}")
+        self.action_horizon = action_horizon
+
+    def _with_chunk_info(self, state: State) -> State:
+        h = jnp.zeros((self.action_horizon,), jnp.float32)
+        return state.replace(info={**state.info, "chunk_rewards": h, "chunk_dones": h, "chunk_valid": h})
+
+    def reset(self, rng: jax.Array) -> State:
+        return self._with_chunk_info(self.env.reset(rng))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        check_action(action, (self.action_horizon, self.env.action_size))
+        chunk_keys = ("chunk_rewards", "chunk_dones", "chunk_valid")
+        state = state.replace(info={k: v for k, v in state.info.items() if k not in chunk_keys})
+
+        def body(carry, a):
+            s, done = carry
+            nxt = self.env.step(s, a)
+            keep = lambda new, old: jnp.where(done > 0, old, new)
+            nxt = jax.tree.map(keep, nxt, s)
+            reward = jnp.where(done > 0, 0.0, nxt.reward)
+            valid = 1.0 - done
+            done = jnp.maximum(done, nxt.done)
+            return (nxt, done), (reward, done, valid)
+
+        (state, _), (rewards, dones, valid) = jax.lax.scan(body, (state, state.done), action)
+        info = {**state.info, "chunk_rewards": rewards, "chunk_dones": dones, "chunk_valid": valid}
+        return state.replace(reward=rewards.sum(), info=info)
+
+
+class VmapWrapper(Wrapper):
+    """Vectorizes over a leading batch axis: `reset(rng [B, 2])`, `step(state, action [B, ...])`.
+
+    If the inner env carries a Warp renderer, the batch must equal its `nworld` (checked here,
+    because a mismatch makes MJX silently return `nworld` images).
+    """
+
+    def __init__(self, env: Env, num_envs: int):
+        super().__init__(env)
+        self.num_envs = num_envs
+        renderer = getattr(env.unwrapped, "warp_renderer", None)
+        if renderer is not None:
+            renderer.check_batch(num_envs)
+
+    def reset(self, rng: jax.Array) -> State:
+        if rng.ndim != 2 or rng.shape[0] != self.num_envs:
+            raise ValueError(f"reset expects keys [num_envs={self.num_envs}, 2], got {rng.shape}")
+        return jax.vmap(self.env.reset)(rng)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        if getattr(action, "shape", (None,))[0] != self.num_envs:
+            raise ValueError(f"step expects actions with leading axis num_envs={self.num_envs}, got "
+                             f"{getattr(action, 'shape', type(action))}")
+        return jax.vmap(self.env.step)(state, action)
+
+
+def wrap(
+    env: Env,
+    episode_length: int,
+    num_envs: int,
+    action_horizon: int | None = None,
+    full_reset: bool = True,
+) -> Env:
+    """Episode length -> (action chunks) -> auto-reset -> vmap over `num_envs`."""
+    env = EpisodeWrapper(env, episode_length)
+    if action_horizon is not None:
+        env = ActionChunkWrapper(env, action_horizon)
+    env = AutoResetWrapper(env, full_reset=full_reset)
+    return VmapWrapper(env, num_envs)
