@@ -1,6 +1,7 @@
 """The async runner: exact reduction to the synchronous loop, streaming, partial rollouts,
 stale-sample bounds, errors and SIGTERM checkpoint + resume, on a tiny real JAX problem."""
 
+import dataclasses
 import os
 import signal
 
@@ -178,3 +179,30 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert [h["version"] for h in resumed.history] == [saved_updates + i for i in range(3)]
     assert all(s == 0 for h in resumed.history for s in h["staleness"])
     ckpt.close()
+
+
+@pytest.mark.timeout(60)
+def test_train_step_must_take_every_micro_batch_and_the_last_version_reaches_rollout():
+    cfg = AsyncConfig(enabled=True, require_batches=2, queue_timeout_s=30.0)
+
+    def greedy_skip(state, batches):
+        next(batches)  # takes 1 of 2
+        return state, {}
+
+    runner = AsyncRunner(cfg, sample_step=toy.ToySampler(0), train_step=greedy_skip, get_params=toy.get_params,
+                         state=toy.init_state(0), num_updates=2, samples_per_step=B, mini_batch=B)
+    with pytest.raises(RuntimeError, match="exactly require_batches=2"):
+        runner.run(timeout=50)
+    streaming = AsyncRunner(dataclasses.replace(cfg, streaming=True), sample_step=toy.ToySampler(0),
+                            train_step=greedy_skip, get_params=toy.get_params, state=toy.init_state(0),
+                            num_updates=2, samples_per_step=B, mini_batch=B)
+    with pytest.raises(RuntimeError, match="it took 1"):
+        streaming.run(timeout=50)
+    assert streaming.buffer.counters()["consumed"] == B  # nothing pulled beyond what train_step took
+
+    ok = AsyncRunner(cfg, sample_step=toy.ToySampler(0), train_step=toy.ToyTrainer(), get_params=toy.get_params,
+                     state=toy.init_state(0), num_updates=3, samples_per_step=B, mini_batch=B)
+    assert ok.run(timeout=50) == "done"
+    version, params = ok.weights.latest()
+    assert version == ok.counters.version == 3
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(ok.state.params["w"]))

@@ -139,6 +139,7 @@ class AsyncRunner:
         if not self.cfg.streaming:
             batches = iter(list(batches))
         self.state, metrics = self.train_step(self.state, batches)
+        # (short-circuit: `next` runs only when all were taken, so it never pulls an extra sample)
         if len(taken) != self.cfg.require_batches or next(batches, None) is not None:
             raise RuntimeError(f"train_step must consume exactly require_batches={self.cfg.require_batches} "
                                f"micro-batches, it took {len(taken)}")
@@ -164,7 +165,9 @@ class AsyncRunner:
     def run(self, timeout: float | None = None, on_interrupt: Callable[[AsyncRunner], None] | None = None) -> str:
         """Run until `num_updates` updates; 'done' or 'interrupted' (after `on_interrupt(self)`)."""
         cb = None if on_interrupt is None else (lambda: on_interrupt(self))
-        return self.group.run(timeout=timeout, on_interrupt=cb)
+        status = self.group.run(timeout=timeout, on_interrupt=cb)
+        self.weights.install_pending()  # the last publication reaches the rollout side, lanes or not
+        return status
 
     def summary(self, t0: float | None = None, t1: float | None = None) -> dict[str, float]:
         """Metrics over a window of the timeline plus the cumulative counters."""
