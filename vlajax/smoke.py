@@ -1,5 +1,7 @@
 """`python -m vlajax.train smoke`: the foundation end to end, on a teacher-student regression.
 
+Contributors: read AGENTS.md (workflow and JIT-safety rules) before writing a new entry point.
+
 It exercises every shared piece the real trainers use, in their order: distributed start-up,
 the persistent compile cache, the mesh, a train state built directly on its shards, a jitted
 step with explicit shardings and donation, process-local batches made global, TensorBoard
