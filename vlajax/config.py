@@ -472,16 +472,32 @@ def register(name: str, description: str):
     return wrap
 
 
+_presets_loaded = False
+
+
+def _load_presets() -> None:
+    """Import every module of `vlajax.presets` once (they register themselves)."""
+    global _presets_loaded
+    if not _presets_loaded:
+        _presets_loaded = True
+        from vlajax import presets
+
+        presets.load_all()
+
+
 def preset_names() -> list[str]:
+    _load_presets()
     return sorted(_PRESETS)
 
 
 def preset_descriptions() -> dict[str, str]:
+    _load_presets()
     return {name: desc for name, (desc, _) in sorted(_PRESETS.items())}
 
 
 def get_config(name: str) -> TrainConfig:
     """The preset `name`; an unknown name raises `ConfigError` naming the closest presets."""
+    _load_presets()
     if name not in _PRESETS:
         close = difflib.get_close_matches(name, _PRESETS, n=3, cutoff=0.4)
         hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
