@@ -197,7 +197,7 @@ def test_wrong_image_shape_is_named(dataset):
     info["features"][WRIST]["shape"] = [64, 64, 3]
     save_json(info_path, info)
     with pytest.raises(DatasetError, match=r"file-000.parquet: .*wrist' frame 0 has shape \(32, 32, 3\)"):
-        LeRobotData(dataset).image(WRIST, 0)
+        LeRobotData(dataset)  # at open, not at the first training step
 
 
 # -- v2.1 ---------------------------------------------------------------------------------
@@ -234,9 +234,10 @@ def test_reads_v21_video(tmp_path):
     info["video_path"] = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
     save_json(f"{dst}/meta/info.json", info)
     for e, n in enumerate(LENGTHS):
-        enc = VideoEncoder(f"{dst}/videos/chunk-000/{WRIST}/episode_{e:06d}.mp4", 10, 32, 32)
-        enc.append(episode(e, n)[WRIST])
-        enc.close()
+        for cam in (AGENT, WRIST):
+            enc = VideoEncoder(f"{dst}/videos/chunk-000/{cam}/episode_{e:06d}.mp4", 10, 32, 32)
+            enc.append(episode(e, n)[cam])
+            enc.close()
     d = LeRobotData(dst)
     assert d.version == "v2.1" and d.features[WRIST]["dtype"] == "video"
     i = 0
@@ -289,7 +290,7 @@ def test_missing_video_file_is_named(tmp_path):
     path = f"{root}/videos/{WRIST}/chunk-000/file-000.mp4"
     os.remove(path)
     with pytest.raises(DatasetError, match=f"{path}: missing file"):
-        LeRobotData(root).image(WRIST, 3)
+        LeRobotData(root)
 
 
 def test_add_episodes_from_a_batched_rollout(tmp_path):
@@ -308,3 +309,16 @@ def test_add_episodes_from_a_batched_rollout(tmp_path):
     cam = "observation.images.agentview"
     np.testing.assert_array_equal(d.image(cam, 13), frames[cam][2, 0])
     assert d.tasks == ["a", "b"] and d.task(9) == "b"
+
+
+def test_corrupted_image_bytes_fail_at_open(dataset):
+    import pyarrow as pa
+
+    path = f"{dataset}/data/chunk-000/file-000.parquet"
+    t = pq.read_table(path)
+    col = t.column(WRIST).to_pylist()
+    col[0] = {"bytes": b"not a png", "path": "frame-000000.png"}
+    t = t.set_column(t.column_names.index(WRIST), WRIST, pa.array(col, t.schema.field(WRIST).type))
+    pq.write_table(t, path)
+    with pytest.raises(DatasetError, match=f"{path} .*wrist, frame 0.*undecodable image"):
+        LeRobotData(dataset)

@@ -136,6 +136,7 @@ class LeRobotData:
         else:
             self._open_v21()
         self._check_frames()
+        self._check_cameras()
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -180,12 +181,20 @@ class LeRobotData:
     # -- v2.1 -------------------------------------------------------------------------------
 
     def _open_v21(self) -> None:
-        rows = read_jsonl(self._p("meta/tasks.jsonl"))
+        path = self._p("meta/tasks.jsonl")
+        rows = read_jsonl(path)
         self.tasks = [""] * len(rows)
-        for r in rows:
-            self.tasks[int(r["task_index"])] = r["task"]
-        eps = sorted(read_jsonl(self._p("meta/episodes.jsonl")), key=lambda r: r["episode_index"])
-        lengths = np.array([int(r["length"]) for r in eps], np.int64)
+        try:
+            for r in rows:
+                self.tasks[int(r["task_index"])] = r["task"]
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            raise _fail(path, f"malformed task rows ({type(e).__name__}: {e})") from None
+        path = self._p("meta/episodes.jsonl")
+        try:
+            eps = sorted(read_jsonl(path), key=lambda r: r["episode_index"])
+            lengths = np.array([int(r["length"]) for r in eps], np.int64)
+        except (KeyError, ValueError, TypeError) as e:
+            raise _fail(path, f"malformed episode rows ({type(e).__name__}: {e})") from None
         self.episode_to = np.cumsum(lengths)
         self.episode_from = self.episode_to - lengths
         chunks = int(self.info.get("chunks_size", 1000))
@@ -253,6 +262,20 @@ class LeRobotData:
         if n and (ti.min() < 0 or ti.max() >= len(self.tasks)):
             raise _fail(self._file_of_frame[0][0], f"task_index outside [0, {len(self.tasks)})")
 
+    def _check_cameras(self) -> None:
+        """Decode the first frame of every camera (per data file) now, so a wrong shape fails at open."""
+        if not self.num_frames:
+            return
+        for key in self.cameras:
+            if self.features[key]["dtype"] == "image":
+                for start in self._image_offsets[:-1]:
+                    if start < self.num_frames:
+                        self.image(key, int(start))
+            else:
+                for e in range(self.num_episodes):
+                    self._video_path(key, e)  # every episode's video file exists
+                self.image(key, 0)
+
     def _episode_numbers(self) -> np.ndarray:
         if self.version == "v3.0":
             return self.episodes.column("episode_index").to_numpy().astype(np.int64)
@@ -283,10 +306,8 @@ class LeRobotData:
             raise _fail(path, f"{key!r} frame {i} has shape {img.shape}, meta/info.json says {feat['shape']}")
         return img
 
-    def _video_frame(self, key: str, i: int) -> np.ndarray:
-        from vlajax.data.video import read_frame
-
-        e = int(self.episode_of[i])
+    def _video_path(self, key: str, e: int) -> tuple[str, float]:
+        """(mp4 path, start time in it) of camera `key` in episode number e; the file must exist."""
         if self.version == "v3.0":
             row = {c: self.episodes.column(f"videos/{key}/{c}")[e].as_py()
                    for c in ("chunk_index", "file_index", "from_timestamp")}
@@ -301,6 +322,12 @@ class LeRobotData:
             start = 0.0
         if not os.path.isfile(path):
             raise _fail(path, "missing file")
+        return path, start
+
+    def _video_frame(self, key: str, i: int) -> np.ndarray:
+        from vlajax.data.video import read_frame
+
+        path, start = self._video_path(key, int(self.episode_of[i]))
         ts = start + float(self.columns["timestamp"].reshape(-1)[i])
         try:
             img = read_frame(path, ts, self.fps)
