@@ -52,6 +52,15 @@ def test_modes_give_model_ready_batches(root, mode):
     assert raw.min() >= -0.01 and raw.max() <= 7.8
 
 
+def test_packing_groups_keep_enough_samples_per_group():
+    from vlajax.data.build import packing_groups
+
+    assert packing_groups(64, 8) == 8  # 8 samples per device-group
+    assert packing_groups(32, 8) == 4  # 8 per group, each group on 2 devices
+    assert packing_groups(8, 8) == 1  # 1 sample per device: pack across the whole process
+    assert packing_groups(48, 4) == 4 and packing_groups(24, 4) == 2
+
+
 def test_auto_rows_formula():
     # 64 samples of 40 tokens in rows of 128: 1.05 * 64 * 40 / 128 = 21 rows -> 24 (multiple of 8)
     assert packed_rows(40, 64, 128, 8) == 24

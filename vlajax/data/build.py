@@ -38,7 +38,8 @@ from vlajax.data.transforms import (
     Unnormalize,
 )
 
-__all__ = ["DataInfo", "dataset_dir", "make_source", "make_transform", "packed_rows", "make_loader"]
+__all__ = ["DataInfo", "dataset_dir", "make_source", "make_transform", "packed_rows", "packing_groups",
+           "make_loader"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +102,16 @@ def packed_rows(mean_tokens: float, slots: int, row_len: int, multiple: int) -> 
     return max(multiple, -(-rows // multiple) * multiple)
 
 
+def packing_groups(slots: int, shards: int, min_slots: int = 8) -> int:
+    """Packing groups for one process: the most (a divisor of its data shards, so each group sits
+    on whole devices and `gather_prefix` stays local) that still leave `min_slots` samples each
+    (fewer samples per group pack worse)."""
+    for g in range(shards, 0, -1):
+        if shards % g == 0 and slots % g == 0 and slots // g >= min_slots:
+            return g
+    return 1
+
+
 def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
                 train: bool = True) -> tuple[Loader, DataInfo]:
     """This process's loader of global batches over `mesh` (None: process-local numpy)."""
@@ -129,9 +140,9 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     if d.batching == "dynamic" and pc > 1:
         raise ValueError("data.batching='dynamic' needs one process (each process would pick its own padded "
                          "length, and a global array needs one); use 'packed' or 'fixed' across hosts")
-    # One packing group per data shard of this process: a row's tokens then come from samples on
-    # the same device, and the gather in gather_prefix(..., groups) stays local.
-    groups = dp // pc if d.batching == "packed" and dp % pc == 0 else 1
+    groups = packing_groups(d.batch_size // pc, dp // pc if dp % pc == 0 else 1) if d.batching == "packed" else 1
+    if d.batching == "packed" and (rows // pc) % groups:
+        raise ValueError(f"data.pack_rows={rows} is not divisible by {groups * pc} packing groups")
     ds = make_dataset(src, transform, spec, d.batching, d.batch_size // pc, seed=d.shuffle_seed,
                       rows=rows // pc if d.batching == "packed" else 0, row_len=row_len,
                       max_segments=d.max_segments_per_row, num_epochs=num_epochs, num_threads=d.num_threads,

@@ -162,4 +162,6 @@ class Loader(grain.DatasetIterator):
         self._halt()
 
     def __del__(self):
-        self._stop.set()
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
