@@ -322,3 +322,23 @@ def test_corrupted_image_bytes_fail_at_open(dataset):
     pq.write_table(t, path)
     with pytest.raises(DatasetError, match=f"{path} .*wrist, frame 0.*undecodable image"):
         LeRobotData(dataset)
+
+
+@pytest.mark.parametrize("video", [False, True], ids=["png", "video"])
+def test_many_files_and_chunks(tmp_path, video):
+    """A file per episode (size limit 0) and 2 files per chunk: the reader follows the episode metadata."""
+    root = write_dataset(str(tmp_path / "ds"), lengths=(4, 5, 6, 7, 3), video=video, data_files_size_in_mb=0,
+                         video_files_size_in_mb=0, chunks_size=2)
+    data = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(f"{root}/data") for f in fs)
+    assert data == ["data/chunk-000/file-000.parquet", "data/chunk-000/file-001.parquet",
+                    "data/chunk-001/file-000.parquet", "data/chunk-001/file-001.parquet",
+                    "data/chunk-002/file-000.parquet"]
+    if video:
+        assert os.path.isfile(f"{root}/videos/{WRIST}/chunk-002/file-000.mp4")
+    d = LeRobotData(root)
+    i = 0
+    for e, n in enumerate((4, 5, 6, 7, 3)):
+        for t in range(n):
+            np.testing.assert_array_equal(d.columns["action"][i], fixture_action(e, t))
+            assert np.abs(d.image(WRIST, i).astype(int) - 10 * t).max() <= (2 if video else 0)
+            i += 1

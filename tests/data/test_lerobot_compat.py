@@ -23,11 +23,13 @@ PYTHON = os.environ.get("VLAJAX_LEROBOT_PYTHON", "")
 
 
 @pytest.mark.skipif(not os.path.isfile(PYTHON), reason="set VLAJAX_LEROBOT_PYTHON to a python with lerobot")
-@pytest.mark.parametrize("video", [False, True], ids=["png", "video"])
-def test_lerobot_opens_what_we_write(tmp_path, video):
+@pytest.mark.parametrize("video, split", [(False, False), (True, False), (True, True)],
+                         ids=["png", "video", "video-many-files"])
+def test_lerobot_opens_what_we_write(tmp_path, video, split):
     tasks = ["put the red cube in the bowl", "push the green block left", "put the red cube in the bowl",
              "open the drawer"]
-    root = write_dataset(str(tmp_path / "ds"), lengths=(6, 7, 8, 5), tasks=tasks, video=video)
+    sizes = dict(data_files_size_in_mb=0, video_files_size_in_mb=0, chunks_size=2) if split else {}
+    root = write_dataset(str(tmp_path / "ds"), lengths=(6, 7, 8, 5), tasks=tasks, video=video, **sizes)
     out = subprocess.run([PYTHON, os.path.join(os.path.dirname(__file__), "lerobot_dump.py"), root],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
