@@ -25,6 +25,7 @@ from vlajax.models.heads import (
     value,
 )
 from vlajax.models.observation import Observation, fake_observation
+from vlajax.models.policy import PolicyOutput, clip_actions, log_prob, sample, sft_loss
 from vlajax.models.quantize import dequantize_params, quantize_params
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
@@ -40,6 +41,8 @@ __all__ = [
     "TokenSample", "token_loss", "token_sample", "token_chunk_log_prob", "actions_to_bins", "bins_to_actions",
     # value head
     "value",
+    # head-agnostic policy API (SFT / RL)
+    "PolicyOutput", "sample", "log_prob", "sft_loss", "clip_actions",
     # FP8 post-training quantization
     "quantize_params", "dequantize_params",
 ]
