@@ -99,3 +99,30 @@ def test_resume_through_checkpointer_continues_at_the_next_batch(data, tmp_path)
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)
         np.testing.assert_array_equal(got["images"]["agentview"], want["images"]["agentview"])
     fresh.close()
+
+
+def test_prefetch_overlaps_reading_with_the_consumer(data):
+    """Reading a batch takes ~40 ms (sleep in the transform) and so does the consumer's step:
+    with grain reading in the caller (num_threads=0) only the loader's thread can overlap them, so
+    10 batches take ~0.4 s with prefetch and ~0.8 s without."""
+    import time
+
+    src = ActionChunkSource(data, 2)
+
+    def slow(s):
+        time.sleep(0.01)
+        return TF(s)
+
+    def run(prefetch):
+        ds = make_dataset(src, slow, SPEC, "fixed", 4, num_threads=0, process_index=0, process_count=1)
+        it = Loader(ds, None, prefetch=prefetch)
+        next(it)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            next(it)
+            time.sleep(0.04)  # the "train step"
+        it.close()
+        return time.perf_counter() - t0
+
+    serial, overlapped = run(0), run(2)
+    assert serial > 0.7 and overlapped < 0.75 * serial, (serial, overlapped)
