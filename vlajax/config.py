@@ -154,6 +154,7 @@ class ModelConfig:
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype
     attention: Literal["auto", "xla", "cudnn", "te"] = "auto"  # auto: te on GPU with TE, else xla
     fp8: Literal["none", "flax", "te"] = "none"  # FP8 matmuls: flax's emulated ops or Transformer Engine
+    remat: bool = False  # recompute each transformer block in the backward pass (saves activation memory)
 
     def __post_init__(self):
         for f in ("image_size", "patch_size", "num_cameras", "vit_width", "vit_depth", "vit_heads", "width",

@@ -172,3 +172,18 @@ def test_bfloat16_model_samples_and_trains():
     actions = jnp.zeros((B, 4, 7))
     g = jax.jit(jax.grad(lambda v: heads.flow_loss(model, v, obs, actions, jax.random.key(21))[0]))(variables)
     assert all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in jax.tree.leaves(g))
+
+
+def test_remat_gives_the_same_gradients():
+    cfg = dataclasses.replace(ModelConfig(), depth=1, vit_depth=1)
+    obs = fake_observation(jax.random.key(0), 2, cfg)
+    actions = jnp.zeros((2, 4, 7))
+    grads = []
+    for remat in (False, True):
+        model = VLA(dataclasses.replace(cfg, remat=remat))
+        variables = jax.jit(model.init)(jax.random.key(1), obs)
+        loss = lambda v, m=model: heads.flow_loss(m, v, obs, actions, jax.random.key(2))[0]  # noqa: E731
+        grads.append(jax.jit(jax.grad(loss))(variables))
+    assert jax.tree.structure(grads[0]) == jax.tree.structure(grads[1])
+    for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

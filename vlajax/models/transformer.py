@@ -133,10 +133,12 @@ class Stack(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     dot_general_cls: Any = None
+    remat: bool = False
 
     def setup(self):
+        block_cls = nn.remat(Block) if self.remat else Block
         self.blocks = [
-            Block(
+            block_cls(
                 self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_dim, self.rope_max_wavelength,
                 self.causal, self.backend, self.dtype, self.param_dtype, self.dot_general_cls, name=f"block_{i}",
             )

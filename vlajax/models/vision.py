@@ -51,6 +51,7 @@ class ViT(nn.Module):
     num_heads: int
     mlp_dim: int
     out_width: int
+    backend: str = "xla"
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -72,8 +73,8 @@ class ViT(nn.Module):
         head_dim = self.width // self.num_heads
         for i in range(self.depth):
             y = _layer_norm(f"block_{i}_ln1", self.param_dtype)(x)
-            y, _ = Attention(self.num_heads, self.num_heads, head_dim, use_rope=False, name=f"block_{i}_attn",
-                             **kw)(y, seg, pos)
+            y, _ = Attention(self.num_heads, self.num_heads, head_dim, use_rope=False, backend=self.backend,
+                             name=f"block_{i}_attn", **kw)(y, seg, pos)
             x = x + y
             y = _layer_norm(f"block_{i}_ln2", self.param_dtype)(x)
             x = constrain(x + _MLP(self.mlp_dim, name=f"block_{i}_mlp", **kw)(y), ("act_batch", "act_len", "act_embed"))

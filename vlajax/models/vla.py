@@ -51,13 +51,14 @@ class VLA(nn.Module):
         backend = resolve_backend(c.attention)
         kw = dict(dtype=dt, param_dtype=pdt)
         self.vision = ViT(c.image_size, c.patch_size, c.vit_width, c.vit_depth, c.vit_heads, c.vit_mlp_dim,
-                          c.width, **kw)
+                          c.width, backend=backend, **kw)
         self.embed = nn.Embed(c.vocab_size, c.width, embedding_init=nn.with_logical_partitioning(
             nn.initializers.normal(1.0), ("vocab", "embed")), **kw)
         if c.use_state_token:
             self.state_proj = dense(c.width, (None, "embed"), use_bias=True, **kw)
         stack = dict(depth=c.depth, num_heads=c.num_heads, num_kv_heads=c.num_kv_heads, head_dim=c.head_dim,
-                     rope_max_wavelength=c.rope_max_wavelength, backend=backend, dot_general_cls=dgc, **kw)
+                     rope_max_wavelength=c.rope_max_wavelength, backend=backend, dot_general_cls=dgc,
+                     remat=c.remat, **kw)
         self.llm = Stack(mlp_dim=c.mlp_dim, **stack)
         if c.action_head == "flow":
             self.expert = Stack(mlp_dim=c.expert_mlp_dim, **stack)
