@@ -342,3 +342,17 @@ def test_many_files_and_chunks(tmp_path, video):
             np.testing.assert_array_equal(d.columns["action"][i], fixture_action(e, t))
             assert np.abs(d.image(WRIST, i).astype(int) - 10 * t).max() <= (2 if video else 0)
             i += 1
+
+
+def test_inspect_cli(tmp_path, capsys):
+    from vlajax.data.__main__ import main
+
+    assert main([FIXTURE, "--check-all"]) == 0
+    out = capsys.readouterr().out
+    assert "LeRobot v3.0, 10 fps, 3 episodes, 21 frames, 2 tasks" in out
+    assert "decoded 42 camera frames" in out and TASKS[1] in out
+    root = write_dataset(str(tmp_path / "ds"))
+    path = f"{root}/data/chunk-000/file-000.parquet"
+    os.remove(path)
+    assert main([root]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {path}: missing file"
