@@ -74,3 +74,14 @@ def test_dataset_that_does_not_fit_the_model_is_an_error(root):
         make_loader(_cfg(root, drop_cameras=("top",)), None)
     with pytest.raises(DatasetError, match="meta/info.json: missing file"):
         make_loader(_cfg(root + "/meta"), None)
+
+
+def test_auto_packing_never_needs_more_tokens_than_fixed_on_tiny_batches(root):
+    # 4 samples of ~44 tokens on dp=4: rows come in multiples of 4, and 4 rows of 2 x 56 would be
+    # 448 tokens > 4 x 56 = 224; rows of 56 give 224.
+    cfg = _cfg(root, batching="packed")
+    cfg = cfg.replace(data=dataclasses.replace(cfg.data, batch_size=4))
+    loader, info = make_loader(cfg, _mesh())
+    b = next(loader)
+    loader.close()
+    assert (info.rows, info.row_len) == (4, info.spec.length) and b["segment_ids"].shape == (4, 56)

@@ -134,7 +134,12 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
         n = min(len(src), 256)
         picks = np.random.default_rng(cfg.data.shuffle_seed).choice(len(src), n, replace=False)
         mean = float(np.mean([spec.num_tokens(transform(src[int(i)])) for i in picks]))
-        rows = packed_rows(mean, d.batch_size, row_len, math.lcm(dp, pc))
+        m = math.lcm(dp, pc)
+        if d.pack_row_len:
+            rows = packed_rows(mean, d.batch_size, row_len, m)
+        else:  # rows of 2 x or 1 x prefix_len, whichever carries fewer tokens (ties: 2 x packs better)
+            rows, row_len = min(((packed_rows(mean, d.batch_size, t, m), t) for t in (2 * spec.length, spec.length)),
+                                key=lambda rt: (rt[0] * rt[1], -rt[1]))
     if d.batching == "packed" and rows % math.lcm(dp, pc):
         raise ValueError(f"data.pack_rows={rows} is not divisible by mesh dp={dp} and {pc} processes")
     if d.batching == "dynamic" and pc > 1:
