@@ -212,12 +212,12 @@ def test_train_step_must_take_every_micro_batch_and_the_last_version_reaches_rol
 def test_sync_loop_reports_alternating_idle_ratios():
     from vlajax.pipeline.metrics import Timeline, summarize
 
-    tl = Timeline()
+    tl, marks = Timeline(), []
     cfg = AsyncConfig(require_batches=1)
     run_sync(cfg, sample_step=toy.ToySampler(0, call_s=0.1), train_step=toy.ToyTrainer(update_s=0.1),
-             get_params=toy.get_params, state=toy.init_state(0), num_updates=4, samples_per_step=B, mini_batch=B,
-             timeline=tl)
-    m = summarize(tl)
+             get_params=toy.get_params, state=toy.init_state(0), num_updates=5, samples_per_step=B, mini_batch=B,
+             timeline=tl, on_update=lambda rec: marks.append(tl.now()))
+    m = summarize(tl, marks[0], marks[-1])  # after the first update (compilation excluded)
     # Rollout (0.1 s + compute) and training (0.1 s + compute) alternate: each idles while the other works.
     assert 0.25 < m["trainer/idle_ratio"] < 0.75 and 0.25 < m["rollouter/idle_ratio"] < 0.75
     assert m["trainer/idle_ratio"] + m["rollouter/idle_ratio"] > 0.9
