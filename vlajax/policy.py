@@ -1,0 +1,192 @@
+"""The bridge between the simulator and the VLA: env observations in, robot actions out.
+
+Every consumer of a trained policy (closed-loop eval, the RL rollout, demos replay) goes
+through one `Bridge`. It holds only constants (the model config, the camera names, the
+dataset's normalization statistics and the tokenized instructions of every task), so its
+methods are pure and jittable; close over the bridge, never pass it as a traced argument.
+
+    bridge = Bridge.from_data(cfg, info)              # training: from the loader's DataInfo
+    bridge = Bridge.load(ckpt_dir)                    # eval / RL: from <ckpt_dir>/policy.json
+    obs = bridge.observation(state.obs, task_id)      # -> models.Observation (normalized)
+    obs = bridge.observation_from_state(state)        # same, task ids from state.info['episode']
+    actions = bridge.act(model, variables, state, rng)  # -> env actions float32 [B, H, 4] in [-1, 1]
+    env_actions = bridge.env_actions(model_actions)   # normalized [B, H, A] -> robot [B, H, 4]
+
+Conventions (the same as training, see `vlajax.data.build.make_transform`):
+  images    env `pixels/<camera>` uint8 [B, h, w, 3] -> float32 [0, 1], resized to
+            `model.image_size` if needed; cameras = the ones the model was trained on.
+  text      `env.instructions[instruction_id]` of task `task_id`, tokenized by the packaged
+            tokenizer (`vlajax.models.tokenizer`) to `model.max_text_len` (a table lookup).
+  state     env `state` [B, 8] normalized with the dataset stats (`data.state_norm`), padded
+            to `model.state_dim`.
+  actions   model actions [B, H, A] (normalized) -> unnormalized with the dataset stats
+            (`data.action_norm`), first `env_action_dim` dims, clipped to [-1, 1].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax.config import ModelConfig
+from vlajax.data.normalize import NormStats, unnormalize
+from vlajax.models import heads
+from vlajax.models.observation import Observation
+
+__all__ = ["Bridge", "POLICY_FILE", "instruction_table"]
+
+POLICY_FILE = "policy.json"
+EPS = 1e-6
+
+
+def instruction_table(max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens int32 [num_tasks, num_instructions, max_len] and mask bool [...] for every task's
+    `instructions()` (indexed by `tasks.TASKS` position and the env's `instruction_id`)."""
+    from vlajax.envs.tabletop import tasks
+    from vlajax.models.tokenizer import encode_batch
+
+    per_task = [encode_batch(t.instructions(), max_len) for t in tasks.TASKS]
+    n = max(len(p[0]) for p in per_task)
+    ids = np.zeros((len(per_task), n, max_len), np.int32)
+    mask = np.zeros((len(per_task), n, max_len), bool)
+    for i, (t, m) in enumerate(per_task):
+        ids[i, : len(t)], mask[i, : len(m)] = t, m
+    return ids, mask
+
+
+def _stats_to_json(s: NormStats) -> dict[str, list[float]]:
+    return {k: np.asarray(getattr(s, k), np.float64).tolist() for k in ("mean", "std", "q01", "q99")}
+
+
+def _stats_from_json(d: dict) -> NormStats:
+    return NormStats(**{k: np.asarray(d[k], np.float32) for k in ("mean", "std", "q01", "q99")})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Bridge:
+    """Env observation -> `Observation`, model actions -> env actions (see the module docstring)."""
+
+    model: ModelConfig
+    cameras: tuple[str, ...]  # cameras the model reads (sorted); env keys are 'pixels/<camera>'
+    norm: dict[str, NormStats]  # 'actions', 'state': the training dataset's statistics
+    action_norm: str = "quantile"
+    state_norm: str = "mean_std"
+    env_action_dim: int = 4  # dims sent to the env (the first ones of the model's action_dim)
+
+    def __post_init__(self):
+        if tuple(sorted(self.cameras)) != tuple(self.cameras):
+            raise ValueError(f"Bridge.cameras must be sorted (the model reads them sorted): {self.cameras}")
+        if set(self.norm) != {"actions", "state"}:
+            raise ValueError(f"Bridge.norm needs 'actions' and 'state' statistics, got {sorted(self.norm)}")
+        ids, mask = instruction_table(self.model.max_text_len)
+        object.__setattr__(self, "_tokens", ids)
+        object.__setattr__(self, "_token_mask", mask)
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_data(cls, cfg, info) -> Bridge:
+        """From a `TrainConfig` and the `DataInfo` of its loader (`vlajax.data.make_loader`)."""
+        return cls(cfg.model, tuple(info.cameras), dict(info.norm), cfg.data.action_norm, cfg.data.state_norm,
+                   env_action_dim=min(cfg.model.action_dim, 4))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": dataclasses.asdict(self.model),
+            "cameras": list(self.cameras),
+            "norm": {k: _stats_to_json(v) for k, v in self.norm.items()},
+            "action_norm": self.action_norm,
+            "state_norm": self.state_norm,
+            "env_action_dim": self.env_action_dim,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Bridge:
+        return cls(ModelConfig(**d["model"]), tuple(d["cameras"]),
+                   {k: _stats_from_json(v) for k, v in d["norm"].items()},
+                   d["action_norm"], d["state_norm"], int(d.get("env_action_dim", 4)))
+
+    def save(self, directory: str) -> str:
+        """Write `<directory>/policy.json` atomically. -> its path."""
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, POLICY_FILE)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, directory: str) -> Bridge:
+        """From `<directory>/policy.json` (a checkpoint directory written by SFT)."""
+        path = os.path.join(directory, POLICY_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: missing (a checkpoint directory written by `vlajax.train sft` has it)")
+        with open(path) as f:
+            return cls.from_json(json.load(f))
+
+    # ---------------------------------------------------------------- inputs
+
+    def tokens(self, task_id, instruction_id) -> tuple[jax.Array, jax.Array]:
+        """Instruction tokens int32 [B, L] and mask bool [B, L] (ids: int [B], may be traced)."""
+        tid = jnp.asarray(task_id, jnp.int32)
+        iid = jnp.asarray(instruction_id, jnp.int32)
+        return jnp.asarray(self._tokens)[tid, iid], jnp.asarray(self._token_mask)[tid, iid]
+
+    def normalize_state(self, state) -> jax.Array:
+        s = self.norm["state"]
+        state = jnp.asarray(state, jnp.float32)
+        if self.state_norm == "mean_std":
+            out = (state - s.mean) / (s.std + EPS)
+        else:
+            out = 2.0 * (state - s.q01) / (s.q99 - s.q01 + EPS) - 1.0
+        pad = self.model.state_dim - out.shape[-1]
+        return jnp.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, pad)]) if pad > 0 else out[..., : self.model.state_dim]
+
+    def observation(self, env_obs: dict[str, jax.Array], task_id) -> Observation:
+        """Batched pixels observation `{'pixels/<cam>': uint8 [B,h,w,3], 'state': [B,8],
+        'instruction_id': int [B]}` and task ids int [B] (or a scalar) -> `Observation`."""
+        b = env_obs["state"].shape[0]
+        n = self.model.image_size
+        images, masks = {}, {}
+        for c in self.cameras:
+            key = f"pixels/{c}"
+            if key not in env_obs:
+                raise KeyError(f"the policy reads camera {c!r} but the env observation has {sorted(env_obs)}")
+            img = jnp.asarray(env_obs[key]).astype(jnp.float32) / 255.0
+            if img.shape[1:3] != (n, n):
+                img = jax.image.resize(img, (b, n, n, 3), "bilinear")
+            images[c], masks[c] = img, jnp.ones((b,), bool)
+        task_id = jnp.broadcast_to(jnp.asarray(task_id, jnp.int32), (b,))
+        tokens, token_mask = self.tokens(task_id, env_obs["instruction_id"])
+        return Observation(images, masks, tokens, token_mask, self.normalize_state(env_obs["state"]))
+
+    def observation_from_state(self, state) -> Observation:
+        """`observation(state.obs, state.info['episode']['task_id'])` for a batched env `State`."""
+        return self.observation(state.obs, state.info["episode"]["task_id"])
+
+    # ---------------------------------------------------------------- outputs
+
+    def env_actions(self, actions) -> jax.Array:
+        """Normalized model actions [..., A] -> env actions [..., env_action_dim] in [-1, 1]."""
+        raw = unnormalize(jnp.asarray(actions, jnp.float32), self.norm["actions"], self.action_norm)
+        return jnp.clip(raw[..., : self.env_action_dim], -1.0, 1.0)
+
+    def act(self, model, variables, state_or_obs, rng, *, task_id=None, deterministic: bool = True) -> jax.Array:
+        """Env actions float32 [B, H, env_action_dim] for a batched env `State` (or an env
+        observation dict plus `task_id`). deterministic: the ODE sampler / argmax tokens."""
+        if isinstance(state_or_obs, dict):
+            obs = self.observation(state_or_obs, task_id)
+        else:
+            obs = self.observation_from_state(state_or_obs)
+        if self.model.action_head == "flow":
+            out = heads.flow_sample(model, variables, obs, rng, sampler="ode" if deterministic else None)
+        else:
+            out = heads.token_sample(model, variables, obs, rng, temperature=0.0 if deterministic else 1.0)
+        return self.env_actions(out.actions)
