@@ -268,7 +268,7 @@ class _BatchIterator(grain.DatasetIterator):
                 batch = collate(samples, p.spec, p.slots)
                 template = template or batch
             else:  # the stream ended: an all-empty group shaped like the first
-                batch = jax_tree_zeros(template)
+                batch = _zeros_like_batch(template)
                 batch["index"] = np.full(p.slots, -1, np.int32)
             if p.mode == "fixed":
                 batch.update(fixed_layout(valid, len(samples)))
@@ -289,9 +289,9 @@ class _BatchIterator(grain.DatasetIterator):
         self._done = False
 
 
-def jax_tree_zeros(tree: dict[str, Any]) -> dict[str, Any]:
+def _zeros_like_batch(tree: dict[str, Any]) -> dict[str, Any]:
     """Zeros shaped like a (nested dict) batch."""
-    return {k: jax_tree_zeros(v) if isinstance(v, dict) else np.zeros_like(v) for k, v in tree.items()}
+    return {k: _zeros_like_batch(v) if isinstance(v, dict) else np.zeros_like(v) for k, v in tree.items()}
 
 
 def _concat_groups(parts: list[dict[str, Any]], group_tokens: int) -> dict[str, Any]:
