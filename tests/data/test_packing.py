@@ -246,3 +246,11 @@ def test_packed_flow_velocity_equals_padded_per_sample_through_the_model():
         return model.apply(v, KVCache(k, vv, own, p), x_t, t, method=VLA.velocity)[0]
 
     np.testing.assert_allclose(np.asarray(packed_velocity(variables)), np.asarray(padded(variables)), atol=3e-5)
+
+
+def test_stream_end_leaves_later_groups_empty():
+    (b,) = batches(WORKED, "packed", 8, rows=4, row_len=12, groups=2)  # 3 samples, 2 groups of 4 slots
+    np.testing.assert_array_equal(b["sample_mask"], [True, True, True, False, False, False, False, False])
+    np.testing.assert_array_equal(b["index"], [0, 1, 2, -1, -1, -1, -1, -1])
+    assert b["segment_ids"][2:].sum() == 0 and b["images"]["a"].shape == (8, 4, 4, 3)
+    _check_lossless(b, SPEC)
