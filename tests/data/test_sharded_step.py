@@ -63,3 +63,25 @@ def _observation(batch):
 
     return Observation({c: v.astype(jnp.float32) / 255 for c, v in batch["images"].items()}, batch["image_masks"],
                        batch["tokens"], batch["token_mask"], batch["state"])
+
+
+def test_grouped_gather_has_no_collectives_when_groups_match_the_shards():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from vlajax.sharding import make_mesh
+
+    mesh = make_mesh(MeshConfig(dp=4), jax.devices()[:4])
+    dp = NamedSharding(mesh, P("dp"))
+    n, length, w, r, t = 16, 8, 4, 8, 16
+    emb = jax.device_put(np.ones((n, length, w), np.float32), dp)
+    counts = {}
+    for groups in (1, 4):
+        ng, rg = n // groups, r // groups
+        idx = np.concatenate([np.arange(rg * t).reshape(rg, t) % (ng * length) + g * ng * length
+                              for g in range(groups)]).astype(np.int32)
+        seg = np.ones((r, t), np.int32)
+        hlo = jax.jit(gather_prefix, static_argnums=3).lower(
+            emb, jax.device_put(idx, dp), jax.device_put(seg, dp), groups).compile().as_text()
+        counts[groups] = sum(hlo.count(op) for op in ("all-gather", "all-reduce", "all-to-all", "collective-permute"))
+    assert counts[4] == 0 and counts[1] > 0, counts  # one group per device: every gather is on-device
