@@ -55,10 +55,9 @@ def test_modes_give_model_ready_batches(root, mode):
 def test_packing_groups_keep_enough_samples_per_group():
     from vlajax.data.build import packing_groups
 
-    assert packing_groups(64, 8) == 8  # 8 samples per device-group
-    assert packing_groups(32, 8) == 4  # 8 per group, each group on 2 devices
-    assert packing_groups(8, 8) == 1  # 1 sample per device: pack across the whole process
-    assert packing_groups(48, 4) == 4 and packing_groups(24, 4) == 2
+    assert packing_groups(64, 8) == 8  # 8 samples per device: one group each
+    assert packing_groups(32, 8) == 1  # 4 per device would pack badly: one group for the process
+    assert packing_groups(48, 4) == 4 and packing_groups(24, 4) == 1 and packing_groups(64, 1) == 1
 
 
 def test_auto_rows_formula():

@@ -1,5 +1,5 @@
-"""Global batches from `make_loader` feed a jitted, dp-sharded model computation: packed (2 packing
-groups over 4 devices) and fixed padding give the same per-sample flow velocities."""
+"""Global batches from `make_loader` feed a jitted, dp-sharded model computation: packed (4 packing
+groups, one per device) and fixed padding give the same per-sample flow velocities."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_packed_global_batch_matches_fixed_per_sample(tmp_path):
     out = {}
     for mode in ("fixed", "packed"):
         cfg = base.replace(mesh=MeshConfig(dp=4), data=dataclasses.replace(
-            base.data, dataset_dir=root, batch_size=16, batching=mode, drop_cameras=(), shuffle_seed=7))
+            base.data, dataset_dir=root, batch_size=32, batching=mode, drop_cameras=(), shuffle_seed=7))
         loader, info = make_loader(cfg, mesh)
         batch = next(loader)
         loader.close()
@@ -51,7 +51,7 @@ def test_packed_global_batch_matches_fixed_per_sample(tmp_path):
         assert v.sharding.spec[0] == "dp"
         out[mode] = {int(i): np.asarray(v)[n] for n, i in enumerate(np.asarray(batch["index"])) if i >= 0}
         if mode == "packed":
-            assert info.groups == 2 and batch["segment_ids"].shape[0] == info.rows
+            assert info.groups == 4 and batch["segment_ids"].shape[0] == info.rows
     common = sorted(set(out["fixed"]) & set(out["packed"]))
     assert len(common) >= 8
     for i in common:

@@ -103,13 +103,10 @@ def packed_rows(mean_tokens: float, slots: int, row_len: int, multiple: int) -> 
 
 
 def packing_groups(slots: int, shards: int, min_slots: int = 8) -> int:
-    """Packing groups for one process: the most (a divisor of its data shards, so each group sits
-    on whole devices and `gather_prefix` stays local) that still leave `min_slots` samples each
-    (fewer samples per group pack worse)."""
-    for g in range(shards, 0, -1):
-        if shards % g == 0 and slots % g == 0 and slots // g >= min_slots:
-            return g
-    return 1
+    """Packing groups for one process: one per data shard (device) when each still gets
+    `min_slots` samples, so that `gather_prefix` compiles without collectives; else 1 (a group
+    spanning several devices gains no locality, XLA all-gathers either way, and packs worse)."""
+    return shards if shards > 1 and slots % shards == 0 and slots // shards >= min_slots else 1
 
 
 def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
