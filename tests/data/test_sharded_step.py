@@ -24,7 +24,7 @@ def _velocities(model, variables, batch, groups):
     rows = gather_prefix(emb, batch["prefix_index"], seg, groups)
     _, cache = model.apply(variables, rows, seg, pos, method=VLA.encode_prefix)
     (k, v, p), own = rows_to_samples((cache.k, cache.v, cache.positions), seg, batch["sample_row"],
-                                     batch["sample_segment"])
+                                     batch["sample_segment"], groups)
     x = batch["actions"]
     return model.apply(variables, KVCache(k, v, own, p), x, jnp.full(x.shape[:1], 0.4), method=VLA.velocity)[0]
 
@@ -65,7 +65,7 @@ def _observation(batch):
                        batch["tokens"], batch["token_mask"], batch["state"])
 
 
-def test_grouped_gather_has_no_collectives_when_groups_match_the_shards():
+def test_grouped_gathers_have_no_collectives_when_groups_match_the_shards():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -81,7 +81,13 @@ def test_grouped_gather_has_no_collectives_when_groups_match_the_shards():
         idx = np.concatenate([np.arange(rg * t).reshape(rg, t) % (ng * length) + g * ng * length
                               for g in range(groups)]).astype(np.int32)
         seg = np.ones((r, t), np.int32)
-        hlo = jax.jit(gather_prefix, static_argnums=3).lower(
-            emb, jax.device_put(idx, dp), jax.device_put(seg, dp), groups).compile().as_text()
+        rows_of = np.repeat(np.arange(r), n // r).astype(np.int32)  # 2 samples per row, group-local
+
+        def f(e, i, s, sr, g):
+            rows = gather_prefix(e, i, s, g)
+            return rows_to_samples(rows, s, sr, jnp.ones_like(sr), g)
+
+        hlo = jax.jit(f, static_argnums=4).lower(emb, jax.device_put(idx, dp), jax.device_put(seg, dp),
+                                                 jax.device_put(rows_of, dp), groups).compile().as_text()
         counts[groups] = sum(hlo.count(op) for op in ("all-gather", "all-reduce", "all-to-all", "collective-permute"))
     assert counts[4] == 0 and counts[1] > 0, counts  # one group per device: every gather is on-device

@@ -377,18 +377,27 @@ def scatter_prefix(rows, prefix_index, segment_ids, num_samples: int, length: in
     return out[:-1].reshape(num_samples, length, w)
 
 
-def rows_to_samples(rows_tree, segment_ids, sample_row, sample_segment):
+def rows_to_samples(rows_tree, segment_ids, sample_row, sample_segment, groups: int = 1):
     """Per-row prefix results -> per-sample views, for the action suffix of packed batches.
 
     rows_tree: arrays with leading dim R (e.g. each layer's keys/values [R, T, KVH, D] and the
     row positions [R, T]); returns the same arrays with leading dim N (row `sample_row[n]` for
     sample n) and segment ids int32 [N, T] that are 1 exactly on sample n's own prefix tokens.
     A suffix that attends to these with segment id 1 and positions starting at the sample's
-    token count sees what it would see after the sample's unpacked prefix.
+    token count sees what it would see after the sample's unpacked prefix. `groups` as in
+    `gather_prefix` (each group's samples read only its own rows: no collectives).
     """
     import jax
     import jax.numpy as jnp
 
-    take = lambda x: jnp.take(x, sample_row, axis=0)
+    r = segment_ids.shape[0]
+    n = sample_row.shape[0]
+    local = sample_row.reshape(groups, n // groups) - (jnp.arange(groups) * (r // groups))[:, None]
+
+    def take(x):
+        xg = x.reshape(groups, r // groups, *x.shape[1:])
+        out = jax.vmap(lambda a, i: jnp.take(a, i, axis=0, mode="clip"))(xg, local)
+        return out.reshape(n, *x.shape[1:])
+
     own = (take(segment_ids) == sample_segment[:, None]) & (sample_segment[:, None] > 0)
     return jax.tree.map(take, rows_tree), own.astype(jnp.int32)
