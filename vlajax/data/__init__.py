@@ -18,6 +18,7 @@ _API = {
     "PackedBatchDataset": "vlajax.data.packing",
     "gather_prefix": "vlajax.data.packing",
     "scatter_prefix": "vlajax.data.packing",
+    "rows_to_samples": "vlajax.data.packing",
     "Loader": "vlajax.data.loader",
     "make_dataset": "vlajax.data.loader",
     "make_loader": "vlajax.data.build",

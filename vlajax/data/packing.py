@@ -24,9 +24,14 @@ text slots are holes. Every mode emits the same keys; only the layout arrays dif
            `max_segments` per row; a batch is emitted when the next sample fits nowhere (its
            tokens or the N slots are full), so the number of samples per batch varies.
 
+A batch may be several independent packing `groups` concatenated along dim 0 (a group's rows
+hold only its own samples); with one group per device the gathers below stay on-device.
+
 The model consumes a batch as `emb = embed_prefix(obs)` [N, length, W] ->
-`gather_prefix(emb, prefix_index, segment_ids)` [R, T, W] -> `encode_prefix(x, segment_ids,
-positions)`: attention with segment ids is then exactly per sample.
+`gather_prefix(emb, prefix_index, segment_ids, groups)` [R, T, W] -> `encode_prefix(x,
+segment_ids, positions)`: attention with segment ids is then exactly per sample. The action
+suffix of sample n attends to `rows_to_samples(cache arrays, segment_ids, sample_row,
+sample_segment, groups)`: its row's keys/values, segment 1 on its own tokens only.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from typing import Any, Literal
 import grain
 import numpy as np
 
-__all__ = ["PrefixSpec", "Batching", "collate", "layout", "PackedBatchDataset", "gather_prefix", "scatter_prefix"]
+__all__ = [
+    "PrefixSpec", "Batching", "collate", "layout", "PackedBatchDataset", "gather_prefix", "scatter_prefix",
+    "rows_to_samples",
+]
 
 Batching = Literal["fixed", "dynamic", "packed"]
 
