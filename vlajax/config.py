@@ -237,12 +237,14 @@ class DataConfig:
     max_segments_per_row: int = 0  # packed: samples per row at most (0 = no limit)
     action_norm: Literal["quantile", "mean_std"] = "quantile"  # actions: q01/q99 -> [-1, 1], or z-score
     state_norm: Literal["quantile", "mean_std"] = "mean_std"  # proprioceptive state normalization
+    camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
 
     def __post_init__(self):
         _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
         _check(self.num_threads >= 0 and self.prefetch >= 0, "data.num_threads and data.prefetch must be >= 0")
         _check(min(self.pack_rows, self.pack_row_len, self.max_segments_per_row) >= 0,
                "data.pack_rows, data.pack_row_len and data.max_segments_per_row must be >= 0 (0 = automatic)")
+        _check(0.0 <= self.camera_dropout < 1.0, f"data.camera_dropout must be in [0, 1), got {self.camera_dropout}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,3 +84,14 @@ def test_auto_packing_never_needs_more_tokens_than_fixed_on_tiny_batches(root):
     b = next(loader)
     loader.close()
     assert (info.rows, info.row_len) == (4, info.spec.length) and b["segment_ids"].shape == (4, 56)
+
+
+def test_camera_dropout_makes_prefixes_shorter_but_keeps_a_camera(root):
+    loader, info = make_loader(_cfg(root, batching="fixed", camera_dropout=0.5), None)
+    b = next(loader)
+    loader.close()
+    agent, wrist = b["image_masks"]["agentview"], b["image_masks"]["wrist"]
+    assert agent.all() and 0 < wrist.sum() < len(wrist)  # 'agentview' (first) is never dropped
+    loader, _ = make_loader(_cfg(root, batching="fixed", camera_dropout=0.5), None, train=False)
+    assert next(loader)["image_masks"]["wrist"].all()  # evaluation input is untouched
+    loader.close()

@@ -5,7 +5,8 @@
     actions = unnormalize(pred, info.norm["actions"], cfg.data.action_norm)
 
 Order of the per-sample transforms: camera selection (`data.drop_cameras`) -> resize to
-`model.image_size` -> augmentation (`data.augment`) -> tokenization (`model.max_text_len`) ->
+`model.image_size` -> camera dropout (`data.camera_dropout`; training only, never the first
+camera) -> augmentation (`data.augment`) -> tokenization (`model.max_text_len`) ->
 normalization with the dataset's `meta/stats.json` (errors, never skipped, when missing).
 `data.batch_size` is the number of sample slots per global batch in every mode; in packed
 mode `data.pack_rows` rows of `data.pack_row_len` tokens hold them (0 = sized from the mean
@@ -32,6 +33,7 @@ from vlajax.data.transforms import (
     Compose,
     Group,
     Normalize,
+    RandomDropCamera,
     ResizeImages,
     SelectCameras,
     Tokenize,
@@ -88,8 +90,11 @@ def _cameras(cfg: TrainConfig, src: ActionChunkSource) -> tuple[str, ...]:
 
 def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
                    train: bool = True) -> Group:
-    """inputs: select cameras, resize, (augment), tokenize, normalize; outputs: unnormalize."""
+    """inputs: select cameras, resize, (camera dropout, augment), tokenize, normalize; outputs: unnormalize."""
     steps = [SelectCameras(keep=cameras), ResizeImages(cfg.model.image_size)]
+    if train and cfg.data.camera_dropout > 0:  # never the first camera: every sample keeps one
+        p = cfg.data.camera_dropout
+        steps += [RandomDropCamera(c, p, seed=cfg.seed + 1 + k) for k, c in enumerate(cameras[1:])]
     if train and cfg.data.augment:
         steps.append(AugmentImages(seed=cfg.seed))
     steps += [Tokenize(cfg.model.max_text_len), Normalize(norm, cfg.data.state_norm, cfg.data.action_norm)]
