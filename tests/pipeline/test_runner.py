@@ -120,9 +120,7 @@ def test_partial_rollouts_record_mixed_versions():
     spans = [s for h in runner.history for s in h["span"]]
     assert max(spans) >= 1  # episodes in flight continued under new weights
     assert runner.summary()["partial/version_span_max"] == max(spans)
-    for h in runner.history:
-        for s, sp in zip(h["staleness"], h["span"]):
-            assert s <= 1 + sp  # the pacing bound, plus the span a partial rollout adds
+    assert max(s for h in runner.history for s in h["staleness"]) <= 1  # ceil(threshold), spans included
 
 
 @pytest.mark.timeout(60)

@@ -109,6 +109,4 @@ def test_slots_with_partial_rollout_mix_versions():
     assert runner.run(timeout=100) == "done"
     spans = [sp for h in runner.history for sp in h["span"]]
     assert max(spans) >= 1
-    for h in runner.history:
-        for s, sp in zip(h["staleness"], h["span"]):
-            assert s <= 1 + sp
+    assert max(s for h in runner.history for s in h["staleness"]) <= 1  # the bound holds for partial rollouts too

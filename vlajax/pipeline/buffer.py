@@ -5,16 +5,22 @@ produced it (one per decision; several when a partial rollout crossed a weight u
 
 Pacing (verl fully-async, ALGORITHMS.md "Asynchrony knobs"). Let
 `W = trigger_parameter_sync_step * require_batches * mini_batch` be the samples the trainer
-consumes between two weight publications. Between two publications rollout may *start* at most
-`(1 + staleness_threshold) * W - num_stale` samples, where `num_stale` are the samples already
-produced (or in flight) beyond what the trainer had consumed when it published. Equivalently,
-with `C(v)` the samples consumed when version v was published and `v` the newest version
-installed on the rollout side, rollout may have reserved in total at most
-`C(v) + floor((1 + staleness_threshold) * W)` samples. Rollout *reserves* samples before it
-produces them (`reserve`), waiting (with a timeout) when the budget is spent; nothing is ever
-discarded. With FIFO consumption this bounds the staleness of every consumed sample to
-`ceil(staleness_threshold)` versions (samples produced under one version; a partial rollout
-can add its version span on top).
+consumes between two weight publications (one sync window). Between two publications rollout
+may *start* at most `(1 + staleness_threshold) * W - num_stale` samples, where `num_stale` are
+the samples already produced (or in flight) beyond what the trainer had consumed when it
+published. Equivalently, with `C(v)` the samples consumed when version v was published,
+rollout may have reserved in total at most `C(v) + floor((1 + staleness_threshold) * W)`
+samples when it starts samples under version v. Rollout *reserves* samples before producing
+them (`reserve` / `reserve_for` return a `Ticket`), waiting with a timeout when the budget is
+spent; nothing is ever discarded.
+
+Order. Reserved sample number i (cumulative) belongs to sync window `i // W`. The trainer
+takes items in the order they were put (so fast env slots are not held behind slow ones),
+but only items of the current window: an item reserved for a later window waits until the
+current window is complete. Every window therefore holds exactly the samples reserved for it,
+and a sample reserved under version v (i < C(v) + (1 + s) W) is consumed at a trainer version
+of at most `v + ceil(staleness_threshold)`: that is the staleness bound, for partial rollouts
+too (their decisions only get newer). With one producer this is plain FIFO.
 
 Staleness of a consumed item = the trainer's published version when it takes the item minus
 the oldest version in the item.
@@ -22,7 +28,6 @@ the oldest version in the item.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import threading
@@ -34,7 +39,7 @@ import numpy as np
 from vlajax.pipeline.lanes import Lifetime
 from vlajax.pipeline.metrics import Timeline
 
-__all__ = ["Trajectory", "TrajectoryBuffer", "window_samples"]
+__all__ = ["Ticket", "Trajectory", "TrajectoryBuffer", "window_samples"]
 
 
 @dataclasses.dataclass
@@ -65,6 +70,24 @@ class Trajectory:
         return self.version_max - self.version_min
 
 
+@dataclasses.dataclass(eq=False)
+class Ticket:
+    """A reservation of `samples` samples under `version`: cumulative indices [first, first + samples)."""
+
+    version: int
+    first_index: int
+    samples: int
+    next_index: int = -1
+
+    def __post_init__(self):
+        if self.next_index < 0:
+            self.next_index = self.first_index
+
+    @property
+    def remaining(self) -> int:
+        return self.first_index + self.samples - self.next_index
+
+
 def window_samples(trigger_parameter_sync_step: int, require_batches: int, mini_batch: int) -> int:
     """W: samples the trainer consumes between two weight publications."""
     return trigger_parameter_sync_step * require_batches * mini_batch
@@ -90,13 +113,15 @@ class TrajectoryBuffer:
         self.lifetime = lifetime or Lifetime()
         self.timeline = timeline or Timeline()
         self._cond = threading.Condition()
-        self._items: collections.deque[Trajectory] = collections.deque()
+        self._items: list[tuple[int, Trajectory]] = []  # (sync window it belongs to, item), put order
+        self._outstanding: list[Ticket] = []  # reservations not yet fully put
         # Cumulative counters (samples).
         self.reserved = 0
         self.produced = 0
         self.consumed = 0
         self.stale_consumed = 0  # samples consumed with staleness > 0
         self.max_seen_staleness = 0
+        self.deferred = 0  # gets that passed over queued items reserved for a later window
         # version -> samples consumed when it was published (a resumed run starts at `version`).
         self._consumed_at: dict[int, int] = {version: 0}
         self.rollout_version = version
@@ -107,49 +132,62 @@ class TrajectoryBuffer:
     def allowance(self) -> int:
         """Samples rollout may still reserve under the installed version."""
         with self._cond:
-            return self._allowance()
+            return self._allowance(self.rollout_version)
 
-    def _allowance(self) -> int:
-        return self._consumed_at[self.rollout_version] + self.budget - self.reserved
+    def _allowance(self, version: int) -> int:
+        return self._consumed_at[version] + self.budget - self.reserved
 
-    def reserve(self, n: int, timeout: float | None = None, what: str = "the trainer to publish new weights") -> None:
-        """Block until `n` more samples are admissible, then count them as in flight."""
+    def _issue(self, n: int, version: int) -> Ticket:
+        ticket = Ticket(version, self.reserved, n)
+        self.reserved += n
+        self._outstanding.append(ticket)
+        return ticket
+
+    def reserve(self, n: int, timeout: float | None = None, what: str = "the trainer to publish new weights") -> Ticket:
+        """Block until `n` more samples are admissible under the installed version; returns their ticket."""
         if n > self.budget:
             raise ValueError(f"reserving {n} samples at once exceeds the pacing budget {self.budget}")
         with self._cond:
-            self.lifetime.wait_until(self._cond, lambda: self._allowance() >= n,
+            self.lifetime.wait_until(self._cond, lambda: self._allowance(self.rollout_version) >= n,
                                      self.timeout_s if timeout is None else timeout, f"pacing admission ({what})")
-            self.reserved += n
+            return self._issue(n, self.rollout_version)
 
-    def reserve_for(self, n: int, version: int, timeout: float | None = None) -> bool:
+    def reserve_for(self, n: int, version: int, timeout: float | None = None) -> Ticket | None:
         """Reserve `n` samples to be produced under `version` (an env slot starting a segment).
 
-        Blocks until `version`'s budget admits them (True) or a newer version has been
-        installed on the rollout side (False: start again under the new weights).
+        Blocks until `version`'s budget admits them (a ticket) or a newer version has been
+        installed on the rollout side (None: start again under the new weights).
         """
         if n > self.budget:
             raise ValueError(f"reserving {n} samples at once exceeds the pacing budget {self.budget}")
         with self._cond:
             if version not in self._consumed_at:
                 raise KeyError(f"version {version} was never published")
-            fits = lambda: self._consumed_at[version] + self.budget - self.reserved >= n
+            fits = lambda: self._allowance(version) >= n
             self.lifetime.wait_until(self._cond, lambda: fits() or self.rollout_version > version,
                                      self.timeout_s if timeout is None else timeout,
                                      f"pacing admission under version {version}")
-            if fits():
-                self.reserved += n
-                return True
-            return False
+            return self._issue(n, version) if fits() else None
 
-    def put(self, item: Trajectory) -> None:
-        """Append a produced item. Its samples must have been reserved."""
+    def put(self, item: Trajectory, ticket: Ticket | None = None) -> None:
+        """Append a produced item against its reservation (default: the oldest with room)."""
+        n = item.num_samples
         with self._cond:
-            if self.produced + item.num_samples > self.reserved:
-                raise RuntimeError(f"put of {item.num_samples} samples without a reservation "
+            if ticket is None:
+                ticket = next((t for t in self._outstanding if t.remaining >= n), None)
+            if ticket is None or ticket.remaining < n or ticket not in self._outstanding:
+                raise RuntimeError(f"put of {n} samples without a reservation "
                                    f"(reserved {self.reserved}, produced {self.produced})")
-            self._items.append(item)
-            self.produced += item.num_samples
-            self.timeline.record_produced(item.num_samples)
+            if item.version_min < ticket.version:
+                raise ValueError(f"item produced under version {item.version_min}, older than its reservation "
+                                 f"under version {ticket.version}")
+            start = ticket.next_index
+            ticket.next_index += n
+            if not ticket.remaining:
+                self._outstanding.remove(ticket)
+            self._items.append(((start + n - 1) // self.window, item))
+            self.produced += n
+            self.timeline.record_produced(n)
             self.timeline.record_depth(self._depth())
             self._cond.notify_all()
 
@@ -173,12 +211,25 @@ class TrajectoryBuffer:
             self.trainer_version = version
             self._cond.notify_all()
 
+    def _next_index(self) -> int | None:
+        window = self.consumed // self.window
+        return next((i for i, (deadline, _) in enumerate(self._items) if deadline <= window), None)
+
     def get(self, timeout: float | None = None) -> Trajectory:
-        """Pop the oldest item (blocking, with a timeout) and count its staleness."""
+        """Pop the first item of the current sync window (blocking, with a timeout); count its staleness.
+
+        Items arrive in completion order; one whose reservation belongs to a later window waits
+        until the current window is complete (a straggler of this window is waited for).
+        """
         with self._cond:
-            self.lifetime.wait_until(self._cond, lambda: bool(self._items),
-                                     self.timeout_s if timeout is None else timeout, "rollout to produce samples")
-            item = self._items.popleft()
+            self.lifetime.wait_until(self._cond, lambda: self._next_index() is not None,
+                                     self.timeout_s if timeout is None else timeout,
+                                     "rollout to produce this window's samples")
+            idx = self._next_index()
+            if idx:
+                self.deferred += 1
+            _, item = self._items[idx]
+            del self._items[idx]
             self.consumed += item.num_samples
             stale = self.trainer_version - item.version_min
             self.max_seen_staleness = max(self.max_seen_staleness, stale)
@@ -192,7 +243,7 @@ class TrajectoryBuffer:
     # -- state ----------------------------------------------------------------------------
 
     def _depth(self) -> int:
-        return sum(it.num_samples for it in self._items)
+        return sum(it.num_samples for _, it in self._items)
 
     def __len__(self) -> int:
         with self._cond:
@@ -203,5 +254,5 @@ class TrajectoryBuffer:
         with self._cond:
             return {"reserved": self.reserved, "produced": self.produced, "consumed": self.consumed,
                     "stale_consumed": self.stale_consumed, "max_staleness": self.max_seen_staleness,
-                    "depth": self._depth(), "rollout_version": self.rollout_version,
+                    "depth": self._depth(), "deferred": self.deferred, "rollout_version": self.rollout_version,
                     "trainer_version": self.trainer_version}

@@ -110,7 +110,7 @@ class AsyncRunner:
 
     def _rollout_body(self, lane: Lane) -> bool:
         with lane.waiting("pacing"):
-            self.buffer.reserve(self.samples_per_step)
+            ticket = self.buffer.reserve(self.samples_per_step)
         version, params = self.weights.latest()
         call = self.counters.sample_calls
         self.counters.sample_calls += 1
@@ -120,7 +120,7 @@ class AsyncRunner:
             raise ValueError(f"sample_step returned {[it.num_samples for it in items]} samples; expected items of "
                              f"{self.mini_batch} summing to {self.samples_per_step}")
         for it in items:
-            self.buffer.put(it)
+            self.buffer.put(it, ticket)
         return True
 
     def _micro_batches(self, lane: Lane, taken: list[Trajectory]) -> Iterator[Trajectory]:

@@ -125,8 +125,8 @@ class SlotRollout:
                 while True:  # admission for the version this segment starts under
                     version = gate.begin() if gate is not None else weights.version
                     with lane.waiting("pacing"):
-                        admitted = buffer.reserve_for(self.samples_per_slot, version, timeout)
-                    if admitted:
+                        ticket = buffer.reserve_for(self.samples_per_slot, version, timeout)
+                    if ticket is not None:
                         break
                     if gate is not None:  # newer weights arrived: start again under them
                         gate.end()
@@ -145,7 +145,7 @@ class SlotRollout:
                 finally:
                     if gate is not None:
                         gate.end()
-                buffer.put(Trajectory(_stack(records), np.asarray(versions), self.samples_per_slot))
+                buffer.put(Trajectory(_stack(records), np.asarray(versions), self.samples_per_slot), ticket)
                 self.segments += 1
                 return True
             return body
