@@ -94,11 +94,12 @@ def window_samples(trigger_parameter_sync_step: int, require_batches: int, mini_
 
 
 class TrajectoryBuffer:
-    """FIFO of `Trajectory` in host memory with pacing admission and staleness counters.
+    """Queue of `Trajectory` in host memory with pacing admission and staleness counters.
 
-    Rollout: `reserve(n)` -> produce -> `put(item)`. Control plane: `set_rollout_version(v)`
-    once version v's weights are usable by rollout. Trainer: `get()` (FIFO), and
-    `record_publish(v)` when it publishes version v.
+    Rollout: `ticket = reserve(n)` -> produce -> `put(item, ticket)`. Control plane:
+    `set_rollout_version(v)` once version v's weights are usable by rollout. Trainer: `get()`
+    (completion order within the current sync window), and `record_publish(v)` when it
+    publishes version v. window: W samples per publication.
     """
 
     def __init__(self, window: int, staleness_threshold: float, *, timeout_s: float = 120.0,
