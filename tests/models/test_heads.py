@@ -16,6 +16,11 @@ from vlajax.models.vla import VLA
 B = 3
 
 
+def _apply(model, method):
+    """A jitted `model.apply(variables, *args, method=method)` (eager flax is slow on CPU)."""
+    return jax.jit(lambda v, *a: model.apply(v, *a, method=method))
+
+
 def _setup(**kw):
     cfg = dataclasses.replace(ModelConfig(), **kw)
     model = VLA(cfg)
@@ -42,8 +47,8 @@ def test_ode_sampler_is_deterministic(sde):
     np.testing.assert_array_equal(a.actions, a.chain[:, -1])
     assert np.all(np.asarray(a.log_prob) == 0) and np.all(np.asarray(a.sde_step) == -1)
     # Every step is x_{t-d} = x_t - d * v(x_t, t): replay one Euler step by hand.
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
-    v, _, _ = model.apply(variables, cache, a.chain[:, 0], jnp.ones((B,)), method=VLA.velocity)
+    _, cache = _apply(model, VLA.prefix)(variables, obs)
+    v, _, _ = _apply(model, VLA.velocity)(variables, cache, a.chain[:, 0], jnp.ones((B,)))
     np.testing.assert_allclose(a.chain[:, 1], a.chain[:, 0] - v / model.cfg.num_denoise_steps, atol=1e-5)
     assert not np.allclose(a.chain, sample(variables, obs, jax.random.key(6)).chain)  # noise depends on rng
 
@@ -66,7 +71,7 @@ def test_recomputed_log_prob_equals_sampling_log_prob(which, request):
 def test_gradient_step_increases_gaussian_likelihood(which, request):
     """One SGD step on -mean log pi(chain) under new params raises the chain's log-prob."""
     model, variables, obs = request.getfixturevalue(which)
-    s = heads.flow_sample(model, variables, obs, jax.random.key(8))
+    s = jax.jit(lambda v, o, r: heads.flow_sample(model, v, o, r))(variables, obs, jax.random.key(8))
 
     def nll(params):
         out = heads.flow_chain_log_prob(model, {**variables, "params": params}, obs, s.chain, s.sde_step)
@@ -106,26 +111,28 @@ def tok():
 
 def test_token_log_probs_match_direct_log_softmax(tok):
     model, variables, obs = tok
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
-    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    _, cache = _apply(model, VLA.prefix)(variables, obs)
+    logits, _ = _apply(model, VLA.action_logits)(variables, cache)
     assert logits.shape == (B, 4, 7, 32)
-    for temp in (1.0, 0.7):
-        s = heads.token_sample(model, variables, obs, jax.random.key(11), temperature=temp)
+    for temp in (0.7,):  # any T != 1 checks that the temperature is applied
+        s = jax.jit(lambda v, o, r, t=temp: heads.token_sample(model, v, o, r, temperature=t))(
+            variables, obs, jax.random.key(11))
         z = np.asarray(logits, np.float64) / temp
         logp = z - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)) - z.max(-1, keepdims=True)
         direct = np.take_along_axis(logp, np.asarray(s.tokens)[..., None], -1)[..., 0].sum((1, 2))
         np.testing.assert_allclose(s.log_prob, direct, rtol=1e-5, atol=1e-4)
-        re = heads.token_chunk_log_prob(model, variables, obs, s.tokens, temperature=temp)
+        re = jax.jit(lambda v, o, k, t=temp: heads.token_chunk_log_prob(model, v, o, k, temperature=t))(
+            variables, obs, s.tokens)
         np.testing.assert_allclose(re["log_prob"], direct, rtol=1e-5, atol=1e-4)
         assert s.value.shape == (B,)
 
 
 def test_token_temperature_zero_is_argmax(tok):
     model, variables, obs = tok
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
-    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
-    s0 = heads.token_sample(model, variables, obs, jax.random.key(12), temperature=0.0)
-    s1 = heads.token_sample(model, variables, obs, jax.random.key(13), temperature=0.0)
+    _, cache = _apply(model, VLA.prefix)(variables, obs)
+    logits, _ = _apply(model, VLA.action_logits)(variables, cache)
+    greedy = jax.jit(lambda v, o, r: heads.token_sample(model, v, o, r, temperature=0.0))
+    s0, s1 = greedy(variables, obs, jax.random.key(12)), greedy(variables, obs, jax.random.key(13))
     np.testing.assert_array_equal(s0.tokens, np.argmax(np.asarray(logits), -1))
     np.testing.assert_array_equal(s0.tokens, s1.tokens)
     np.testing.assert_allclose(s0.actions, heads.bins_to_actions(s0.tokens, 32))
@@ -156,7 +163,7 @@ def test_token_loss_decreases_and_value_heads():
         params, opt, loss = step(params, opt)
         losses.append(float(loss))
     assert losses[-1] < 0.7 * losses[0], losses
-    v = heads.value(model, {"params": params}, obs)
+    v = jax.jit(lambda p, o: heads.value(model, {"params": p}, o))(params, obs)
     assert v.shape == (B,) and np.all(np.isfinite(np.asarray(v)))
     with pytest.raises(ValueError, match="no value head"):
         m2, v2, o2 = _setup()

@@ -67,7 +67,7 @@ def test_prefix_too_long_is_an_error(model_and_vars):
     extra = obs.replace(images={**obs.images, "cam2": obs.images["cam0"]},
                         image_masks={**obs.image_masks, "cam2": obs.image_masks["cam0"]})
     with pytest.raises(ValueError, match="prefix_len"):
-        model.apply(variables, extra, method=VLA.prefix)
+        jax.eval_shape(lambda v, o: model.apply(v, o, method=VLA.prefix), variables, extra)
 
 
 def test_observation_rejects_mismatched_cameras():
@@ -113,11 +113,11 @@ def test_packed_flow_expert_equals_one_by_one(model_and_vars):
     """Two samples packed in one row: prefix tokens and action chunks (segment ids 1, 2) == run alone."""
     model, variables, obs = model_and_vars
     h = CFG.action_horizon
-    emb, mask = model.apply(variables, obs, method=VLA.embed_prefix)
+    app = lambda m: jax.jit(lambda v, *a: model.apply(v, *a, method=m))  # noqa: E731
+    emb, mask = app(VLA.embed_prefix)(variables, obs)
     x = jax.random.normal(jax.random.key(3), (2, h, CFG.action_dim))
     t = jnp.array([0.3, 0.8])
-    v_alone, _, _ = model.apply(variables, model.apply(variables, obs, method=VLA.prefix)[1], x, t,
-                                method=VLA.velocity)
+    v_alone, _, _ = app(VLA.velocity)(variables, app(VLA.prefix)(variables, obs)[1], x, t)
     rows, segs, poss, a_seg, a_pos = [], [], [], [], []
     for b in range(2):
         e = np.asarray(emb[b])[np.asarray(mask[b])]
@@ -131,9 +131,9 @@ def test_packed_flow_expert_equals_one_by_one(model_and_vars):
     packed = np.concatenate(rows + [np.zeros((pad, emb.shape[-1]), np.float32)])[None]
     seg = np.concatenate(segs + [np.zeros(pad)]).astype(np.int32)[None]
     pos = np.concatenate(poss + [np.zeros(pad)]).astype(np.int32)[None]
-    _, cache = model.apply(variables, packed, seg, pos, method=VLA.encode_prefix)
+    _, cache = app(VLA.encode_prefix)(variables, packed, seg, pos)
     xp = x.reshape(1, 2 * h, CFG.action_dim)
     tp = jnp.repeat(t, h)[None]
-    v_packed, _, _ = model.apply(variables, cache, xp, tp, jnp.asarray(np.concatenate(a_seg))[None],
-                                 jnp.asarray(np.concatenate(a_pos))[None], method=VLA.velocity)
+    v_packed, _, _ = app(VLA.velocity)(variables, cache, xp, tp, jnp.asarray(np.concatenate(a_seg))[None],
+                                       jnp.asarray(np.concatenate(a_pos))[None])
     np.testing.assert_allclose(v_packed.reshape(2, h, -1), v_alone, atol=1e-5)
