@@ -94,3 +94,30 @@ def test_waiting_for_inference_is_not_idle_but_is_reported():
     assert m["rollouter/idle_ratio"] == pytest.approx(0.1)
     assert m["rollouter/wait_inference_ratio"] == pytest.approx(0.5)
     assert m["rollouter/wait_pacing_ratio"] == pytest.approx(0.1)
+
+
+def test_window_reporter_logs_each_window_to_tensorboard_and_json(tmp_path):
+    import glob
+    import json
+
+    from vlajax.logging import MetricsLogger
+    from vlajax.pipeline.metrics import WindowReporter
+
+    clock = FakeClock()
+    tl = Timeline(clock)
+    tl.register("trainer")
+    logger = MetricsLogger(str(tmp_path / "tb"))
+    rep = WindowReporter(tl, logger, every=2, json_path=str(tmp_path / "m.jsonl"), extra=lambda: {"version": 7.0})
+    tl.add_idle("trainer", "samples", 0.0, 1.0)
+    clock.t = 4.0
+    assert rep(1) is None  # not a reporting update
+    first = rep(2)
+    assert first["trainer/idle_ratio"] == pytest.approx(1 / 4) and first["version"] == 7.0
+    tl.add_idle("trainer", "samples", 4.0, 7.0)
+    clock.t = 10.0
+    second = rep(4)
+    assert second["trainer/idle_ratio"] == pytest.approx(3 / 6)  # only the new window [4, 10]
+    logger.close()
+    lines = [json.loads(ln) for ln in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [ln["update"] for ln in lines] == [2, 4] and lines[1]["trainer/idle_ratio"] == pytest.approx(0.5)
+    assert glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))

@@ -110,3 +110,30 @@ def test_slots_with_partial_rollout_mix_versions():
     spans = [sp for h in runner.history for sp in h["span"]]
     assert max(spans) >= 1
     assert max(s for h in runner.history for s in h["staleness"]) <= 1  # the bound holds for partial rollouts too
+
+
+@pytest.mark.timeout(30)
+def test_version_gate_switches_only_between_segments():
+    import threading
+
+    from vlajax.pipeline.lanes import Lifetime, PipelineTimeout
+    from vlajax.pipeline.slots import VersionGate
+    from vlajax.pipeline.weights import ParamServer
+
+    weights = ParamServer({"w": jnp.zeros(2)})
+    gate = VersionGate(weights, Lifetime(), timeout_s=0.3)
+    assert gate.begin() == 0  # a segment in flight under version 0
+    weights.publish(1, {"w": jnp.ones(2)})
+    weights.install_pending()
+    got = []
+    t = threading.Thread(target=lambda: got.append(gate.begin()))
+    t.start()
+    t.join(0.15)
+    assert t.is_alive() and gate.current[0] == 0  # the new segment waits for the old one to drain
+    gate.end()
+    t.join(5.0)
+    assert got == [1] and gate.current[0] == 1 and float(gate.current[1]["w"][0]) == 1.0
+    weights.publish(2, {"w": jnp.full(2, 2.0)})
+    weights.install_pending()
+    with pytest.raises(PipelineTimeout, match="segments in flight"):
+        gate.begin()  # the segment started above never ends: the wait is bounded

@@ -19,17 +19,19 @@ report:
   trainer kept, i.e. not rejected by a filter, / samples consumed), `env/steps_per_s`.
 - `inference/batch_mean`, `inference/batch_max`, `inference/batch_hist_<n>`.
 
+`WindowReporter` logs a summary every N updates to TensorBoard and a JSON-lines file.
 Times are `time.monotonic()` seconds unless a clock is injected (tests use a fake one).
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Timeline", "summarize", "role_of", "NOT_IDLE"]
+__all__ = ["Timeline", "summarize", "role_of", "NOT_IDLE", "WindowReporter"]
 
 NOT_IDLE = frozenset({"inference"})  # wait reasons that are part of a lane's hot loop, not idleness
 
@@ -177,3 +179,35 @@ def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = No
         for k, v in sorted(collections.Counter(sizes).items()):
             out[f"inference/batch_hist_{k}"] = float(v)
     return out
+
+
+class WindowReporter:
+    """Every `every` updates: summarize the window since the last report, log it, append JSON.
+
+    logger: anything with `scalars(step, dict)` (e.g. `vlajax.logging.MetricsLogger`: the
+    names are verl's, `trainer/idle_ratio`, ...); json_path: one JSON object per report
+    (`{"update": n, **metrics}`); extra: more scalars per report (e.g. runner counters).
+    """
+
+    def __init__(self, timeline: Timeline, logger=None, every: int = 10, json_path: str | None = None,
+                 extra: Callable[[], dict[str, float]] | None = None):
+        if every < 1:
+            raise ValueError(f"every={every} must be >= 1")
+        self.timeline, self.logger, self.every = timeline, logger, every
+        self.json_path, self.extra = json_path, extra
+        self._t0 = timeline.now()
+
+    def __call__(self, update: int) -> dict[str, float] | None:
+        if update % self.every:
+            return None
+        now = self.timeline.now()
+        out = summarize(self.timeline, self._t0, now)
+        self._t0 = now
+        if self.extra is not None:
+            out.update(self.extra())
+        if self.logger is not None:
+            self.logger.scalars(update, out)
+        if self.json_path:
+            with open(self.json_path, "a") as f:
+                f.write(json.dumps({"update": update, **out}) + "\n")
+        return out
