@@ -304,6 +304,8 @@ class RLConfig:
         _check(0.0 <= self.gae_lambda <= 1.0, "rl.gae_lambda must be in [0, 1]")
         _check(self.clip_low > 0 and self.clip_high > 0, "rl.clip_low and rl.clip_high must be > 0")
         _check(self.dual_clip == 0 or self.dual_clip > 1, "rl.dual_clip must be 0 (off) or > 1")
+    eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
+    init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
         _check(self.group_size >= 1 and self.num_minibatches >= 1 and self.micro_batches >= 1,
                "rl.group_size, rl.num_minibatches and rl.micro_batches must be >= 1")
         _check(self.clip_low < 1.0, f"rl.clip_low must be < 1 (ratio floor 1 - clip_low), got {self.clip_low}")
@@ -321,6 +323,8 @@ class RLConfig:
 class AsyncConfig:
     """The asynchronous pipeline (verl fully-async + RL-VLA3 knobs)."""
 
+        _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1,
+               "rl.eval_every must be >= 0 and rl.eval_episodes_per_task >= 1")
     enabled: bool = False  # False = the synchronous collect -> update loop
     placement: Literal["colocated", "disaggregated", "hybrid"] = "colocated"  # device groups per role
     placement_ratio: str = "1:1"  # 'rollout:train' device split per host (hybrid: rollout share; training uses all)

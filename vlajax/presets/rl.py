@@ -1,0 +1,80 @@
+"""RL presets (`python -m vlajax.train rl --preset NAME`), keyed by what they train.
+
+- `rl-debug`: state observations, the MLP policy, 2 tiny PPO iterations (tests, smoke runs).
+- `rl-mlp-state`: the state-observation MLP preset used for the brax peer comparison
+  (`vlajax/bench/rl_peer.py`): one task, chunk of 1 (brax acts per step), 64x64 tanh MLPs.
+- `rl-grpo-tokens`: GRPO with the token head from pixels, started from an SFT checkpoint
+  (`--rl.init-from runs/<sft>/checkpoints`); no critic.
+- `rl-ppo-flow`: PPO with the flow head (`flow_sde`, one stochastic denoising step per chunk)
+  and an expert value head, from an SFT checkpoint.
+The pixel presets take the model architecture from the SFT checkpoint; their `model` section
+only sets the RL-specific head fields (sampler, noise level, value head).
+"""
+
+from vlajax.config import (
+    CheckpointConfig,
+    EnvConfig,
+    LoggingConfig,
+    ModelConfig,
+    RLConfig,
+    TrainConfig,
+    register,
+)
+
+
+@register("rl-debug", "RL smoke: state obs, MLP policy, 2 PPO iterations on goal/press_button")
+def _rl_debug() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/rl-debug",
+        model=ModelConfig(width=32, depth=2, action_horizon=2),
+        env=EnvConfig(suite="goal", task="goal/press_button", obs_mode="state", num_envs=8, episode_length=20),
+        rl=RLConfig(num_iterations=2, rollout_length=4, num_minibatches=2, update_epochs=1, eval_every=0,
+                    eval_episodes_per_task=2),
+        checkpoint=CheckpointConfig(every_steps=1),
+        logging=LoggingConfig(every_steps=1, progress="plain"),
+    )
+
+
+@register("rl-mlp-state", "PPO with the state-observation MLP (brax peer comparison): goal/press_button")
+def _rl_mlp_state() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/rl-mlp-state",
+        model=ModelConfig(width=64, depth=2, action_horizon=1),
+        env=EnvConfig(suite="goal", task="goal/press_button", obs_mode="state", num_envs=64, episode_length=100),
+        rl=RLConfig(num_iterations=50, rollout_length=20, num_minibatches=4, update_epochs=4, learning_rate=3e-4,
+                    gamma=0.97, dual_clip=0.0, clip_high=0.2, entropy_coef=1e-3, eval_every=10,
+                    eval_episodes_per_task=20),
+        checkpoint=CheckpointConfig(every_steps=10),
+        logging=LoggingConfig(every_steps=1),
+    )
+
+
+def _pixels_env(num_envs: int) -> EnvConfig:
+    return EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=32, episode_length=120)
+
+
+@register("rl-grpo-tokens", "GRPO, token head, pixels, from an SFT checkpoint (--rl.init-from)")
+def _rl_grpo_tokens() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/rl-grpo-tokens",
+        model=ModelConfig(action_head="tokens", value_head="none"),
+        env=_pixels_env(16),
+        rl=RLConfig(algo="grpo", group_size=8, num_iterations=60, num_minibatches=2, update_epochs=2,
+                    learning_rate=1e-5, normalize_advantages="none", dual_clip=0.0, eval_every=10,
+                    eval_episodes_per_task=20),
+        checkpoint=CheckpointConfig(every_steps=5),
+        logging=LoggingConfig(every_steps=1),
+    )
+
+
+@register("rl-ppo-flow", "PPO, flow head (flow_sde) + expert value head, pixels, from an SFT checkpoint")
+def _rl_ppo_flow() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/rl-ppo-flow",
+        model=ModelConfig(flow_sampler="flow_sde", noise_level=0.5, value_head="expert"),
+        env=_pixels_env(16),
+        rl=RLConfig(algo="ppo", num_iterations=60, rollout_length=15, num_minibatches=2, update_epochs=2,
+                    learning_rate=1e-5, gamma=0.99, eval_every=10, eval_episodes_per_task=20),
+        checkpoint=CheckpointConfig(every_steps=5),
+        logging=LoggingConfig(every_steps=1),
+    )

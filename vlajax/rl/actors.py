@@ -1,0 +1,130 @@
+"""Actors: how a policy acts in the env and scores its own decisions, for every policy family.
+
+An `Actor` is a bundle of pure functions closed over constants (a model, a `Bridge`); close over
+it, never pass it as a traced argument. The rollout and the learner see only these functions:
+
+    env_actions, record = actor.sample(params, obs, task_id, rng)         # one decision per env
+    logp, entropy, value = actor.logp_value(params, batch, rng)           # the learner's LogpValueFn
+    v = actor.value(params, obs, task_id)                                 # [B] (None without a critic)
+
+obs is the env observation as the env returns it (flat `[B, 32]` state vector, or the pixels
+dict `{'pixels/<cam>': uint8 [B, h, w, 3], 'state': [B, 8], 'instruction_id': [B]}`), task_id
+int32 [B]. `record` holds what the learner needs to score the decision again: the chunk
+`actions` [B, H, A] (MLP), the denoising `chain` [B, K+1, H, A] and `sde_step` [B] (flow), or
+the `tokens` [B, H, A] (token head). `batch` is the record plus `obs`, `task_id` and
+`action_mask` [N, H] (the chunk steps the env executed), with a leading decision axis N.
+
+The rollout records its log-probs by calling `logp_value` on the stored record, with the same
+params, inside its jitted step: the learner's first recomputation on fresh data repeats that
+computation, so the importance ratio starts at 1 (tested for every actor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from vlajax.models import heads
+from vlajax.models.vla import VLA
+from vlajax.policy import Bridge
+from vlajax.rl import mlp_policy
+
+__all__ = ["Actor", "mlp_actor", "vla_actor"]
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Actor:
+    """A policy as four pure functions (see the module docstring for shapes)."""
+
+    sample: Callable[..., tuple[Array, dict[str, Array]]]  # (params, obs, task_id, rng, deterministic=False)
+    logp_value: Callable[[Any, dict, Array], tuple[Array, Array | None, Array | None]]
+    value: Callable[[Any, Any, Array], Array] | None  # None: no critic (GRPO)
+    name: str = ""
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not None
+
+
+# ----------------------------------------------------------------------------------------
+# State-observation MLP (the brax-comparison policy)
+# ----------------------------------------------------------------------------------------
+
+
+def mlp_actor(model: mlp_policy.MLPActorCritic, use_value: bool = True) -> Actor:
+    """The Gaussian chunk policy of `mlp_policy`; env actions are the samples clipped to [-1, 1]."""
+    base = mlp_policy.make_logp_value_fn(model)
+
+    def sample(params, obs, task_id, rng, deterministic=False):
+        del task_id
+        out = mlp_policy.sample(model, params, obs, rng, deterministic=deterministic)
+        return jnp.clip(out["actions"], -1.0, 1.0), {"actions": out["actions"]}
+
+    def logp_value(params, batch, rng):
+        logp, ent, val = base(params, batch, rng)
+        return logp, ent, (val if use_value else None)
+
+    def value(params, obs, task_id):
+        del task_id
+        return model.apply({"params": params}, obs)[2]
+
+    return Actor(sample, logp_value, value if use_value else None, "mlp")
+
+
+# ----------------------------------------------------------------------------------------
+# The VLA (flow_sde / flow_noise or token head) through the policy bridge
+# ----------------------------------------------------------------------------------------
+
+
+def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...]) -> Array:
+    """float [N, H, A]: executed chunk steps x the action dims the robot receives."""
+    n, h, a = shape
+    dims = jnp.arange(a) < bridge.env_action_dim
+    steps = jnp.ones((n, h), bool) if action_mask is None else jnp.asarray(action_mask) > 0
+    return (steps[:, :, None] & dims[None, None, :]).astype(jnp.float32)
+
+
+def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, temperature: float = 1.0) -> Actor:
+    """The VLA's configured head. Flow: `cfg.flow_sampler` must be stochastic (`flow_sde` /
+    `flow_noise`); the log-prob covers only the executed steps and the env's action dims.
+    `use_value` (default: the model has a value head) adds the critic."""
+    cfg = model.cfg
+    if cfg.action_head == "flow" and cfg.flow_sampler == "ode":
+        raise ValueError("RL with the flow head needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
+    use_value = cfg.value_head != "none" if use_value is None else use_value
+    if use_value and cfg.value_head == "none":
+        raise ValueError("use_value=True needs a model with a value head (model.value_head='prefix'|'expert')")
+    shape = (cfg.action_horizon, cfg.action_dim)
+
+    def sample(params, obs, task_id, rng, deterministic=False):
+        v = {"params": params}
+        o = bridge.observation(obs, task_id)
+        if cfg.action_head == "flow":
+            s = heads.flow_sample(model, v, o, rng, sampler="ode" if deterministic else None)
+            return bridge.env_actions(s.actions), {"chain": s.chain, "sde_step": s.sde_step}
+        s = heads.token_sample(model, v, o, rng, temperature=0.0 if deterministic else temperature)
+        return bridge.env_actions(s.actions), {"tokens": s.tokens}
+
+    def logp_value(params, batch, rng):
+        del rng
+        v = {"params": params}
+        o = bridge.observation(batch["obs"], batch["task_id"])
+        n = batch["task_id"].shape[0]
+        m = _logp_mask(bridge, batch.get("action_mask"), (n, *shape))
+        if cfg.action_head == "flow":
+            out = heads.flow_chain_log_prob(model, v, o, batch["chain"], batch["sde_step"], logp_mask=m)
+        else:
+            out = heads.token_chunk_log_prob(model, v, o, batch["tokens"], temperature=temperature, logp_mask=m)
+        val = heads.value(model, v, o) if use_value else None
+        return out["log_prob"], out["entropy"], val
+
+    def value(params, obs, task_id):
+        return heads.value(model, {"params": params}, bridge.observation(obs, task_id))
+
+    return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}")

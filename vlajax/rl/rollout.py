@@ -1,0 +1,269 @@
+"""Colocated, synchronous rollout: a `lax.scan` over a pure `actor_step`, policy and env jitted together.
+
+Chunk-level MDP: one decision = one action chunk of H low-level steps (the env's
+`ActionChunkWrapper`); the chunk's reward is the sum of its low-level rewards, and it is done if
+any step ended the episode (success or instability: `terminated`; time limit: `truncated`).
+
+    env = make_env(cfg.env, action_horizon=H)                  # suite -> episode -> chunk -> vmap
+    state = reset(env, group_keys(rng, B, G))                   # GRPO: G envs per initial state
+    state, traj = rollout(actor, env, params, state, rng, T, version, auto_reset=True)
+    inputs = advantage_inputs(traj)                             # -> vlajax.rl.advantages
+    batch = learner_batch(traj, result)                         # -> vlajax.rl.learner.update
+
+`traj` is time-major, every leaf `[T, B, ...]`:
+  obs, task_id                    the observation the decision was taken on
+  actions | chain, sde_step | tokens   the actor's record (see `vlajax.rl.actors`)
+  action_mask [T, B, H] bool      chunk steps the env executed (False after the episode ended)
+  old_logp [T, B]                 recorded with the learner's own `logp_value` on the record
+  old_values, final_values [T, B] V(s_k); V(final observation) on truncated decisions (PPO)
+  last_value [B]                  V(s_T), in `traj["last_value"]` (no time axis)
+  rewards, done, terminated, truncated, valid, success [T, B]
+  episode_return, episode_length [T, B]   of the episode that ended at this decision (0 otherwise)
+  version [T, B] int32            the policy version that produced the decision
+Two modes: `auto_reset=True` (PPO: continuing; a finished env is reset into a new episode
+of a random suite task before its next decision) and `auto_reset=False` (GRPO: every env plays
+one episode from `reset`; decisions after its end are invalid no-ops).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from vlajax.envs import registry
+from vlajax.envs.base import Env, State
+from vlajax.envs.wrappers import ActionChunkWrapper, EpisodeWrapper, VmapWrapper, Wrapper
+from vlajax.rl import advantages as adv_lib
+from vlajax.rl.actors import Actor
+from vlajax.rl.learner import flatten_decisions
+
+__all__ = [
+    "SuiteEnv", "make_env", "reset", "group_keys", "actor_step", "rollout", "advantage_inputs",
+    "learner_batch", "rollout_metrics", "evaluate", "decisions_per_episode",
+]
+
+_RETURN, _LENGTH = "rl_return", "rl_length"  # per-env episode accumulators kept in State.info
+
+
+# ----------------------------------------------------------------------------------------
+# Envs
+# ----------------------------------------------------------------------------------------
+
+
+class SuiteEnv(Wrapper):
+    """A tabletop env whose `reset(rng)` draws the task uniformly from `task_ids` (one compile for
+    a whole suite); `reset_task(rng, task_id)` picks it."""
+
+    def __init__(self, env: Env, task_ids: tuple[int, ...]):
+        super().__init__(env)
+        self.task_ids = tuple(int(t) for t in task_ids)
+
+    def reset(self, rng: jax.Array) -> State:
+        k_task, k = jax.random.split(rng)
+        i = jax.random.randint(k_task, (), 0, len(self.task_ids))
+        return self.env.reset_task(k, jnp.asarray(self.task_ids, jnp.int32)[i])
+
+    def reset_task(self, rng: jax.Array, task_id: jax.Array) -> State:
+        return self.env.reset_task(jax.random.split(rng)[1], task_id)
+
+
+def make_env(env_cfg, action_horizon: int, num_envs: int | None = None) -> Env:
+    """`EnvConfig` -> SuiteEnv -> EpisodeWrapper -> ActionChunkWrapper -> VmapWrapper (no auto-reset:
+    `rollout` resets itself so it can read the final observation first)."""
+    names = registry.tasks_for(env_cfg)
+    overrides = registry.config_from_env_config(env_cfg)
+    n = num_envs or env_cfg.num_envs
+    overrides["num_envs"] = n
+    base = registry.load(names[0], **overrides)
+    suite = SuiteEnv(base, tuple(_task_index(t) for t in names))
+    env = ActionChunkWrapper(EpisodeWrapper(suite, env_cfg.episode_length), action_horizon)
+    return VmapWrapper(env, n)
+
+
+def _task_index(name: str) -> int:
+    from vlajax.envs.tabletop import tasks
+
+    return tasks.TASKS.index(registry.task_spec(name))
+
+
+def decisions_per_episode(episode_length: int, action_horizon: int) -> int:
+    """Chunk decisions that cover one whole episode: ceil(episode_length / H)."""
+    return -(-episode_length // action_horizon)
+
+
+def _with_accumulators(state: State) -> State:
+    z = jnp.zeros(state.done.shape, jnp.float32)
+    return state.replace(info={**state.info, _RETURN: z, _LENGTH: z})
+
+
+def reset(env: Env, keys: jax.Array, task_id: jax.Array | None = None) -> State:
+    """keys [B, 2] (raw) -> batched first states; `task_id` int [B] pins each env's task (else the
+    suite draws one per key). Two envs with the same key start identically."""
+    state = env.reset(keys)
+    if task_id is not None:  # the outer wrappers only add zeroed info entries; keep those
+        suite = _suite(env)
+        inner = jax.vmap(suite.reset_task)(keys, jnp.asarray(task_id, jnp.int32))
+        state = state.replace(data=inner.data, obs=inner.obs, metrics=inner.metrics,
+                              info={**state.info, **inner.info})
+    return _with_accumulators(state)
+
+
+def _suite(env: Env) -> SuiteEnv:
+    e = env
+    while not isinstance(e, SuiteEnv):
+        if not hasattr(e, "env"):
+            raise TypeError("reset(task_id=...) needs an env built by make_env (with a SuiteEnv inside)")
+        e = e.env
+    return e
+
+
+def group_keys(rng: jax.Array, num_envs: int, group_size: int = 1) -> jax.Array:
+    """Raw keys [num_envs, 2]: env b gets key `b // group_size` (GRPO groups share initial states)."""
+    if num_envs % group_size:
+        raise ValueError(f"{num_envs} envs do not split into groups of {group_size}")
+    keys = jax.random.key_data(jax.random.split(rng, num_envs // group_size))
+    return jnp.repeat(keys, group_size, axis=0)
+
+
+# ----------------------------------------------------------------------------------------
+# One decision, and the scan
+# ----------------------------------------------------------------------------------------
+
+
+def _select(done: jax.Array, new: Any, old: Any) -> Any:
+    def one(a, b):
+        return jnp.where(done.reshape(done.shape + (1,) * (a.ndim - done.ndim)), a, b)
+
+    return jax.tree.map(one, new, old)
+
+
+def actor_step(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array, version: jax.Array,
+               auto_reset: bool = True) -> tuple[State, dict[str, jax.Array]]:
+    """One decision of B envs: sample a chunk, step it, record it, (auto-)reset finished envs.
+
+    state: batched env State (leaves [B, ...]); rng: typed key; version: int32 []. Returns the
+    next state and the decision's record (leaves [B, ...], keys as in the module docstring).
+    """
+    k_act, k_lp, k_reset = jax.random.split(rng, 3)
+    obs, task_id = state.obs, state.info["episode"]["task_id"]
+    valid = state.done <= 0  # False only in one-episode mode, after the episode ended
+    env_actions, record = actor.sample(params, obs, task_id, k_act)
+    nxt = env.step(state, env_actions)
+    action_mask = nxt.info["chunk_valid"] > 0
+    scored = {"obs": obs, "task_id": task_id, **record, "action_mask": action_mask}
+    logp, _, value = actor.logp_value(params, scored, k_lp)
+
+    done = (nxt.done > 0) & valid
+    truncated = done & (nxt.info["truncation"] > 0)
+    reward = jnp.where(valid, nxt.reward, 0.0)
+    ep_return = nxt.info[_RETURN] + reward
+    ep_length = nxt.info[_LENGTH] + jnp.sum(nxt.info["chunk_valid"], axis=-1)
+    out = {
+        **scored, "old_logp": logp, "rewards": reward, "done": done, "truncated": truncated,
+        "terminated": done & ~truncated, "valid": valid, "success": jnp.where(done, nxt.metrics["success"], 0.0),
+        "episode_return": jnp.where(done, ep_return, 0.0), "episode_length": jnp.where(done, ep_length, 0.0),
+        "version": jnp.broadcast_to(jnp.asarray(version, jnp.int32), done.shape),
+    }
+    if actor.has_value:
+        out["old_values"] = value
+        # V(final observation) for time-limit bootstrapping; computed only when some env truncated.
+        out["final_values"] = jax.lax.cond(
+            jnp.any(truncated), lambda: actor.value(params, nxt.obs, task_id), lambda: jnp.zeros_like(value))
+    nxt = nxt.replace(info={**nxt.info, _RETURN: jnp.where(done, 0.0, ep_return),
+                            _LENGTH: jnp.where(done, 0.0, ep_length)})
+    if auto_reset:
+        b = done.shape[0]
+        keys = jax.random.key_data(jax.random.split(k_reset, b))
+        nxt = jax.lax.cond(jnp.any(done), lambda: _select(done, reset(env, keys), nxt), lambda: nxt)
+    return nxt, out
+
+
+def rollout(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array, length: int,
+            version: jax.Array | int = 0, auto_reset: bool = True) -> tuple[State, dict[str, jax.Array]]:
+    """`length` decisions of every env (`lax.scan` over `actor_step`); decision k uses
+    `fold_in(rng, k)`. Returns the final state and the time-major trajectory (module docstring)."""
+
+    def body(s, k):
+        return actor_step(actor, env, params, s, jax.random.fold_in(rng, k), version, auto_reset)
+
+    state, traj = jax.lax.scan(body, state, jnp.arange(length))
+    if actor.has_value:
+        traj["last_value"] = actor.value(params, state.obs, state.info["episode"]["task_id"])
+    return state, traj
+
+
+# ----------------------------------------------------------------------------------------
+# From a trajectory to the learner
+# ----------------------------------------------------------------------------------------
+
+
+def advantage_inputs(traj: dict[str, jax.Array]) -> adv_lib.AdvantageInputs:
+    """The estimator's inputs ([T, B]); `next_values` bootstraps from V(final obs) on truncation."""
+    values = next_values = None
+    if "old_values" in traj:
+        values = traj["old_values"]
+        next_values = adv_lib.bootstrap_values(values, traj["last_value"], traj["final_values"], traj["done"])
+    return adv_lib.AdvantageInputs(rewards=traj["rewards"], terminated=traj["terminated"], done=traj["done"],
+                                   valid=traj["valid"], values=values, next_values=next_values)
+
+
+_LEARNER_KEYS = ("obs", "task_id", "actions", "chain", "sde_step", "tokens", "action_mask", "old_logp",
+                 "old_values", "version")
+
+
+def learner_batch(traj: dict[str, jax.Array], result: adv_lib.AdvantageResult) -> dict[str, Any]:
+    """Flat env-major learner batch `[B * T, ...]`: the record, old log-probs/values, advantages,
+    returns and the loss mask."""
+    batch = {k: traj[k] for k in _LEARNER_KEYS if k in traj}
+    batch |= {"advantages": result.advantages, "returns": result.returns, "mask": result.mask}
+    return flatten_decisions(batch)
+
+
+def rollout_metrics(traj: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Scalars: finished episodes, their mean success / return / length (low-level steps), the
+    env steps taken (executed low-level steps) and mean chunk reward."""
+    done = traj["done"].astype(jnp.float32)
+    n = jnp.sum(done)
+    mean = lambda x: jnp.sum(x * done) / jnp.maximum(n, 1.0)
+    return {
+        "episodes": n,
+        "success": mean(traj["success"]),
+        "episode_return": mean(traj["episode_return"]),
+        "episode_length": mean(traj["episode_length"]),
+        "env_steps": jnp.sum(traj["action_mask"].astype(jnp.float32)),
+        "chunk_reward": jnp.sum(traj["rewards"]) / jnp.maximum(jnp.sum(traj["valid"]), 1),
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# Closed-loop evaluation (deterministic policy, one episode per env)
+# ----------------------------------------------------------------------------------------
+
+
+def evaluate(actor: Actor, env: Env, params: Any, rng: jax.Array, task_id: jax.Array,
+             length: int) -> dict[str, jax.Array]:
+    """One episode per env with the deterministic policy (ODE sampler / argmax / Gaussian mean).
+
+    task_id: int32 [B] (the env's batch); length: decisions (cover the episode). Env b's initial
+    state comes from `fold_in(rng, b)`. Returns {'success', 'return', 'length'}: [B] each.
+    """
+    b = task_id.shape[0]
+    keys = jax.vmap(lambda i: jax.random.key_data(jax.random.fold_in(rng, i)))(jnp.arange(b))
+    state = reset(env, keys, task_id)
+
+    def body(carry, k):
+        s, succ, ret, n = carry
+        valid = s.done <= 0
+        act, _ = actor.sample(params, s.obs, s.info["episode"]["task_id"], jax.random.fold_in(rng, k),
+                              deterministic=True)
+        s = env.step(s, act)
+        succ = jnp.maximum(succ, jnp.where(valid, s.metrics["success"], 0.0))
+        ret = ret + jnp.where(valid, s.reward, 0.0)
+        n = n + jnp.sum(s.info["chunk_valid"], -1)
+        return (s, succ, ret, n), None
+
+    z = jnp.zeros((b,), jnp.float32)
+    (_, succ, ret, n), _ = jax.lax.scan(body, (state, z, z, z), jnp.arange(length))
+    return {"success": succ, "return": ret, "length": n}
