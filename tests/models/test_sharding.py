@@ -180,3 +180,22 @@ def test_sharded_sampling_equals_single_device(reference, shape):
     chex.clear_trace_counter()
     for name, a, b in zip(("actions", "log_prob", "value"), out, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.devices(8)
+def test_init_sharded_builds_params_on_their_shards():
+    """`sharding.init_sharded(model.init)` gives the single-device values, laid out by the golden specs."""
+    cfg = ModelConfig()
+    model = VLA(cfg)
+    obs = fake_observation(jax.random.key(0), 8, cfg)
+    mesh = _mesh((2, 2, 2))
+    state, shardings = sharding.init_sharded(lambda r: model.init(r, obs), mesh, RULES, jax.random.key(1))
+    ref = jax.jit(lambda r: model.init(r, obs))(jax.random.key(1))
+    ref = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x, ref, is_leaf=lambda x: hasattr(x, "unbox"))
+    for a, b, s in zip(jax.tree.leaves(state), jax.tree.leaves(ref), jax.tree.leaves(shardings), strict=True):
+        assert a.sharding == s
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    golden = json.loads((GOLDEN / "tiny_2x2x2.json").read_text())
+    q = state["params"]["llm"]["block_0"]["attn"]["q"]["kernel"]
+    assert [list(x) if isinstance(x, tuple) else x for x in q.sharding.spec] == \
+        golden["params/llm/block_0/attn/q/kernel"]["spec"]
