@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vlajax.config import ConfigError
 from vlajax.models import heads, presets, quantize
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA
@@ -70,7 +71,11 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    cfg = presets.get_model_config(args.preset, flow_sampler="ode", action_head="flow")
+    try:
+        cfg = presets.get_model_config(args.preset, flow_sampler="ode", action_head="flow")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     model = VLA(cfg)
     obs = fake_observation(jax.random.key(args.seed), args.batch, cfg)
     params = jax.jit(model.init)(jax.random.key(args.seed + 1), obs)["params"]
