@@ -143,6 +143,8 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     m = _mask(logp_mask, shape)
     _, cache = model.apply(variables, obs, method=VLA.prefix)
     if sampler == "flow_sde":
+        if sde_step is None:
+            raise ValueError("flow_sde log-probs need the stored sde_step [B] of each chain")
         x = jnp.take_along_axis(chain, sde_step[:, None, None, None], axis=1)[:, 0]
         x_next = jnp.take_along_axis(chain, sde_step[:, None, None, None] + 1, axis=1)[:, 0]
         t = ts[sde_step]
