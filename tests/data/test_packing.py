@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import grain
 import jax
 import jax.numpy as jnp
@@ -46,6 +48,8 @@ def test_worked_example_packed():
                                                    [0, 1, 2, 3, 0, 1, 2, 3, 4, 5]])
     np.testing.assert_array_equal(b["sample_row"], [0, 1, 1])
     np.testing.assert_array_equal(b["sample_segment"], [1, 1, 2])
+    np.testing.assert_array_equal(b["sample_start"], [0, 0, 4])
+    np.testing.assert_array_equal(b["sample_tokens"], [7, 4, 6])
     np.testing.assert_array_equal(b["image_masks"]["a"], [True, False, True])
     np.testing.assert_array_equal(b["image_masks"]["b"], [True, True, False])
     assert b["sample_mask"].all() and b["images"]["b"][2].sum() == 0  # absent camera: zeros
@@ -235,17 +239,21 @@ def test_packed_flow_velocity_equals_padded_per_sample_through_the_model():
         _, cache = model.apply(v, obs, method=VLA.prefix)
         return model.apply(v, cache, x_t, t, method=VLA.velocity)[0]
 
-    @jax.jit
-    def packed_velocity(v):
+    @functools.partial(jax.jit, static_argnums=1)
+    def packed_velocity(v, compact):
         emb, _ = model.apply(v, obs, method=VLA.embed_prefix)
         seg, pos = jnp.asarray(packed["segment_ids"]), jnp.asarray(packed["positions"])
         rows = gather_prefix(emb, jnp.asarray(packed["prefix_index"]), seg)
         _, cache = model.apply(v, rows, seg, pos, method=VLA.encode_prefix)
-        (k, vv, p), own = rows_to_samples((cache.k, cache.v, cache.positions), seg,
-                                          jnp.asarray(packed["sample_row"]), jnp.asarray(packed["sample_segment"]))
+        kw = dict(sample_start=jnp.asarray(packed["sample_start"]), length=spec.length) if compact else {}
+        (k, vv, p), own = rows_to_samples((cache.k, cache.v, cache.positions), seg, jnp.asarray(packed["sample_row"]),
+                                          jnp.asarray(packed["sample_segment"]), **kw)
+        assert own.shape == (4, spec.length if compact else 2 * spec.length)
         return model.apply(v, KVCache(k, vv, own, p), x_t, t, method=VLA.velocity)[0]
 
-    np.testing.assert_allclose(np.asarray(packed_velocity(variables)), np.asarray(padded(variables)), atol=3e-5)
+    want = np.asarray(padded(variables))
+    for compact in (False, True):  # whole rows, or each sample's own window of prefix_len keys
+        np.testing.assert_allclose(np.asarray(packed_velocity(variables, compact)), want, atol=3e-5)
 
 
 def test_stream_end_leaves_later_groups_empty():
@@ -254,3 +262,16 @@ def test_stream_end_leaves_later_groups_empty():
     np.testing.assert_array_equal(b["index"], [0, 1, 2, -1, -1, -1, -1, -1])
     assert b["segment_ids"][2:].sum() == 0 and b["images"]["a"].shape == (8, 4, 4, 3)
     _check_lossless(b, SPEC)
+
+
+def test_compact_windows_never_reach_into_the_next_row():
+    from vlajax.data.packing import rows_to_samples
+
+    # row 0: A (segment 1) 3 tokens, B (segment 2) 5 tokens; row 1: C (1) 2 tokens, D (2) 4 tokens, padding.
+    seg = jnp.array([[1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 2, 2, 2, 2, 0, 0]], jnp.int32)
+    vals = jnp.arange(16, dtype=jnp.float32).reshape(2, 8)
+    out, own = rows_to_samples(vals, seg, jnp.array([0, 0, 1, 1]), jnp.array([1, 2, 1, 2]),
+                               sample_start=jnp.array([0, 3, 0, 2]), length=8)
+    # B's window [3, 11) runs past row 0 into row 1, whose 3rd token is also segment 2: not B's
+    np.testing.assert_array_equal(np.asarray(own).sum(1), [3, 5, 2, 4])
+    np.testing.assert_array_equal(np.asarray(out)[1][np.asarray(own)[1] > 0], [3, 4, 5, 6, 7])

@@ -24,7 +24,8 @@ def _velocities(model, variables, batch, groups):
     rows = gather_prefix(emb, batch["prefix_index"], seg, groups)
     _, cache = model.apply(variables, rows, seg, pos, method=VLA.encode_prefix)
     (k, v, p), own = rows_to_samples((cache.k, cache.v, cache.positions), seg, batch["sample_row"],
-                                     batch["sample_segment"], groups)
+                                     batch["sample_segment"], groups, sample_start=batch["sample_start"],
+                                     length=model.cfg.prefix_len)
     x = batch["actions"]
     return model.apply(variables, KVCache(k, v, own, p), x, jnp.full(x.shape[:1], 0.4), method=VLA.velocity)[0]
 
@@ -85,7 +86,8 @@ def test_grouped_gathers_have_no_collectives_when_groups_match_the_shards():
 
         def f(e, i, s, sr, g):
             rows = gather_prefix(e, i, s, g)
-            return rows_to_samples(rows, s, sr, jnp.ones_like(sr), g)
+            whole = rows_to_samples(rows, s, sr, jnp.ones_like(sr), g)
+            return whole, rows_to_samples(rows, s, sr, jnp.ones_like(sr), g, sample_start=sr % 2 * 4, length=8)
 
         hlo = jax.jit(f, static_argnums=4).lower(emb, jax.device_put(idx, dp), jax.device_put(seg, dp),
                                                  jax.device_put(rows_of, dp), groups).compile().as_text()

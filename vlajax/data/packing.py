@@ -16,6 +16,8 @@ text slots are holes. Every mode emits the same keys; only the layout arrays dif
     segment_ids  int32 [R, T]   1, 2, ... per sample within a row; 0 = padding
     positions    int32 [R, T]   0 .. n-1 within each sample (what the unpacked prefix uses)
     sample_row, sample_segment int32 [N]   the row and segment id holding sample n (0, 0 if empty)
+    sample_start, sample_tokens int32 [N]  where sample n's tokens start in its row, and how many
+                                           (fixed: 0 and `length`, holes included)
 
   fixed    R = N, T = length; row n is sample n's layout as is (holes are segment 0).
   dynamic  R = N, T = the longest prefix in the batch rounded up to `seq_multiple`; each row
@@ -153,6 +155,8 @@ def layout(valid: np.ndarray, rows: Sequence[int], num_rows: int, row_len: int) 
     nseg = np.zeros(num_rows, np.int32)
     sample_row = np.zeros(n_slots, np.int32)
     sample_seg = np.zeros(n_slots, np.int32)
+    start = np.zeros(n_slots, np.int32)
+    count = np.zeros(n_slots, np.int32)
     for i, r in enumerate(rows):
         slots = np.flatnonzero(valid[i])
         k, a = len(slots), int(fill[r])
@@ -163,9 +167,9 @@ def layout(valid: np.ndarray, rows: Sequence[int], num_rows: int, row_len: int) 
         seg[r, a:a + k] = nseg[r]
         pos[r, a:a + k] = np.arange(k)
         fill[r] += k
-        sample_row[i], sample_seg[i] = r, nseg[r]
+        sample_row[i], sample_seg[i], start[i], count[i] = r, nseg[r], a, k
     return {"prefix_index": index, "segment_ids": seg, "positions": pos,
-            "sample_row": sample_row, "sample_segment": sample_seg}
+            "sample_row": sample_row, "sample_segment": sample_seg, "sample_start": start, "sample_tokens": count}
 
 
 def fixed_layout(valid: np.ndarray, num_samples: int) -> dict[str, np.ndarray]:
@@ -177,7 +181,8 @@ def fixed_layout(valid: np.ndarray, num_samples: int) -> dict[str, np.ndarray]:
     index = (np.arange(n)[:, None] * length + np.arange(length)[None]).astype(np.int32)
     live = np.arange(n) < num_samples
     return {"prefix_index": index, "segment_ids": seg, "positions": pos,
-            "sample_row": np.arange(n, dtype=np.int32), "sample_segment": live.astype(np.int32)}
+            "sample_row": np.arange(n, dtype=np.int32), "sample_segment": live.astype(np.int32),
+            "sample_start": np.zeros(n, np.int32), "sample_tokens": np.where(live, length, 0).astype(np.int32)}
 
 
 # ------------------------------------------------------------------------------------------
@@ -385,27 +390,40 @@ def scatter_prefix(rows, prefix_index, segment_ids, num_samples: int, length: in
     return out[:-1].reshape(num_samples, length, w)
 
 
-def rows_to_samples(rows_tree, segment_ids, sample_row, sample_segment, groups: int = 1):
+def rows_to_samples(rows_tree, segment_ids, sample_row, sample_segment, groups: int = 1, *,
+                    sample_start=None, length: int | None = None):
     """Per-row prefix results -> per-sample views, for the action suffix of packed batches.
 
-    rows_tree: arrays with leading dim R (e.g. each layer's keys/values [R, T, KVH, D] and the
-    row positions [R, T]); returns the same arrays with leading dim N (row `sample_row[n]` for
-    sample n) and segment ids int32 [N, T] that are 1 exactly on sample n's own prefix tokens.
-    A suffix that attends to these with segment id 1 and positions starting at the sample's
-    token count sees what it would see after the sample's unpacked prefix. `groups` as in
-    `gather_prefix` (each group's samples read only its own rows: no collectives).
+    rows_tree: arrays with leading dims [R, T] (e.g. each layer's keys/values [R, T, KVH, D]
+    and the row positions [R, T]). Returns the same arrays per sample and int32 segment ids
+    that are 1 exactly on sample n's own prefix tokens. A suffix that attends to these with
+    segment id 1 and positions starting at the sample's token count sees what it would see
+    after the sample's unpacked prefix. `groups` as in `gather_prefix` (no collectives when
+    the groups match the dp shards).
+
+    Without `sample_start`: each sample gets its whole row, [N, T, ...]. With `sample_start`
+    (the batch's int32 [N]) and `length` (>= any sample's token count, e.g. the model's
+    `prefix_len`): only the `length` tokens from the sample's start, [N, length, ...], so the
+    suffix attends to as many keys as in the unpacked model, not to the whole packed row.
     """
     import jax
     import jax.numpy as jnp
 
-    r = segment_ids.shape[0]
+    r, t = segment_ids.shape
     n = sample_row.shape[0]
-    local = sample_row.reshape(groups, n // groups) - (jnp.arange(groups) * (r // groups))[:, None]
+    row_local = sample_row.reshape(groups, n // groups) - (jnp.arange(groups) * (r // groups))[:, None]
+    if sample_start is None:
+        flat_idx = row_local[..., None] * t + jnp.arange(t)  # [G, N/G, T]: the whole row
+    else:
+        flat_idx = (row_local * t + sample_start.reshape(groups, n // groups))[..., None] + jnp.arange(length)
 
     def take(x):
-        xg = x.reshape(groups, r // groups, *x.shape[1:])
-        out = jax.vmap(lambda a, i: jnp.take(a, i, axis=0, mode="clip"))(xg, local)
-        return out.reshape(n, *x.shape[1:])
+        xg = x.reshape(groups, (r // groups) * t, *x.shape[2:])
+        out = jax.vmap(lambda a, i: jnp.take(a, i, axis=0, mode="clip"))(xg, flat_idx)
+        return out.reshape(n, flat_idx.shape[-1], *x.shape[2:])
 
-    own = (take(segment_ids) == sample_segment[:, None]) & (sample_segment[:, None] > 0)
+    own = take(segment_ids) == sample_segment[:, None]
+    if sample_start is not None:  # a window running past its row's end reads the next row: not ours
+        own &= (sample_start[:, None] + jnp.arange(length)) < t
+    own &= (sample_segment[:, None] > 0)
     return jax.tree.map(take, rows_tree), own.astype(jnp.int32)
