@@ -119,6 +119,7 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     """This process's loader of global batches over `mesh` (None: process-local numpy)."""
     src = make_source(cfg)
     cams = _cameras(cfg, src)
+    src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams)  # decode only the cameras used
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
