@@ -15,7 +15,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers import write_dataset
+from helpers import FIXTURE, write_dataset
 
 from vlajax.data.lerobot import LeRobotData
 
@@ -47,5 +47,18 @@ def test_lerobot_opens_what_we_write(tmp_path, video, split):
         np.testing.assert_array_equal(np.float32(f["action"]), ours.columns["action"][i])
         np.testing.assert_array_equal(np.float32(f["observation.state"]), ours.columns["observation.state"][i])
         assert abs(f["timestamp"] - float(ours.columns["timestamp"][i])) < 1e-6
+        for cam in ours.cameras:
+            assert f[cam] == hashlib.sha256(ours.image(cam, i).tobytes()).hexdigest(), (i, cam)
+
+
+@pytest.mark.skipif(not os.path.isfile(PYTHON), reason="set VLAJAX_LEROBOT_PYTHON to a python with lerobot")
+def test_lerobot_and_our_reader_agree_on_the_fixture():
+    out = subprocess.run([PYTHON, os.path.join(os.path.dirname(__file__), "lerobot_dump.py"), FIXTURE],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got, ours = json.loads(out.stdout), LeRobotData(FIXTURE)
+    assert got["tasks"] == ours.tasks and got["num_frames"] == ours.num_frames == 21
+    for i, f in enumerate(got["frames"]):
+        np.testing.assert_array_equal(np.float32(f["action"]), ours.columns["action"][i])
         for cam in ours.cameras:
             assert f[cam] == hashlib.sha256(ours.image(cam, i).tobytes()).hexdigest(), (i, cam)
