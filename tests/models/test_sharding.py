@@ -34,13 +34,22 @@ def _summary(abstract, mesh):
             for k, (spec, shape) in sorted(flat.items())}
 
 
+# The presets (flow head, no value head) plus the tiny model with the other heads, so every
+# parameter kind (action queries, bin head, value MLP, flow_noise std head) has a golden spec.
+VARIANTS = {
+    **{n: presets.get_model_config(n) for n in presets.PRESETS},
+    "tiny+tokens+value": presets.get_model_config("tiny", action_head="tokens", value_head="prefix"),
+    "tiny+flow_noise+value": presets.get_model_config("tiny", flow_sampler="flow_noise", value_head="expert"),
+}
+
+
 @pytest.fixture(scope="module")
 def abstracts():
-    return {n: presets.abstract_variables(presets.get_model_config(n)) for n in presets.PRESETS}
+    return {n: presets.abstract_variables(cfg) for n, cfg in VARIANTS.items()}
 
 
 @pytest.mark.devices(8)
-@pytest.mark.parametrize("preset", list(presets.PRESETS))
+@pytest.mark.parametrize("preset", list(VARIANTS))
 def test_golden_partition_specs(preset, abstracts):
     """Every parameter's PartitionSpec for each mesh; regenerate with VLAJAX_UPDATE_GOLDEN=1."""
     for shape in MESHES:
