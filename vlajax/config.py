@@ -238,10 +238,13 @@ class DataConfig:
     action_norm: Literal["quantile", "mean_std"] = "quantile"  # actions: q01/q99 -> [-1, 1], or z-score
     state_norm: Literal["quantile", "mean_std"] = "mean_std"  # proprioceptive state normalization
     camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
+    episodes_per_task: int = 50  # demos: successful expert episodes written per task
+    video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
 
     def __post_init__(self):
         _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
         _check(self.num_threads >= 0 and self.prefetch >= 0, "data.num_threads and data.prefetch must be >= 0")
+        _check(self.episodes_per_task >= 1, f"data.episodes_per_task must be >= 1, got {self.episodes_per_task}")
         _check(min(self.pack_rows, self.pack_row_len, self.max_segments_per_row) >= 0,
                "data.pack_rows, data.pack_row_len and data.max_segments_per_row must be >= 0 (0 = automatic)")
         _check(0.0 <= self.camera_dropout < 1.0, f"data.camera_dropout must be in [0, 1), got {self.camera_dropout}")
@@ -258,13 +261,17 @@ class SFTConfig:
     weight_decay: float = 1e-4  # AdamW decoupled weight decay
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
     ema_decay: float = 0.0  # exponential moving average of params (0 = off)
-    eval_every: int = 0  # closed-loop eval every N steps (0 = only at the end)
-    eval_episodes_per_task: int = 10  # episodes per task in periodic eval
+    eval_every: int = 0  # closed-loop eval every N steps (0 = only at the end, -1 = never)
+    eval_episodes_per_task: int = 10  # episodes per task in periodic eval (and the eval command's default)
+    eval_replan_steps: int = 0  # closed-loop eval: actions executed per predicted chunk (0 = the whole chunk)
+    time_limit_minutes: float = 0.0  # stop (with a checkpoint) once training ran this long (0 = no limit)
 
     def __post_init__(self):
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
         _check(self.learning_rate > 0, "sft.learning_rate must be > 0")
         _check(0.0 <= self.ema_decay < 1.0, "sft.ema_decay must be in [0, 1)")
+        _check(self.eval_every >= -1, "sft.eval_every must be >= -1 (0 = only at the end, -1 = never)")
+        _check(self.eval_episodes_per_task >= 1, "sft.eval_episodes_per_task must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,14 +305,14 @@ class RLConfig:
     learning_rate: float = 1e-4  # optimizer learning rate
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
     eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
+    eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
+    init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
 
     def __post_init__(self):
         _check(0.0 < self.gamma <= 1.0, "rl.gamma must be in (0, 1]")
         _check(0.0 <= self.gae_lambda <= 1.0, "rl.gae_lambda must be in [0, 1]")
         _check(self.clip_low > 0 and self.clip_high > 0, "rl.clip_low and rl.clip_high must be > 0")
         _check(self.dual_clip == 0 or self.dual_clip > 1, "rl.dual_clip must be 0 (off) or > 1")
-    eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
-    init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
         _check(self.group_size >= 1 and self.num_minibatches >= 1 and self.micro_batches >= 1,
                "rl.group_size, rl.num_minibatches and rl.micro_batches must be >= 1")
         _check(self.clip_low < 1.0, f"rl.clip_low must be < 1 (ratio floor 1 - clip_low), got {self.clip_low}")
@@ -317,14 +324,14 @@ class RLConfig:
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
         _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
+        _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1,
+               "rl.eval_every must be >= 0 and rl.eval_episodes_per_task >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
 class AsyncConfig:
     """The asynchronous pipeline (verl fully-async + RL-VLA3 knobs)."""
 
-        _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1,
-               "rl.eval_every must be >= 0 and rl.eval_episodes_per_task >= 1")
     enabled: bool = False  # False = the synchronous collect -> update loop
     placement: Literal["colocated", "disaggregated", "hybrid"] = "colocated"  # device groups per role
     placement_ratio: str = "1:1"  # 'rollout:train' device split per host (hybrid: rollout share; training uses all)

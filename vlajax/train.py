@@ -32,16 +32,21 @@ DEFAULT_PRESET = "debug"
 class Command:
     description: str
     target: str  # "module:function" taking a TrainConfig and returning an exit code
+    aliases: tuple[tuple[str, str], ...] = ()  # short flags rewritten to config fields before tyro
 
 
 COMMANDS: dict[str, Command] = {
     "smoke": Command(
         "foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs", "vlajax.smoke:run"
     ),
-    "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.demos:run"),
+    "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.demos:run",
+                     (("--suite", "--env.suite"), ("--episodes-per-task", "--data.episodes-per-task"),
+                      ("--out", "--data.dataset-dir"))),
     "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
     "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.loop:run"),
-    "eval": Command("closed-loop evaluation in the simulator", "vlajax.evaluate:run"),
+    "eval": Command("closed-loop evaluation in the simulator", "vlajax.evaluate:run",
+                    (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
+                     ("--episodes-per-task", "--sft.eval-episodes-per-task"))),
 }
 
 
@@ -78,9 +83,20 @@ def _split_preset(args: list[str]) -> tuple[str, list[str]]:
     return preset, rest
 
 
+def _apply_aliases(args: list[str], aliases: tuple[tuple[str, str], ...]) -> list[str]:
+    """`--suite goal` -> `--env.suite goal` (also `--suite=goal`) for a command's short flags."""
+    table = dict(aliases)
+    out = []
+    for a in args:
+        flag, sep, value = a.partition("=")
+        out.append(table[flag] + sep + value if flag in table else a)
+    return out
+
+
 def parse(command: str, args: list[str]) -> TrainConfig:
     """The config for `command` from `--preset` and overrides. Raises ConfigError / SystemExit."""
     preset, rest = _split_preset(args)
+    rest = _apply_aliases(rest, COMMANDS[command].aliases)
     base = get_config(preset)
     return tyro.cli(
         TrainConfig,

@@ -1,0 +1,152 @@
+"""`python -m vlajax.train demos --suite NAME --episodes-per-task N --out DIR`: scripted
+demonstrations in MJX, written as a LeRobot v3.0 dataset.
+
+For every task of the suite (or `--env.task`), batches of `env.num_envs` randomized episodes
+run the task's scripted expert (`vlajax.envs.experts`) for up to `env.episode_length` control
+steps in one jitted `lax.scan`, rendering the policy's cameras at `env.image_size`. An episode
+is kept from its first frame up to and including the step at which the task succeeded (as in
+LIBERO's demonstrations); episodes that never succeed are dropped and counted. Batches repeat
+until `data.episodes_per_task` successful episodes per task exist (at most 4x that many tries).
+
+Frames: `observation.images.<camera>` uint8 [h, w, 3] (PNG image features, or AV1 video with
+`--data.video`), `observation.state` float32 [8] (the env's proprioception), `action` float32 [4]
+(what the expert sent), the instruction as the frame's task (`task_index`), fps = the control
+rate. Writing is atomic (`vlajax.data.writer`): a killed run leaves only `<DIR>.partial-*`.
+
+Episode seeds: task i, batch j use `fold_in(fold_in(key(seed), DEMO_STREAM + i), j)`; closed-loop
+eval draws from a different stream, so no evaluation episode replays a demonstration's layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax import compile_cache
+from vlajax.config import ConfigError, TrainConfig
+from vlajax.data.build import dataset_dir
+from vlajax.data.lerobot import DatasetError
+from vlajax.data.writer import LeRobotWriter, policy_features
+from vlajax.logging import Progress
+
+log = logging.getLogger(__name__)
+
+DEMO_STREAM = 1000  # rng stream offset of demonstrations (eval uses vlajax.evaluate.EVAL_STREAM)
+BASE_CONTROL_HZ = 50  # TabletopConfig: 5 physics steps of 4 ms per control step
+
+
+def make_env(cfg: TrainConfig, task: str, obs_mode: str = "pixels"):
+    """The unwrapped MJX env of `task` for the config's env section (pixels at env.image_size)."""
+    from vlajax.envs import registry
+
+    over = registry.config_from_env_config(cfg.env)
+    over["obs_mode"] = obs_mode
+    return registry.load(task, over)
+
+
+def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, episode_length: int):
+    """Expert episodes of task `task_id` (traced). Returns time-major arrays:
+    obs {key: [T, N, ...]} (the observation *before* each action), actions [T, N, 4],
+    success [T, N] bool (the task is solved after action t)."""
+    from vlajax.envs import experts
+
+    act = jax.vmap(experts.make_expert(env))
+    reset = jax.vmap(lambda k: env.reset_task(k, task_id))
+    step = jax.vmap(env.step)
+
+    def body(carry, _):
+        state, es = carry
+        action, es = act(state, es)
+        nxt = step(state, action)
+        return (nxt, es), (state.obs, action, nxt.metrics["success"] > 0)
+
+    state = reset(jax.random.split(rng, num_episodes))
+    es = jax.vmap(lambda _: experts.init_state())(jnp.arange(num_episodes))
+    _, (obs, actions, success) = jax.lax.scan(body, (state, es), None, length=episode_length)
+    return obs, actions, success
+
+
+def episode_lengths(success: np.ndarray) -> np.ndarray:
+    """success bool [T, N] -> frames to keep per episode [N]: up to the first success (0 = failed)."""
+    hit = success.any(axis=0)
+    first = np.argmax(success, axis=0)
+    return np.where(hit, first + 1, 0).astype(np.int64)
+
+
+def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
+    """Write the dataset at `out`. Returns a summary (episodes, frames, success rate per task)."""
+    from vlajax.envs import registry
+    from vlajax.envs.tabletop import tasks as tasks_lib
+
+    try:
+        names = registry.tasks_for(cfg.env)
+    except KeyError as e:
+        raise ConfigError(str(e.args[0])) from None
+    if os.path.exists(out):
+        raise ConfigError(f"--out {out} already exists; remove it or choose another directory")
+    e = cfg.env
+    n, want, cap = e.num_envs, cfg.data.episodes_per_task, e.episode_length
+    env = make_env(cfg, names[0])
+    cams = tuple(e.cameras)
+    run = jax.jit(functools.partial(expert_rollout, env, num_episodes=n, episode_length=cap))
+    features = policy_features(cams, e.image_size, 8, env.action_size, video=cfg.data.video)
+    fps = BASE_CONTROL_HZ // max(1, e.action_repeat)
+    root = jax.random.key(cfg.seed)
+    summary: dict = {"suite": e.suite, "tasks": {}, "episodes": 0, "frames": 0}
+    t0 = time.perf_counter()
+    with (LeRobotWriter(out, fps=fps, features=features, robot_type="vlajax_tabletop") as writer,
+          Progress(len(names) * want, f"demos {e.suite}", progress, every=1) as bar):
+        for i, name in enumerate(names):
+            task_id = registry.ALL_ENVS.index(name)
+            instructions = tasks_lib.TASKS[task_id].instructions()
+            kept = tried = 0
+            lengths_all = []
+            j = 0
+            while kept < want:
+                if tried >= 4 * want:
+                    raise RuntimeError(f"task {name}: the expert succeeded in only {kept} of {tried} episodes "
+                                       f"within env.episode_length={cap}; raise it or check the expert")
+                key = jax.random.fold_in(jax.random.fold_in(root, DEMO_STREAM + task_id), j)
+                obs, actions, success = jax.device_get(run(key, jnp.int32(task_id)))
+                j += 1
+                tried += n
+                lengths = episode_lengths(np.asarray(success))
+                keep = np.flatnonzero(lengths > 0)[: want - kept]
+                if len(keep) == 0:
+                    continue
+                bm = lambda x, keep=keep: np.swapaxes(np.asarray(x), 0, 1)[keep]  # time-major -> batch-major
+                frames = {f"observation.images.{c}": bm(obs[f"pixels/{c}"]) for c in cams}
+                frames["observation.state"] = bm(obs["state"]).astype(np.float32)
+                frames["action"] = bm(actions).astype(np.float32)
+                iid = np.asarray(obs["instruction_id"])[0, keep]
+                writer.add_episodes(frames, lengths[keep], [instructions[int(k)] for k in iid])
+                kept += len(keep)
+                lengths_all += lengths[keep].tolist()
+                bar.update(i * want + kept, {"task": i, "expert_success": kept / tried})
+            summary["tasks"][name] = {"episodes": kept, "tried": tried, "expert_success": kept / tried,
+                                      "mean_length": float(np.mean(lengths_all))}
+            summary["episodes"] += kept
+            summary["frames"] += int(np.sum(lengths_all))
+            log.info("demos: %s: %d episodes (expert success %.0f%% of %d), mean length %.1f", name, kept,
+                     100 * kept / tried, tried, np.mean(lengths_all))
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    summary["out"] = out
+    return summary
+
+
+def run(cfg: TrainConfig) -> int:
+    compile_cache.enable(cfg.compilation_cache_dir)
+    out = os.path.abspath(os.path.expanduser(dataset_dir(cfg)))
+    try:
+        summary = generate(cfg, out, progress=cfg.logging.progress)
+    except DatasetError as e:
+        raise ConfigError(str(e)) from None
+    print(json.dumps(summary), flush=True)
+    return 0

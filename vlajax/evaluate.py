@@ -1,0 +1,205 @@
+"""`python -m vlajax.train eval --checkpoint DIR --suite NAME`: closed-loop evaluation in MJX.
+
+Every task of the suite (or `--env.task`) runs `--episodes-per-task N` (default
+`sft.eval_episodes_per_task`) randomized episodes, all tasks in one batch and one jitted
+`lax.scan`: the policy predicts an action chunk from the current observation (deterministic:
+the ODE sampler / argmax tokens), the env executes its first `sft.eval_replan_steps` actions
+(0 = the whole chunk), repeat until `env.episode_length` control steps. An episode succeeds
+when the task's success predicate held at any step; it is frozen from then on.
+
+Seeds are fixed: episode e of task t (index in `tasks.TASKS`) resets with
+`fold_in(fold_in(key(seed), EVAL_STREAM + t), e)` (a stream the demonstrations never use), so
+two evaluations of the same checkpoint see the same initial states.
+
+Outputs in `--output-dir` (default `<output_dir>/eval`): `eval.json` (`per_task` success,
+`mean_success`, `episodes`, `seeds`, per-episode success and steps), `eval.md` (the per-task
+table: task, instruction template, success with failure count, total success rate, total
+episodes) and one GIF per task (`<task>.gif`, the first episodes of the task side by side).
+
+`evaluate(cfg, bridge, model, params)` is the same evaluation as a function (SFT and the RL
+loop call it for periodic evaluation).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax import checkpoint, compile_cache, sharding
+from vlajax.config import ConfigError, TrainConfig
+from vlajax.logging import write_gif
+from vlajax.models.vla import VLA
+from vlajax.policy import Bridge
+
+log = logging.getLogger(__name__)
+
+EVAL_STREAM = 5000  # rng stream offset of evaluation episodes (demos use vlajax.demos.DEMO_STREAM)
+GIF_EPISODES = 4  # episodes per task shown side by side in its GIF
+
+
+def episode_keys(seed: int, task_ids: np.ndarray, episodes_per_task: int) -> jax.Array:
+    """Raw keys [T * E, 2]: episode e of task t -> fold_in(fold_in(key(seed), EVAL_STREAM + t), e)."""
+    root = jax.random.key(seed)
+    keys = [jax.random.fold_in(jax.random.fold_in(root, EVAL_STREAM + int(t)), e)
+            for t in task_ids for e in range(episodes_per_task)]
+    return jax.random.key_data(jnp.stack(keys))
+
+
+def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, *, episode_length: int,
+                replan: int, gif_index, camera: str):
+    """Run the policy on a batch of episodes. keys [N, 2], task_ids int32 [N], gif_index int [G].
+
+    Returns success bool [N], steps-to-success int32 [N] (episode_length when failed) and
+    frames uint8 [S, G, h, w, 3] of `camera` for episodes `gif_index`.
+    """
+    variables = {"params": params}
+    n = task_ids.shape[0]
+    h = bridge.model.action_horizon
+    replan = h if replan <= 0 else min(replan, h)
+    num_chunks = -(-episode_length // replan)
+    state = jax.vmap(env.reset_task)(keys, task_ids)
+    vstep = jax.vmap(env.step)
+
+    def control(carry, a):
+        state, done, steps, t = carry
+        nxt = vstep(state, a)
+        keep = lambda new, old: jnp.where(done.reshape(done.shape + (1,) * (new.ndim - 1)), old, new)
+        nxt = jax.tree.map(keep, nxt, state)
+        live = (~done) & (t < episode_length)
+        success = live & (nxt.metrics["success"] > 0)
+        steps = steps + live.astype(jnp.int32)
+        done = done | success | (nxt.done > 0) | (t + 1 >= episode_length)
+        frame = state.obs[f"pixels/{camera}"][gif_index]
+        return (nxt, done, steps, t + 1), (success, frame)
+
+    def chunk(carry, i):
+        state = carry[0]
+        rng = jax.random.fold_in(jax.random.key(0), i)
+        actions = bridge.act(model, variables, state, rng, deterministic=True)  # [N, H, 4]
+        carry, (success, frames) = jax.lax.scan(control, carry, jnp.moveaxis(actions[:, :replan], 1, 0))
+        return carry, (success.any(0), frames)
+
+    init = (state, jnp.zeros((n,), bool), jnp.zeros((n,), jnp.int32), jnp.int32(0))
+    (_, _, steps, _), (success, frames) = jax.lax.scan(chunk, init, jnp.arange(num_chunks))
+    frames = frames.reshape(-1, *frames.shape[2:])[:episode_length]
+    return success.any(0), steps, frames
+
+
+def table_markdown(result: dict[str, Any]) -> str:
+    """The per-task table (seed 000's Table 2 shape): No. | Task | Instruction | Success."""
+    lines = ["| No. | Task | Instruction | Success |", "|---:|---|---|---:|"]
+    for i, (name, rate) in enumerate(result["per_task"].items(), 1):
+        fails = result["failures"][name]
+        cell = f"{100 * rate:.0f}%" + (f" ({fails} failure{'s' if fails != 1 else ''})" if fails else "")
+        lines.append(f"| {i} | {name} | {result['instructions'][name]} | {cell} |")
+    lines.append(f"| | **Total success rate** | | **{result['mean_success']:.3f}** |")
+    lines.append(f"| | **Total episodes** | | **{result['episodes']}** |")
+    return "\n".join(lines) + "\n"
+
+
+def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_per_task: int | None = None,
+             out_dir: str | None = None, gifs: bool = True, mesh=None) -> dict[str, Any]:
+    """Closed-loop success of `params` on the config's suite (see the module docstring).
+
+    Writes eval.json / eval.md / GIFs into `out_dir` when given. -> the result dict.
+    """
+    from vlajax.demos import make_env
+    from vlajax.envs import registry
+    from vlajax.envs.tabletop import tasks as tasks_lib
+
+    try:
+        names = registry.tasks_for(cfg.env)
+    except KeyError as e:
+        raise ConfigError(str(e.args[0])) from None
+    e_per = episodes_per_task or cfg.sft.eval_episodes_per_task
+    task_ids = np.asarray([registry.ALL_ENVS.index(n) for n in names], np.int32)
+    env_cfg = cfg.env
+    if tuple(sorted(env_cfg.cameras)) != bridge.cameras and not set(bridge.cameras) <= set(env_cfg.cameras):
+        raise ConfigError(f"the policy reads cameras {bridge.cameras}; env.cameras={env_cfg.cameras} lacks some")
+    env = make_env(cfg, names[0])
+    keys = episode_keys(cfg.seed, task_ids, e_per)
+    per_episode_task = np.repeat(task_ids, e_per)
+    g = min(GIF_EPISODES, e_per)
+    gif_index = np.asarray([i * e_per + k for i in range(len(names)) for k in range(g)], np.int32)
+    camera = "agentview" if "agentview" in env_cfg.cameras else env_cfg.cameras[0]
+    run = jax.jit(functools.partial(closed_loop, env, bridge, model, episode_length=env_cfg.episode_length,
+                                    replan=cfg.sft.eval_replan_steps, camera=camera))
+    t0 = time.perf_counter()
+    success, steps, frames = jax.device_get(run(params, keys, jnp.asarray(per_episode_task), jnp.asarray(gif_index)))
+    seconds = time.perf_counter() - t0
+    success = np.asarray(success).reshape(len(names), e_per)
+    steps = np.asarray(steps).reshape(len(names), e_per)
+    per_task = {n: float(success[i].mean()) for i, n in enumerate(names)}
+    result = {
+        "suite": env_cfg.suite if not env_cfg.task else env_cfg.task,
+        "per_task": per_task,
+        "mean_success": float(np.mean(list(per_task.values()))),
+        "episodes": int(success.size),
+        "episodes_per_task": e_per,
+        "failures": {n: int((~success[i]).sum()) for i, n in enumerate(names)},
+        "instructions": {n: tasks_lib.TASKS[t].template for n, t in zip(names, task_ids)},
+        "seeds": {"seed": cfg.seed, "stream": EVAL_STREAM,
+                  "rule": "episode e of task t: fold_in(fold_in(key(seed), stream + t), e)",
+                  "task_index": {n: int(t) for n, t in zip(names, task_ids)}},
+        "episode_success": {n: success[i].astype(int).tolist() for i, n in enumerate(names)},
+        "episode_steps": {n: steps[i].tolist() for i, n in enumerate(names)},
+        "episode_length": env_cfg.episode_length,
+        "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
+        "seconds": round(seconds, 1),
+    }
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "eval.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(out_dir, "eval.md"), "w") as f:
+            f.write(table_markdown(result))
+        if gifs:
+            frames = np.asarray(frames)  # [S, T*g, h, w, 3]
+            for i, n in enumerate(names):
+                clip = np.moveaxis(frames[:, i * g:(i + 1) * g], 1, 0)  # [g, S, h, w, 3]
+                write_gif(os.path.join(out_dir, n.replace("/", "__") + ".gif"), clip, fps=25)
+    return result
+
+
+def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
+    """(bridge, model, params, train config, step) from an SFT checkpoint directory."""
+    from vlajax.sft import abstract_train_state, eval_params, load_config
+
+    ckpt_dir = os.path.abspath(os.path.expanduser(ckpt_dir))
+    if os.path.isfile(os.path.join(os.path.dirname(ckpt_dir), "policy.json")) and os.path.basename(
+            ckpt_dir).isdigit():  # a step directory: <dir>/<step>
+        step, ckpt_dir = int(os.path.basename(ckpt_dir)), os.path.dirname(ckpt_dir)
+    bridge = Bridge.load(ckpt_dir)
+    train_cfg = load_config(ckpt_dir)
+    mesh = sharding.make_mesh(cfg.mesh)
+    target, _ = abstract_train_state(train_cfg, bridge.cameras, mesh)
+    ckpt = checkpoint.Checkpointer(ckpt_dir, async_save=False)
+    state, extra = ckpt.restore(target, step=step)
+    ckpt.close()
+    return bridge, VLA(bridge.model), eval_params(state), train_cfg, int(extra.get("step", -1))
+
+
+def run(cfg: TrainConfig) -> int:
+    compile_cache.enable(cfg.compilation_cache_dir)
+    ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
+    try:
+        bridge, model, params, train_cfg, step = load_policy(ckpt_dir, cfg)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
+    out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
+    result = evaluate(cfg, bridge, model, params, out_dir=out_dir)
+    result["checkpoint"] = {"dir": os.path.abspath(ckpt_dir), "step": step, "preset": train_cfg.name}
+    with open(os.path.join(out_dir, "eval.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(table_markdown(result), flush=True)
+    print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],
+                      "episodes": result["episodes"], "out_dir": out_dir}), flush=True)
+    return 0

@@ -1,0 +1,360 @@
+"""`python -m vlajax.train sft --preset NAME`: supervised fine-tuning on demonstrations.
+
+The loop follows `vlajax.smoke` piece by piece: distributed start-up, compile cache, mesh, a
+train state built on its shards, one jitted step with explicit shardings and state donation,
+global batches from the grain loader (`vlajax.data.make_loader`), TensorBoard scalars,
+progress, async Orbax checkpoints (params, optimizer state, step, RNG, EMA and the loader's
+iterator state) and exact resume: re-running the same command continues from the newest
+checkpoint in `checkpoint.dir` (default `<output_dir>/checkpoints`).
+
+The step consumes every batching mode through one path (`data.batching`):
+
+    emb   = embed_prefix(obs)                           per-sample prefix [N, L, W]
+    rows  = gather_prefix(emb, prefix_index, seg, groups)   fixed: identity; packed: rows [R, T, W]
+    cache = encode_prefix(rows, seg, pos)              attention only within a segment
+    per-sample cache = rows_to_samples(cache, ...)     each sample sees only its own tokens
+    loss  = flow matching (velocity) or token CE on the sample's action chunk
+
+so the packed forward pass is the padded one per sample (tests/data/test_packing.py,
+tests/sft/test_sft.py). Optimizer: AdamW, linear warmup then cosine decay to
+`end_lr_fraction`, global-norm clipping, optional EMA of the parameters (`sft.ema_decay`;
+evaluation then uses the EMA). Closed-loop evaluation (`vlajax.evaluate.evaluate`) runs every
+`sft.eval_every` steps and at the end (`-1` = never).
+
+Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `policy.json`
+(the `vlajax.policy.Bridge`: cameras and normalization statistics), which is all
+`python -m vlajax.train eval --checkpoint DIR` needs besides the checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+import typing
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vlajax import checkpoint, compile_cache, distributed, sharding
+from vlajax.config import ConfigError, TrainConfig
+from vlajax.data.lerobot import DatasetError
+from vlajax.data.packing import gather_prefix, rows_to_samples
+from vlajax.logging import MetricsLogger, Progress
+from vlajax.models import heads
+from vlajax.models.observation import Observation, fake_observation
+from vlajax.models.transformer import KVCache
+from vlajax.models.vla import VLA
+from vlajax.policy import Bridge
+from vlajax.train_state import TrainState, step_rng
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+
+
+# ------------------------------------------------------------------------------------------
+# Config files
+# ------------------------------------------------------------------------------------------
+
+
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _from_dict(cls, d: dict[str, Any]):
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        v, t = d[f.name], hints[f.name]
+        if dataclasses.is_dataclass(t):
+            v = _from_dict(t, v)
+        elif isinstance(v, list):
+            v = tuple(v)
+        kw[f.name] = v
+    return cls(**kw)
+
+
+def config_from_dict(d: dict[str, Any]) -> TrainConfig:
+    """Inverse of `config_to_dict` (unknown keys are ignored, missing ones take defaults)."""
+    return _from_dict(TrainConfig, d)
+
+
+def load_config(directory: str) -> TrainConfig:
+    path = os.path.join(directory, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: missing (a checkpoint directory written by `vlajax.train sft` has it)")
+    with open(path) as f:
+        return config_from_dict(json.load(f))
+
+
+def _write_json(path: str, obj: Any) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------
+# Optimizer and state
+# ------------------------------------------------------------------------------------------
+
+
+def make_schedule(cfg: TrainConfig) -> optax.Schedule:
+    s = cfg.sft
+    return optax.warmup_cosine_decay_schedule(
+        0.0, s.learning_rate, max(s.warmup_steps, 1), max(s.num_steps, s.warmup_steps + 1),
+        end_value=s.learning_rate * s.end_lr_fraction)
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+    s = cfg.sft
+    parts = [optax.clip_by_global_norm(s.grad_clip)] if s.grad_clip > 0 else []
+    return optax.chain(*parts, optax.adamw(make_schedule(cfg), weight_decay=s.weight_decay))
+
+
+def init_fn(cfg: TrainConfig, cameras: tuple[str, ...]):
+    """`rng -> TrainState` (boxed params inside; see `sharding.init_sharded`)."""
+    model = VLA(cfg.model)
+    tx = make_optimizer(cfg)
+
+    def init(rng):
+        obs = fake_observation(rng, 1, cfg.model, cameras=cameras)
+        params = model.init(rng, obs)["params"]
+        return TrainState.create(params, tx, rng, ema=cfg.sft.ema_decay > 0)
+
+    return init
+
+
+def abstract_train_state(cfg: TrainConfig, cameras: tuple[str, ...], mesh) -> tuple[Any, Any]:
+    """(abstract unboxed state with shardings, shardings) for restoring onto `mesh`."""
+    abstract = jax.eval_shape(init_fn(cfg, cameras), jax.random.key(cfg.seed))
+    shardings = sharding.tree_shardings(abstract, mesh, cfg.mesh.logical_rules)
+    return checkpoint.abstract_state(nn.unbox(abstract), shardings), shardings
+
+
+# ------------------------------------------------------------------------------------------
+# The step
+# ------------------------------------------------------------------------------------------
+
+
+def batch_observation(batch: dict) -> Observation:
+    """A loader batch (uint8 images) -> the model's `Observation` (images in [0, 1])."""
+    return Observation(
+        images={c: v.astype(jnp.float32) / 255.0 for c, v in batch["images"].items()},
+        image_masks=dict(batch["image_masks"]),
+        tokens=batch["tokens"], token_mask=batch["token_mask"], state=batch["state"])
+
+
+def sample_cache(model: VLA, variables, batch: dict, groups: int) -> KVCache:
+    """The prefix of every sample slot, encoded in the batch's rows (fixed / dynamic / packed)."""
+    obs = batch_observation(batch)
+    emb, _ = model.apply(variables, obs, method=VLA.embed_prefix)
+    seg, pos = batch["segment_ids"], batch["positions"]
+    rows = gather_prefix(emb, batch["prefix_index"], seg, groups)
+    _, cache = model.apply(variables, rows, seg, pos, method=VLA.encode_prefix)
+    (k, v, p), own = rows_to_samples((cache.k, cache.v, cache.positions), seg, batch["sample_row"],
+                                     batch["sample_segment"])
+    return KVCache(k, v, own, p)
+
+
+def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1):
+    """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics)."""
+    variables = {"params": params}
+    cache = sample_cache(model, variables, batch, groups)
+    actions = batch["actions"]
+    mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
+    m = jnp.broadcast_to(mask[..., None], actions.shape)
+    denom = jnp.maximum(m.sum(), 1.0)
+    if model.cfg.action_head == "flow":
+        b = actions.shape[0]
+        k_t, k_eps = jax.random.split(rng)
+        t = jax.random.beta(k_t, 1.5, 1.0, (b,)) * 0.999 + 0.001
+        eps = jax.random.normal(k_eps, actions.shape)
+        x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
+        v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity)
+        loss = jnp.sum(m * (v - (eps - actions)) ** 2) / denom
+        return loss, {"flow_mse": loss}
+    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    target = heads.actions_to_bins(actions, model.cfg.num_bins)
+    lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
+    loss = -jnp.sum(lp * m) / denom
+    acc = jnp.sum((jnp.argmax(logits, -1) == target) * m) / denom
+    return loss, {"token_ce": loss, "token_acc": acc}
+
+
+def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict):
+    """One AdamW update on one global batch. -> (state, metrics)."""
+    rng = step_rng(state)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups)
+    state = state.apply_gradients(grads, ema_decay)
+    seg = batch["segment_ids"]
+    live = batch["sample_mask"]
+    metrics = {
+        **metrics, "loss": loss, "grad_norm": optax.tree.norm(grads),
+        "samples": jnp.sum(live), "prefix_tokens": jnp.sum(seg > 0),
+        "row_tokens": jnp.asarray(seg.size, jnp.int32),
+        "action_tokens": jnp.sum(batch["action_mask"] & live[:, None]),
+    }
+    return state, metrics
+
+
+def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, mesh):
+    """`train_step` jitted once with explicit shardings and the state donated."""
+    return jax.jit(
+        lambda state, batch: train_step(model, groups, ema_decay, state, batch),
+        in_shardings=(state_shardings, sharding.data_sharding(mesh)),
+        out_shardings=(state_shardings, sharding.replicated(mesh)),
+        donate_argnums=(0,),
+    )
+
+
+def eval_params(state: TrainState):
+    """The parameters to evaluate: the EMA when kept, else the live ones."""
+    return state.ema_params if state.ema_params is not None else state.params
+
+
+# ------------------------------------------------------------------------------------------
+# The command
+# ------------------------------------------------------------------------------------------
+
+
+def _check(cfg: TrainConfig, mesh) -> None:
+    dp = mesh.shape[sharding.DP]
+    if cfg.data.batch_size % dp:
+        raise ConfigError(f"data.batch_size={cfg.data.batch_size} is not divisible by the mesh's dp={dp}")
+    if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
+        raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
+
+
+def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = False) -> dict[str, Any]:
+    """Run SFT to `sft.num_steps` (resuming when a checkpoint exists). -> summary dict.
+
+    `stop_at`: leave after that step (with a checkpoint), as if interrupted; the schedule is
+    still the one of `sft.num_steps`. `return_state`: put the final `TrainState` in the summary.
+    """
+    from vlajax.data.build import make_loader
+
+    distributed.initialize(cfg.distributed)
+    compile_cache.enable(cfg.compilation_cache_dir)
+    mesh = sharding.make_mesh(cfg.mesh)
+    rules = cfg.mesh.logical_rules
+    _check(cfg, mesh)
+    log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
+
+    # ---- Data first: bad data fails before anything compiles ------------------------------
+    loader, info = make_loader(cfg, mesh)
+    bridge = Bridge.from_data(cfg, info)
+    log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
+             cfg.data.batching, info.slots, info.rows, info.row_len)
+
+    # ---- Train state on its shards, one jitted step ---------------------------------------
+    model = VLA(cfg.model)
+    state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
+                                                   jax.random.key(cfg.seed))
+    n_params = sum(x.size for x in jax.tree.leaves(state.params))
+    step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh)
+
+    # ---- Checkpoints, config and policy files, resume -------------------------------------
+    ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
+                                   save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
+    if distributed.is_main_process():
+        _write_json(os.path.join(ckpt_dir, CONFIG_FILE), config_to_dict(cfg))
+        bridge.save(ckpt_dir)
+    start = 0
+    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+        state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
+        start = int(extra["step"])
+        log.info("sft: resumed from step %d", start)
+
+    # ---- Train ----------------------------------------------------------------------------
+    logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
+    schedule = make_schedule(cfg)
+    losses: list[float] = []
+    evals: list[dict] = []
+    totals = {"prefix_tokens": 0, "row_tokens": 0, "samples": 0}
+    t_start = time.perf_counter()
+    t_last, last_logged = t_start, start
+    total = cfg.sft.num_steps
+    with (sharding.use_mesh(mesh, rules),
+          Progress(total, f"sft {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
+        end = total if stop_at is None else min(stop_at, total)
+        for step in range(start, end):
+            batch = next(loader)
+            state, metrics = step_fn(state, batch)
+            host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            losses.append(host["loss"])
+            for k in totals:
+                totals[k] += host[k]
+            done = step + 1
+            if not np.isfinite(host["loss"]):
+                raise FloatingPointError(f"sft: non-finite loss {host['loss']} at step {done}")
+            if done % cfg.logging.every_steps == 0 or done == total:
+                now = time.perf_counter()
+                host["lr"] = float(schedule(step))
+                host["steps_per_s"] = (done - last_logged) / max(now - t_last, 1e-9)
+                host["padding_fraction"] = 1.0 - host["prefix_tokens"] / max(host["row_tokens"], 1)
+                t_last, last_logged = now, done
+                logger.scalars(done, host, prefix="train/")
+                progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
+            ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
+                      data_iter=loader, force=done in (total, end))
+            limit = cfg.sft.time_limit_minutes
+            if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
+                log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
+                ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
+                          data_iter=loader, force=True)
+                end = done
+            periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
+            if periodic or (done == end and cfg.sft.eval_every >= 0):
+                evals.append(_evaluate(cfg, bridge, model, eval_params(state), done, logger))
+            if done >= end:
+                break
+    ckpt.close()
+    loader.close()
+    logger.close()
+    seconds = time.perf_counter() - t_start
+    summary = {
+        "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total, "params": int(n_params),
+        "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
+        "losses": losses, "seconds": round(seconds, 1),
+        "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),
+        "checkpoint_dir": ckpt_dir, "evals": evals,
+    }
+    if return_state:
+        summary["state"] = state
+    return summary
+
+
+def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
+    from vlajax.evaluate import evaluate
+
+    out_dir = os.path.join(cfg.output_dir, "eval", f"step-{step}")
+    result = evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,
+                      out_dir=out_dir, gifs=cfg.logging.video_every > 0)
+    logger.scalars(step, {"mean_success": result["mean_success"],
+                          **{f"success/{k}": v for k, v in result["per_task"].items()}}, prefix="eval/")
+    log.info("sft: step %d eval mean success %.3f %s", step, result["mean_success"], result["per_task"])
+    return {"step": step, "mean_success": result["mean_success"], "per_task": result["per_task"]}
+
+
+def run(cfg: TrainConfig) -> int:
+    try:
+        summary = train(cfg)
+    except (DatasetError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    if distributed.is_main_process():
+        short = {k: v for k, v in summary.items() if k != "losses"}
+        print(json.dumps(short), flush=True)
+    distributed.shutdown()
+    return 0
+
