@@ -21,7 +21,8 @@ trainer/rollouter idle ratios, staleness mean/max, ratio to sync colocated of it
 Workload: `standin` (an MLP Gaussian policy on a point-mass env, REINFORCE, Adam) until the
 RL core's PPO on the tabletop suite plugs in through the same `Workload` interface.
 Throughput is measured after a warm-up update (compilation excluded); with `--repeats` a row
-is the median run and `env_steps_per_s_all` lists every run. Rows record the 1-minute load
+is the median run and `env_steps_per_s_all` lists every run (repeats are the outer loop, so
+every mode is sampled across the same stretch of machine load). Rows record the 1-minute load
 average: on a shared machine, compare rows measured under similar load.
 """
 
@@ -258,13 +259,19 @@ def main(argv: list[str]) -> int:
     latency = LatencyModel(median_s=a.median_ms / 1e3, tail_prob=a.tail_prob, tail_scale=a.tail_scale)
     fns = _make_fns(w)
     rows = []
+    placements, modes = a.placements.split(","), a.modes.split(",")
     for regime in a.regimes.split(","):
+        runs: dict[tuple[str, str], list[dict]] = {}
+        for _ in range(a.repeats):  # repeats outermost: every mode samples the machine's load alike
+            for placement in placements:
+                for mode in modes:
+                    runs.setdefault((placement, mode), []).append(run_one(
+                        w, fns, regime, placement, mode, slots=a.slots, updates=a.updates, latency=latency,
+                        ratio=a.ratio))
         base = None
-        for placement in a.placements.split(","):
-            for mode in a.modes.split(","):
-                reps = [run_one(w, fns, regime, placement, mode, slots=a.slots, updates=a.updates,
-                                latency=latency, ratio=a.ratio) for _ in range(a.repeats)]
-                reps.sort(key=lambda r: r["env_steps_per_s"])
+        for placement in placements:
+            for mode in modes:
+                reps = sorted(runs[(placement, mode)], key=lambda r: r["env_steps_per_s"])
                 row = dict(reps[len(reps) // 2])  # the median run (by throughput) of the repeats
                 row["env_steps_per_s_all"] = [r["env_steps_per_s"] for r in reps]
                 if placement == "colocated" and mode == "sync":

@@ -123,7 +123,11 @@ class SlotRollout:
         def slot(s: int):
             def body(lane: Lane) -> bool:
                 while True:  # admission for the version this segment starts under
-                    version = gate.begin() if gate is not None else weights.version
+                    if gate is not None:
+                        with lane.waiting("weights"):  # a pending switch drains segments in flight
+                            version = gate.begin()
+                    else:
+                        version = weights.version
                     with lane.waiting("pacing"):
                         ticket = buffer.reserve_for(self.samples_per_slot, version, timeout)
                     if ticket is not None:
