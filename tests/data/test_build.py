@@ -7,12 +7,13 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-from helpers import write_dataset
 
 from vlajax.config import MeshConfig, ModelConfig, get_config
 from vlajax.data.build import make_loader, packed_rows
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.normalize import unnormalize
+
+from .helpers import write_dataset
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,10 @@ import textwrap
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import AGENT, FIXTURE, LENGTHS, TASKS, WRIST, episode, fixture_action, load_json, save_json, write_dataset
 
 from vlajax.data.lerobot import DatasetError, LeRobotData
+
+from .helpers import AGENT, FIXTURE, LENGTHS, TASKS, WRIST, episode, fixture_action, load_json, save_json, write_dataset
 
 
 def test_reads_the_lerobot_fixture_exactly():
@@ -112,9 +113,9 @@ def test_writer_refuses_existing_and_aborts_on_error(tmp_path):
     with pytest.raises(DatasetError, match="already exists"):
         write_dataset(root)
     target = str(tmp_path / "other")
-    from helpers import features
-
     from vlajax.data.writer import LeRobotWriter
+
+    from .helpers import features
 
     with pytest.raises(ValueError, match="expected"), LeRobotWriter(target, fps=10, features=features()) as w:
         w.add_episode(episode(0, 4), task="x")

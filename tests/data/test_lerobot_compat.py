@@ -15,9 +15,10 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers import FIXTURE, write_dataset
 
 from vlajax.data.lerobot import LeRobotData
+
+from .helpers import FIXTURE, write_dataset
 
 PYTHON = os.environ.get("VLAJAX_LEROBOT_PYTHON", "")
 

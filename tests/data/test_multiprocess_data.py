@@ -7,7 +7,8 @@ import sys
 
 import portpicker
 import pytest
-from helpers import write_dataset
+
+from .helpers import write_dataset
 
 WORKER = os.path.join(os.path.dirname(__file__), "multiprocess_worker.py")
 

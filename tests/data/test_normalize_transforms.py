@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import pytest
-from helpers import FIXTURE, load_json, save_json, write_dataset
 
 from vlajax.data.lerobot import DatasetError, LeRobotData
 from vlajax.data.normalize import NormStats, load_norm_stats, normalize, unnormalize
@@ -20,6 +19,8 @@ from vlajax.data.transforms import (
     SelectCameras,
     Tokenize,
 )
+
+from .helpers import FIXTURE, load_json, save_json, write_dataset
 
 
 def test_stats_from_the_fixture_and_exact_inverses():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from helpers import fixture_action, write_dataset
 
 from vlajax.config import MeshConfig
 from vlajax.data.lerobot import DatasetError, LeRobotData
@@ -13,6 +12,8 @@ from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.packing import PrefixSpec
 from vlajax.data.source import ActionChunkSource
 from vlajax.data.transforms import Compose, RandomDropCamera, Tokenize
+
+from .helpers import fixture_action, write_dataset
 
 SPEC = PrefixSpec(("agentview", "wrist"), 32, 16, 16, True, seq_multiple=8)
 TF = Compose((RandomDropCamera("wrist", 0.5, seed=1), Tokenize(16)))

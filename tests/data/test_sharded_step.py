@@ -8,11 +8,12 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-from helpers import write_dataset
 
 from vlajax.config import MeshConfig, get_config
 from vlajax.data.build import make_loader
 from vlajax.data.packing import gather_prefix, rows_to_samples
+
+from .helpers import write_dataset
 
 
 def _velocities(model, variables, batch, groups):
