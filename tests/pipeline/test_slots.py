@@ -137,3 +137,32 @@ def test_version_gate_switches_only_between_segments():
     weights.install_pending()
     with pytest.raises(PipelineTimeout, match="segments in flight"):
         gate.begin()  # the segment started above never ends: the wait is bounded
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "slots, gens, threshold, trigger, require, partial, streaming",
+    [(3, 1, 0.0, 1, 2, False, False), (3, 2, 0.5, 2, 1, False, True), (2, 1, 1.0, 1, 3, True, True),
+     (4, 2, 2.0, 1, 2, True, False), (3, 3, 0.5, 2, 2, False, False), (1, 1, 1.0, 3, 1, True, True)],
+)
+def test_knob_combinations_finish_within_the_bound(slots, gens, threshold, trigger, require, partial, streaming):
+    """No combination of the knobs deadlocks; counts add up; staleness <= ceil(threshold)."""
+    import math
+
+    cfg = AsyncConfig(enabled=True, staleness_threshold=threshold, trigger_parameter_sync_step=trigger,
+                      require_batches=require, partial_rollout=partial, streaming=streaming, num_slots=slots,
+                      num_generators=gens, max_wait_ms=1.0, queue_timeout_s=60.0, watchdog_s=60.0)
+    rng = np.random.default_rng(slots * 100 + require)
+    rollout = _slots(cfg, step_s=lambda s: float(rng.choice([0.0, 0.002, 0.02], p=[0.5, 0.4, 0.1])))
+    updates = 2 * trigger * 2
+    runner = AsyncRunner(cfg, sample_step=None, rollout=rollout.lanes, train_step=toy.ToyTrainer(),
+                         get_params=toy.get_params, state=toy.init_state(0), num_updates=updates,
+                         samples_per_step=ENVS_PER_SLOT, mini_batch=ENVS_PER_SLOT)
+    assert runner.run(timeout=200) == "done"
+    c = runner.buffer.counters()
+    assert runner.counters.updates == updates and runner.counters.version == updates // trigger
+    assert c["consumed"] == updates * require * ENVS_PER_SLOT
+    assert c["produced"] == c["consumed"] + c["depth"] and c["reserved"] >= c["produced"]
+    assert max(s for h in runner.history for s in h["staleness"]) <= math.ceil(threshold)
+    if not partial:
+        assert all(sp == 0 for h in runner.history for sp in h["span"])
