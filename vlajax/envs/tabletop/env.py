@@ -123,7 +123,10 @@ class TabletopEnv(Env):
         ctrl = jnp.concatenate([jnp.asarray(scene.HOME), jnp.full((1,), scene.FINGER_OPEN)])
         data = mjx.make_data(m, impl=self.config.physics_impl)
         data = data.replace(qpos=qpos, ctrl=ctrl, mocap_pos=mocap)
-        data = mjx.forward(self.mjx_model, data)
+        if self.config.physics_impl == "jax":  # positions only: cheaper to compile than a full forward
+            data = mjx.camlight(self.mjx_model, mjx.kinematics(self.mjx_model, data))
+        else:
+            data = mjx.forward(self.mjx_model, data)
 
         rgb = jnp.asarray([c for _, c in scene.PALETTE], jnp.float32)[colors]  # [4, 3]
         rgba = jnp.asarray(m.geom_rgba, jnp.float32)
@@ -159,7 +162,8 @@ class TabletopEnv(Env):
         reward = scales["success"] * success + sum(scaled.values())
         unstable = jnp.any(~jnp.isfinite(data.qpos)) | jnp.any(~jnp.isfinite(data.qvel))
         done = jnp.maximum(success, unstable.astype(jnp.float32))
-        metrics = {"success": success, **{f"reward/{k}": v for k, v in scaled.items()}}
+        # Keep metric keys the caller added (brax's training loop adds one), overwrite ours.
+        metrics = {**state.metrics, "success": success, **{f"reward/{k}": v for k, v in scaled.items()}}
         obs = self._obs(data, state.info["episode"])
         return state.replace(data=data, obs=obs, reward=reward, done=done, metrics=metrics)
 

@@ -1,0 +1,66 @@
+"""Episode length / truncation, auto-reset (cached and full), action chunks, vmap composition."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax.envs import registry, wrappers
+
+ENV = registry.load("goal/press_button", obs_mode="state")
+H = 5
+
+
+def _zeros(*shape):
+    return jnp.zeros(shape, jnp.float32)
+
+
+def test_chunk_with_episode_end_inside():
+    # Episode of 3 steps, chunk of 5: the 3rd step ends it, the last 2 are not executed.
+    env = wrappers.ActionChunkWrapper(wrappers.EpisodeWrapper(ENV, episode_length=3), H)
+    state = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    assert state.info["chunk_rewards"].shape == (H,)
+    nxt = jax.jit(env.step)(state, _zeros(H, 4))
+    np.testing.assert_array_equal(np.asarray(nxt.info["chunk_dones"]), [0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(np.asarray(nxt.info["chunk_valid"]), [1, 1, 1, 0, 0])
+    r = np.asarray(nxt.info["chunk_rewards"])
+    assert r[3:].sum() == 0 and np.isclose(float(nxt.reward), r.sum())
+    assert float(nxt.done) == 1.0 and float(nxt.info["truncation"]) == 1.0
+    assert float(nxt.info["steps"]) == 3.0  # frozen at the terminal step
+    # The per-step rewards equal stepping the inner env one action at a time.
+    inner = wrappers.EpisodeWrapper(ENV, episode_length=3)
+    s = jax.jit(inner.reset)(jax.random.PRNGKey(0))
+    step = jax.jit(inner.step)
+    manual = []
+    for _ in range(3):
+        s = step(s, _zeros(4))
+        manual.append(float(s.reward))
+    np.testing.assert_allclose(r[:3], manual, rtol=1e-5, atol=1e-6)
+
+
+def test_batched_autoreset_full_and_cached():
+    for full in (True, False):
+        env = wrappers.wrap(ENV, episode_length=3, num_envs=2, action_horizon=H, full_reset=full)
+        state = jax.jit(env.reset)(jax.random.split(jax.random.PRNGKey(1), 2))
+        nxt = jax.jit(env.step)(state, _zeros(2, H, 4))
+        assert nxt.info["chunk_rewards"].shape == (2, H)
+        np.testing.assert_array_equal(np.asarray(nxt.done), [1, 1])
+        # Done envs come back as a first state: gripper at home, no velocity.
+        np.testing.assert_allclose(np.asarray(nxt.data.qpos), np.asarray(state.data.qpos), atol=0 if not full else 1)
+        np.testing.assert_allclose(np.asarray(nxt.data.qvel), 0.0)
+        same = np.allclose(np.asarray(nxt.data.qpos), np.asarray(state.data.qpos))
+        assert same != full  # cached: identical first state; full: a newly randomized one
+        ep0, ep1 = state.info["episode"], nxt.info["episode"]
+        assert np.array_equal(np.asarray(ep0["brightness"]), np.asarray(ep1["brightness"])) != full
+        # Step counter restarts on the next step.
+        again = jax.jit(env.step)(nxt, _zeros(2, H, 4))
+        np.testing.assert_array_equal(np.asarray(again.info["steps"]), [3, 3])
+
+
+def test_episode_wrapper_counts_and_truncates():
+    env = wrappers.EpisodeWrapper(ENV, episode_length=2)
+    s = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    step = jax.jit(env.step)
+    s = step(s, _zeros(4))
+    assert float(s.done) == 0 and float(s.info["steps"]) == 1
+    s = step(s, _zeros(4))
+    assert float(s.done) == 1 and float(s.info["truncation"]) == 1
