@@ -35,7 +35,8 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,28 @@ from vlajax.pipeline.slots import SlotRollout
 from vlajax.train_state import TrainState
 
 MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
+
+
+class Workload(Protocol):
+    """What the benchmark needs from a workload; the RL core's PPO on the tabletop suite plugs in here.
+
+    envs: total envs (split into `num_slots` slots); horizon: decisions per segment;
+    steps_per_decision: low-level env steps per decision and env (the action chunk H).
+    """
+
+    envs: int
+    horizon: int
+    steps_per_decision: int
+
+    def init_state(self, seed: int) -> Any: ...
+
+    def env(self, num_slots: int, latency: LatencyModel | None) -> tuple[Callable, Callable, Callable]:
+        """(reset, step, infer) for `SlotRollout` with `envs // num_slots` envs per slot."""
+
+    def trainer(self, device: Any, streaming: bool) -> Callable:
+        """train_step(state, micro_batches) -> (state, metrics) on `device`."""
+
+    def get_params(self, state: Any) -> Any: ...
 
 
 # ----------------------------------------------------------------------------------------
@@ -109,6 +132,26 @@ def _make_fns(w: StandIn):
     add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
     apply = jax.jit(lambda s, g: s.apply_gradients(g), donate_argnums=0)
     return policy, advance, grads, add, apply
+
+
+class StandInWorkload:
+    """`StandIn` behind the `Workload` interface (jitted functions built once)."""
+
+    def __init__(self, spec: StandIn):
+        self.spec, self.fns = spec, _make_fns(spec)
+        self.envs, self.horizon, self.steps_per_decision = spec.envs, spec.horizon, 1
+
+    def init_state(self, seed: int) -> TrainState:
+        return self.spec.init_state(seed)
+
+    def env(self, num_slots: int, latency: LatencyModel | None):
+        return make_env(self.spec, self.fns, num_slots, latency)
+
+    def trainer(self, device: Any, streaming: bool) -> Trainer:
+        return Trainer(self.fns, device, streaming)
+
+    def get_params(self, state: TrainState) -> Any:
+        return state.params
 
 
 def make_env(w: StandIn, fns, num_slots: int, latency: LatencyModel | None, seed: int = 0):
@@ -178,21 +221,21 @@ def mode_config(mode: str, slots: int, placement: str, ratio: str) -> tuple[Asyn
     return cfg, n
 
 
-def run_one(w: StandIn, fns, regime: str, placement: str, mode: str, *, slots: int, updates: int,
+def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, updates: int,
             latency: LatencyModel, ratio: str) -> dict[str, Any]:
     cfg, n = mode_config(mode, slots, placement, ratio)
     p = make_placement(cfg, MeshConfig())
     train_dev, roll_dev = p.train_devices[0], p.rollout_devices[0]  # colocated: the same device, time-shared
-    reset, step, infer = make_env(w, fns, n, latency if regime == "cpu_longtail" else None)
+    reset, step, infer = w.env(n, latency if regime == "cpu_longtail" else None)
     rollout = SlotRollout(cfg, reset=reset, step=step, infer=infer, horizon=w.horizon, samples_per_slot=w.envs // n,
-                          env_steps_per_decision=w.envs // n)
+                          env_steps_per_decision=w.envs // n * w.steps_per_decision)
     timeline = Timeline()
     rollout.timeline = timeline
     state = jax.device_put(w.init_state(0), train_dev)
-    trainer = Trainer(fns, train_dev, cfg.streaming)
+    trainer = w.trainer(train_dev, cfg.streaming)
     marks: list[float] = []
     mark = lambda *_: marks.append(time.monotonic())
-    kw = dict(train_step=trainer, get_params=lambda s: s.params, num_updates=updates + 1,
+    kw = dict(train_step=trainer, get_params=w.get_params, num_updates=updates + 1,
               samples_per_step=w.envs // n, mini_batch=w.envs // n)
     t_start = time.monotonic()
     if mode == "sync":
@@ -255,9 +298,9 @@ def main(argv: list[str]) -> int:
         return 0
     with contextlib.suppress(RuntimeError):  # only possible before the backend starts (tests set it themselves)
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
-    w = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
+    spec = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
+    w = StandInWorkload(spec)
     latency = LatencyModel(median_s=a.median_ms / 1e3, tail_prob=a.tail_prob, tail_scale=a.tail_scale)
-    fns = _make_fns(w)
     rows = []
     placements, modes = a.placements.split(","), a.modes.split(",")
     for regime in a.regimes.split(","):
@@ -266,7 +309,7 @@ def main(argv: list[str]) -> int:
             for placement in placements:
                 for mode in modes:
                     runs.setdefault((placement, mode), []).append(run_one(
-                        w, fns, regime, placement, mode, slots=a.slots, updates=a.updates, latency=latency,
+                        w, regime, placement, mode, slots=a.slots, updates=a.updates, latency=latency,
                         ratio=a.ratio))
         base = None
         for placement in placements:
@@ -279,7 +322,7 @@ def main(argv: list[str]) -> int:
                 row["ratio_to_sync_colocated"] = row["env_steps_per_s"] / base if base else None
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    meta = {"workload": dataclasses.asdict(w) | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
+    meta = {"workload": dataclasses.asdict(spec) | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
             "devices": jax.device_count(), "cpu_count": os.cpu_count(), "argv": sys.argv[1:]}
     if a.json:
         with open(a.json, "w") as f:
