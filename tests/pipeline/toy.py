@@ -77,7 +77,7 @@ class ToySampler:
             data = {"obs": jnp.stack(obs), "act": jnp.stack(act), "rew": jnp.stack(rew)}
         time.sleep(self.call_s)
         jax.block_until_ready(data)
-        return [Trajectory(data, versions=np.asarray(versions), num_samples=B)]
+        return [Trajectory(data, versions=np.asarray(versions), num_samples=B, env_steps=B * T)]
 
 
 def _loss(params, batch):

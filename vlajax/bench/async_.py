@@ -230,7 +230,6 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
     rollout = SlotRollout(cfg, reset=reset, step=step, infer=infer, horizon=w.horizon, samples_per_slot=w.envs // n,
                           env_steps_per_decision=w.envs // n * w.steps_per_decision)
     timeline = Timeline()
-    rollout.timeline = timeline
     state = jax.device_put(w.init_state(0), train_dev)
     trainer = w.trainer(train_dev, cfg.streaming)
     marks: list[float] = []

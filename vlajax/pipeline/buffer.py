@@ -48,12 +48,14 @@ class Trajectory:
 
     data: pytree of arrays, e.g. `[T, B, ...]` decisions x envs; versions: int array (any
     shape, e.g. `[T]` or `[T, B]`) of the policy version that produced each decision;
-    num_samples: samples this item counts for in pacing (e.g. B trajectories).
+    num_samples: samples this item counts for in pacing (e.g. B trajectories); env_steps:
+    low-level env transitions it holds (for env steps/s).
     """
 
     data: Any
     versions: Any
     num_samples: int = 1
+    env_steps: int = 0
     produced_at: float = dataclasses.field(default_factory=time.monotonic)
     version_min: int = dataclasses.field(init=False)
     version_max: int = dataclasses.field(init=False)

@@ -121,6 +121,8 @@ class AsyncRunner:
                              f"{self.mini_batch} summing to {self.samples_per_step}")
         for it in items:
             self.buffer.put(it, ticket)
+        if steps := sum(it.env_steps for it in items):
+            self.timeline.record_env_steps(steps)
         return True
 
     def _micro_batches(self, lane: Lane, taken: list[Trajectory]) -> Iterator[Trajectory]:
@@ -204,6 +206,8 @@ def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep
         tl.end_idle("trainer")
         for it in items:
             tl.record_produced(it.num_samples)
+        if steps := sum(it.env_steps for it in items):
+            tl.record_env_steps(steps)
         queue = iter(items)
         tl.begin_idle("rollouter", "training")
         for _ in range(cfg.trigger_parameter_sync_step):

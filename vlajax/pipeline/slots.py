@@ -36,7 +36,6 @@ import numpy as np
 from vlajax.config import AsyncConfig
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import Lane
-from vlajax.pipeline.metrics import Timeline
 from vlajax.pipeline.scheduler import DynamicBatcher, Router
 
 __all__ = ["SlotRollout", "VersionGate"]
@@ -91,7 +90,6 @@ class SlotRollout:
         self.max_batch = cfg.max_batch or -(-cfg.num_slots // cfg.num_generators)
         self._env: dict[int, tuple[Any, Any]] = {}  # slot -> (env_state, obs), carried across segments
         self.segments = 0
-        self.timeline: Timeline | None = None  # where sample_step records env steps (lanes() sets it)
 
     def _env_of(self, slot: int) -> tuple[Any, Any]:
         if slot not in self._env:
@@ -102,7 +100,6 @@ class SlotRollout:
 
     def lanes(self, runner) -> list[tuple[str, Callable[[Lane], bool | None]]]:
         cfg = self.cfg
-        self.timeline = runner.timeline
         batchers = [DynamicBatcher(self.max_batch, cfg.max_wait_ms / 1e3, lifetime=runner.lifetime,
                                    timeline=runner.timeline) for _ in range(cfg.num_generators)]
         self.batchers = batchers
@@ -149,7 +146,9 @@ class SlotRollout:
                 finally:
                     if gate is not None:
                         gate.end()
-                buffer.put(Trajectory(_stack(records), np.asarray(versions), self.samples_per_slot), ticket)
+                item = Trajectory(_stack(records), np.asarray(versions), self.samples_per_slot,
+                                  self.horizon * self.env_steps_per_decision)
+                buffer.put(item, ticket)
                 self.segments += 1
                 return True
             return body
@@ -171,9 +170,7 @@ class SlotRollout:
                 env_state, obs, rec = self.step(s, envs[s][0], out)
                 envs[s] = (env_state, obs)
                 records[s].append(rec)
-            if self.timeline is not None:
-                self.timeline.record_env_steps(self.env_steps_per_decision * len(slots))
         self._env.update(envs)
         self.segments += len(slots)
-        return [Trajectory(_stack(records[s]), np.full((self.horizon,), version), self.samples_per_slot)
-                for s in slots]
+        return [Trajectory(_stack(records[s]), np.full((self.horizon,), version), self.samples_per_slot,
+                           self.horizon * self.env_steps_per_decision) for s in slots]
