@@ -7,6 +7,9 @@ fixed synthetic batch (so its actions depend on its weights), quantizes the lang
     and of the whole model), both for the stored dtype and for a bfloat16 baseline;
   * max / mean absolute error of the quantized model's actions against the full-precision
     model's, on a fixed batch with the same sampler noise (deterministic ODE sampler).
+With `--checkpoint DIR` (an SFT checkpoint directory) the trained weights are quantized
+instead, and closed-loop success in the simulator is also measured before and after PTQ on the
+checkpoint's task suite (`--episodes-per-task`, fixed seeds; weights dequantized from FP8).
 Every figure is measured in this run.
 """
 
@@ -60,6 +63,28 @@ def _fit(model, params, obs, steps: int, lr: float):
     return params, losses
 
 
+def _load(ckpt_dir: str) -> dict:
+    """Trained policy from an SFT checkpoint (see `vlajax.evaluate.load_policy`)."""
+    from vlajax.config import TrainConfig  # noqa: PLC0415
+    from vlajax.evaluate import load_policy  # noqa: PLC0415
+
+    bridge, model, params, train_cfg, step = load_policy(ckpt_dir, TrainConfig())
+    return {"bridge": bridge, "model": model, "params": params, "train_cfg": train_cfg, "step": step}
+
+
+def _success(trained: dict, params, params_hat, episodes_per_task: int) -> dict:
+    """Closed-loop mean success of the full-precision and the PTQ weights on the same seeded episodes."""
+    from vlajax.evaluate import evaluate  # noqa: PLC0415
+
+    out = {}
+    for name, p in (("full_precision", params), ("fp8_ptq", params_hat)):
+        r = evaluate(trained["train_cfg"], trained["bridge"], trained["model"], p,
+                     episodes_per_task=episodes_per_task, gifs=False)
+        out[name] = {"mean_success": r["mean_success"], "per_task": r["per_task"], "episodes": r["episodes"]}
+    out["change"] = out["fp8_ptq"]["mean_success"] - out["full_precision"]["mean_success"]
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m vlajax.bench fp8", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=pathlib.Path, default=None, help="write the results here")
@@ -68,21 +93,38 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--fit-steps", type=int, default=30, help="flow-matching steps before quantizing (0 = random init)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint", default="", help="SFT checkpoint dir: quantize its weights, measure success")
+    ap.add_argument("--episodes-per-task", type=int, default=10, help="with --checkpoint: eval episodes per task")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
+    trained = None
     try:
-        cfg = presets.get_model_config(args.preset, flow_sampler="ode", action_head="flow")
-    except ConfigError as e:
+        if args.checkpoint:
+            trained = _load(args.checkpoint)
+            model, params = trained["model"], trained["params"]
+            cfg = model.cfg
+        else:
+            cfg = presets.get_model_config(args.preset, flow_sampler="ode", action_head="flow")
+            model = VLA(cfg)
+    except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    model = VLA(cfg)
-    obs = fake_observation(jax.random.key(args.seed), args.batch, cfg)
-    params = jax.jit(model.init)(jax.random.key(args.seed + 1), obs)["params"]
-    params, losses = _fit(model, params, obs, args.fit_steps, args.lr)
+    cameras = trained["bridge"].cameras if trained else None
+    obs = fake_observation(jax.random.key(args.seed), args.batch, cfg, cameras)
+    losses: list[float] = []
+    if trained is None:
+        params = jax.jit(model.init)(jax.random.key(args.seed + 1), obs)["params"]
+        params, losses = _fit(model, params, obs, args.fit_steps, args.lr)
 
     qparams = jax.jit(quantize.quantize_params)(params)
-    sample = jax.jit(lambda p, o, r: heads.flow_sample(model, {"params": quantize.dequantize_params(p)}, o, r))
+    def sample(p, o, r):
+        v = {"params": quantize.dequantize_params(p)}
+        if cfg.action_head == "flow":
+            return heads.flow_sample(model, v, o, r, sampler="ode")
+        return heads.token_sample(model, v, o, r, temperature=0.0)
+
+    sample = jax.jit(sample)
     rng = jax.random.key(args.seed + 2)
     full = np.asarray(sample(params, obs, rng).actions)
     quant = np.asarray(sample(qparams, obs, rng).actions)
@@ -120,6 +162,13 @@ def main(argv: list[str]) -> int:
                     "mean_abs_error": float(err.mean()), "mean_abs_action": float(np.abs(full).mean())},
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    if trained is not None:
+        result["preset"] = trained["train_cfg"].name
+        result["checkpoint"] = {"dir": args.checkpoint, "step": trained["step"]}
+        result["fit"] = None
+        result["actions"]["sampler"] = "ode" if cfg.action_head == "flow" else "argmax tokens"
+        result["success"] = _success(trained, params, quantize.dequantize_params(qparams), args.episodes_per_task)
+        result["seconds"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
