@@ -53,8 +53,8 @@ def episode_keys(seed: int, task_ids: np.ndarray, episodes_per_task: int) -> jax
     return jax.random.key_data(jnp.stack(keys))
 
 
-def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, *, episode_length: int,
-                replan: int, gif_index, camera: str):
+def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_index, *, episode_length: int,
+                replan: int, camera: str):
     """Run the policy on a batch of episodes. keys [N, 2], task_ids int32 [N], gif_index int [G].
 
     Returns success bool [N], steps-to-success int32 [N] (episode_length when failed) and
