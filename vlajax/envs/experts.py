@@ -91,7 +91,8 @@ def _phases(params, ee, cubes, zone, button):
     f = params["family"]
     col = lambda i, dtype=jnp.float32: jnp.stack(
         [jnp.stack([jnp.asarray(r[i], dtype) for r in rows]) for rows in families])[f]
-    restart = jnp.stack([jnp.bool_(False), off_line, jnp.bool_(False), jnp.bool_(False)])[f] & (jnp.arange(NUM_PHASES) == 2)
+    no = jnp.bool_(False)
+    restart = jnp.stack([no, off_line, no, no])[f] & (jnp.arange(NUM_PHASES) == 2)
     return col(0), col(1), col(2), col(3, jnp.int32), col(4, bool), col(5), restart, last[f]
 
 

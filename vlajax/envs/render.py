@@ -38,7 +38,8 @@ class RenderSpec:
     cam_ids: tuple[int, ...]  # MuJoCo camera ids
     width: int
     height: int
-    geom_ids: np.ndarray  # [G] int, rendered box geoms
+    geom_ids: np.ndarray  # [G] int, rendered box geoms, world-aligned ones first
+    num_aligned: int  # how many of them never rotate (no rotational joint above, identity orientation)
     geom_size: np.ndarray  # [G, 3] box half sizes
     rays: np.ndarray  # [C, H*W, 3] unit ray directions in each camera frame
     ambient: np.ndarray  # [3] headlight ambient + sum of light ambients
@@ -58,6 +59,21 @@ def camera_rays(width: int, height: int, fovy_deg: float) -> np.ndarray:
     return (d / np.linalg.norm(d, axis=-1, keepdims=True)).astype(np.float32)
 
 
+def _never_rotates(m: mujoco.MjModel, geom: int) -> bool:
+    """True if the geom's world orientation is the identity for every qpos (and mocap pose we set)."""
+    if not np.allclose(m.geom_quat[geom], (1, 0, 0, 0)):
+        return False
+    body = m.geom_bodyid[geom]
+    while body > 0:
+        joints = range(m.body_jntadr[body], m.body_jntadr[body] + m.body_jntnum[body])
+        if any(m.jnt_type[j] != mujoco.mjtJoint.mjJNT_SLIDE for j in joints):
+            return False
+        if not np.allclose(m.body_quat[body], (1, 0, 0, 0)):
+            return False
+        body = m.body_parentid[body]
+    return True
+
+
 def make_spec(mj_model: mujoco.MjModel, cameras: tuple[str, ...], width: int, height: int) -> RenderSpec:
     """Collect the rendered boxes, cameras and lights of `mj_model`."""
     groups = mj_model.geom_group
@@ -66,9 +82,12 @@ def make_spec(mj_model: mujoco.MjModel, cameras: tuple[str, ...], width: int, he
         if mj_model.geom_type[g] != mujoco.mjtGeom.mjGEOM_BOX:
             name = mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_GEOM, g)
             raise ValueError(f"the JAX ray caster draws only boxes; geom {name!r} is not one")
+    aligned = [g for g in ids if _never_rotates(mj_model, g)]
+    ids = aligned + [g for g in ids if g not in aligned]
     cam_ids = tuple(mj_model.camera(c).id for c in cameras)
     rays = np.stack([camera_rays(width, height, float(mj_model.cam_fovy[c])) for c in cam_ids])
-    directional = [i for i in range(mj_model.nlight) if mj_model.light_type[i] == mujoco.mjtLightType.mjLIGHT_DIRECTIONAL]
+    kind = mujoco.mjtLightType.mjLIGHT_DIRECTIONAL
+    directional = [i for i in range(mj_model.nlight) if mj_model.light_type[i] == kind]
     if len(directional) != mj_model.nlight:
         raise ValueError("the JAX ray caster supports only directional lights")
     head = mj_model.vis.headlight
@@ -83,6 +102,7 @@ def make_spec(mj_model: mujoco.MjModel, cameras: tuple[str, ...], width: int, he
         width=width,
         height=height,
         geom_ids=np.asarray(ids, np.int32),
+        num_aligned=len(aligned),
         geom_size=np.asarray(mj_model.geom_size[ids], np.float32),
         rays=rays,
         ambient=ambient,
@@ -92,27 +112,47 @@ def make_spec(mj_model: mujoco.MjModel, cameras: tuple[str, ...], width: int, he
     )
 
 
-def _cast(spec: RenderSpec, origin, cam_mat, rays, pos, mat, rgba):
-    """One camera of one env: origin `[3]`, cam_mat `[3,3]`, rays `[P,3]`, boxes `[G,..]` -> `[P,3]`."""
-    d_world = rays @ cam_mat.T  # [P, 3]
-    o_local = jnp.einsum("gji,gj->gi", mat, origin[None] - pos)  # [G, 3]  R^T (o - p)
-    d_local = jnp.einsum("pj,gji->pgi", d_world, mat)  # [P, G, 3]
-    d_safe = jnp.where(jnp.abs(d_local) < 1e-9, 1e-9, d_local)
-    inv = 1.0 / d_safe
-    size = jnp.asarray(spec.geom_size)
-    t1 = (-size[None] - o_local[None]) * inv
-    t2 = (size[None] - o_local[None]) * inv
-    tmin3 = jnp.minimum(t1, t2)
-    t_near = tmin3.max(-1)  # [P, G]
-    t_far = jnp.maximum(t1, t2).min(-1)
+def _slab(o_local, inv, size):
+    """Ray-box slab test with pixels on the minor axis (vectorizes well on CPU).
+
+    o_local `[3, G, 1]` ray origin in each box frame, inv `[3, G or 1, P]` inverse ray directions,
+    size `[3, G, 1]` half sizes -> (distance `[G, P]`, inf on a miss; entry-face axis `[G, P]`).
+    """
+    t1 = (-size - o_local) * inv
+    t2 = (size - o_local) * inv
+    lo, hi = jnp.minimum(t1, t2), jnp.maximum(t1, t2)
+    t_near = jnp.maximum(jnp.maximum(lo[0], lo[1]), lo[2])
+    t_far = jnp.minimum(jnp.minimum(hi[0], hi[1]), hi[2])
+    axis = jnp.where(lo[0] == t_near, 0, jnp.where(lo[1] == t_near, 1, 2))
     hit = (t_near <= t_far) & (t_near > 0)
-    t = jnp.where(hit, t_near, jnp.inf)
-    g = jnp.argmin(t, axis=-1)  # [P]
-    any_hit = jnp.isfinite(jnp.take_along_axis(t, g[:, None], -1)[:, 0])
-    axis = jnp.argmax(jnp.take_along_axis(tmin3, g[:, None, None], 1)[:, 0], -1)  # [P]
-    d_axis = jnp.take_along_axis(jnp.take_along_axis(d_local, g[:, None, None], 1)[:, 0], axis[:, None], -1)
-    n_local = jax.nn.one_hot(axis, 3) * -jnp.sign(d_axis)  # [P, 3]
-    normal = jnp.einsum("pij,pj->pi", mat[g], n_local)  # [P, 3]
+    return jnp.where(hit, t_near, jnp.inf), axis
+
+
+def _safe_inv(d):
+    return 1.0 / jnp.where(jnp.abs(d) < 1e-9, 1e-9, d)
+
+
+def _cast(spec: RenderSpec, origin, cam_mat, rays, pos, mat, rgba):
+    """One camera of one env: origin `[3]`, cam_mat `[3,3]`, rays `[P,3]`, boxes `[G,..]` -> `[P,3]`.
+
+    The first `spec.num_aligned` boxes never rotate (world-aligned), so their slab test needs no
+    per-box ray rotation or division; the rest are tested in their own frames.
+    """
+    na = spec.num_aligned
+    size = jnp.asarray(spec.geom_size).T[:, :, None]  # [3, G, 1]
+    d_world = cam_mat @ rays.T  # [3, P]
+    rel = (origin[None] - pos).T[:, :, None]  # [3, G, 1]
+    t_a, axis_a = _slab(rel[:, :na], _safe_inv(d_world)[:, None, :], size[:, :na])
+    o_rot = jnp.einsum("gji,jg->ig", mat[na:], rel[:, na:, 0])[:, :, None]  # [3, Gr, 1]  R^T (o - p)
+    d_rot = jnp.einsum("gji,jp->igp", mat[na:], d_world)  # [3, Gr, P]
+    t_r, axis_r = _slab(o_rot, _safe_inv(d_rot), size[:, na:])
+    t = jnp.concatenate([t_a, t_r], 0)  # [G, P]
+    g = jnp.argmin(t, axis=0)  # [P]
+    any_hit = jnp.isfinite(t.min(0))
+    axis = jnp.take_along_axis(jnp.concatenate([axis_a, axis_r], 0), g[None], 0)[0]  # [P]
+    rot = mat[g]  # [P, 3, 3]
+    d_axis = jnp.take_along_axis(jnp.einsum("jp,pji->pi", d_world, rot), axis[:, None], -1)
+    normal = jnp.einsum("pij,pj->pi", rot, jax.nn.one_hot(axis, 3) * -jnp.sign(d_axis))  # [P, 3]
     base = rgba[g, :3]
     ndotl = jnp.maximum(normal @ jnp.asarray(spec.light_dirs).T, 0.0)  # [P, L]
     light = jnp.asarray(spec.ambient) + ndotl @ jnp.asarray(spec.light_diffuse)
