@@ -199,21 +199,30 @@ class ModelConfig:
 class EnvConfig:
     """Simulation: the task suite, batch of envs, cameras and control."""
 
-    suite: str = "spatial"  # task suite name (see vlajax.envs.registry)
-    task: str = ""  # a single task name, or '' for every task of the suite
+    suite: str = "spatial"  # task suite: 'spatial' | 'object' | 'goal' (vlajax.envs.registry.SUITES)
+    task: str = ""  # one task, e.g. 'goal/stack' (vlajax.envs.registry.ALL_ENVS), or '' for the whole suite
     num_envs: int = 16  # parallel envs per process
     obs_mode: Literal["pixels", "state"] = "pixels"  # pixels: cameras + state; state: state only
-    image_size: int = 32  # rendered image side in pixels
-    cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras rendered for the policy
+    image_size: int = 32  # rendered image side in pixels (the env's own default is 64)
+    cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras rendered for the policy (subset of these two)
     render_backend: Literal["jax", "warp"] = "jax"  # pure-JAX ray caster (CPU default) or MJX-Warp
     physics_impl: Literal["jax", "warp"] = "jax"  # MJX implementation (warp is required for warp rendering)
     episode_length: int = 200  # low-level control steps before truncation
-    action_repeat: int = 1  # physics steps per control step
+    action_repeat: int = 1  # multiplies the env's 5 physics steps (4 ms each) per control step
 
     def __post_init__(self):
         _check(self.num_envs >= 1, f"env.num_envs must be >= 1, got {self.num_envs}")
         _check(self.image_size >= 8, f"env.image_size must be >= 8, got {self.image_size}")
         _check(self.episode_length >= 1, "env.episode_length must be >= 1")
+        _check(self.action_repeat >= 1, f"env.action_repeat must be >= 1, got {self.action_repeat}")
+        _check(
+            self.suite in ("spatial", "object", "goal"),
+            f"env.suite must be one of spatial, object, goal; got {self.suite!r}",
+        )
+        _check(
+            bool(self.cameras) and set(self.cameras) <= {"agentview", "wrist"},
+            f"env.cameras must be a non-empty subset of ('agentview', 'wrist'), got {self.cameras}",
+        )
         _check(
             not (self.render_backend == "warp" and self.physics_impl != "warp"),
             "env.render_backend='warp' needs env.physics_impl='warp' (MJX renders only Warp data)",
