@@ -11,7 +11,8 @@ Backends:
   * `cudnn` `jax.nn.dot_product_attention(implementation="cudnn")` with the same mask; GPU,
             meant for unpacked batches.
   * `te`    Transformer Engine fused attention in THD layout with a `SequenceDescriptor` built
-            from segment ids and positions; GPU with TE installed.
+            from segment ids and positions; GPU with TE installed, bf16/fp16 inputs (float32
+            inputs fall back to `xla`); sets NVTE_FUSED_ATTN=1 unless the user set it.
 `auto` picks `te` when TE imports and the default device is a GPU, else `xla`.
 
 Shapes: q [B, T, H, D]; k, v [B, S, KVH, D] with KVH dividing H (grouped-query attention);
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +47,16 @@ def try_import_te():
     except Exception as e:  # RuntimeError / OSError / ImportError / AssertionError
         log.info("Transformer Engine unavailable: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
         return None
+
+
+_logged: set[str] = set()
+
+
+def _log_once(msg: str, *args) -> None:
+    key = msg % args
+    if key not in _logged:
+        _logged.add(key)
+        log.info(msg, *args)
 
 
 def te_available() -> bool:
@@ -99,6 +111,10 @@ def _te(q, k, v, q_segment_ids, kv_segment_ids, q_positions, kv_positions, causa
     _, te_flax = te_mods
     from transformer_engine.jax.attention import SequenceDescriptor  # noqa: PLC0415
 
+    # TE reads NVTE_FUSED_ATTN at call time; its unfused fallback takes no SequenceDescriptor, so
+    # the THD path needs the fused cuDNN kernel (the default in recent TE, not in older releases).
+    os.environ.setdefault("NVTE_FUSED_ATTN", "1")
+
     seq = SequenceDescriptor.from_segment_ids_and_pos(
         segment_ids=(q_segment_ids, kv_segment_ids), segment_pos=(q_positions, kv_positions)
     )
@@ -111,6 +127,7 @@ def _te(q, k, v, q_segment_ids, kv_segment_ids, q_positions, kv_positions, causa
         scale_factor=scale,
         transpose_batch_sequence=False,
         max_segments_per_seq=max(1, q.shape[1]),
+        dtype=q.dtype,
     )
     return module.apply({}, q, k, v, sequence_descriptor=seq, deterministic=True)
 
@@ -137,6 +154,9 @@ def attend(
         raise ValueError("causal attention needs q_positions and kv_positions")
     scale = q.shape[-1] ** -0.5
     backend = resolve_backend(backend)
+    if backend == "te" and q.dtype not in (jnp.bfloat16, jnp.float16):
+        _log_once("attention: TE fused attention needs bf16/fp16 inputs; %s uses the xla backend", q.dtype)
+        backend = "xla"
     if backend == "te":
         if q_positions is None:
             q_positions = jnp.broadcast_to(jnp.arange(q.shape[1], dtype=jnp.int32), q.shape[:2])
