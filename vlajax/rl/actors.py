@@ -128,3 +128,4 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
         return heads.value(model, {"params": params}, bridge.observation(obs, task_id))
 
     return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}")
+

@@ -87,7 +87,10 @@ def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: ja
     """One iteration's data. -> (env_state, learner batch [N, ...], metrics).
 
     GRPO: reset `num_envs` envs in groups of `rl.group_size` from `rng` and play one episode;
-    PPO: `rl.rollout_length` decisions from `env_state`. Advantages by `rl.advantage`.
+    PPO: `rl.rollout_length` decisions from `env_state`. Advantages by `rl.advantage`. The
+    recorded log-probs come from the actor's `logp_value` (the learner's function) on [B] rows;
+    with micro-batches of B rows the first update's ratio is exactly 1, otherwise 1 to float32
+    rounding (XLA may round another row count differently, ~1e-6 in a log-prob).
     """
     k_reset, k_roll = jax.random.split(rng)
     if episodic(cfg):

@@ -1,0 +1,201 @@
+"""The rollout: chunk-level records, GRPO groups, truncation vs termination, auto-reset, one
+trace, and ratio == 1 at the first update on freshly collected data for the MLP and both VLA
+heads (flow_sde and tokens) through the policy bridge."""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.rl import rollout_toy as toy
+from vlajax.config import EnvConfig, ModelConfig, RLConfig, TrainConfig
+from vlajax.data.normalize import NormStats
+from vlajax.models.vla import VLA
+from vlajax.policy import Bridge
+from vlajax.rl import actors, learner, loop, mlp_policy
+from vlajax.rl import advantages as adv_lib
+from vlajax.rl import rollout as ro
+from vlajax.train_state import TrainState
+
+B, H = 8, 2
+
+
+def mlp(use_value=True):
+    model = mlp_policy.MLPActorCritic(action_horizon=H, action_dim=4, hidden=(16, 16), value_hidden=(16,))
+    params = model.init(jax.random.key(0), jnp.zeros((1, toy.OBS_DIM)))["params"]
+    return actors.mlp_actor(model, use_value), params
+
+
+def collect(actor, env, params, length, group_size=1, auto_reset=True, seed=1):
+    state = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, B, group_size)))(jax.random.key(seed))
+    fn = jax.jit(functools.partial(ro.rollout, actor, env, length=length, auto_reset=auto_reset))
+    return state, fn(params, state, jax.random.key(seed + 1), version=3)
+
+
+def test_records_are_chunk_level_and_consistent():
+    actor, params = mlp()
+    env = toy.make_env(B, H, episode_length=6)  # 3 decisions per episode unless it succeeds
+    _, (_, traj) = collect(actor, env, params, length=7)
+    t = 7
+    assert traj["obs"].shape == (t, B, toy.OBS_DIM) and traj["actions"].shape == (t, B, H, 4)
+    assert traj["action_mask"].shape == (t, B, H) and traj["last_value"].shape == (B,)
+    assert np.all(np.asarray(traj["version"]) == 3)
+    done, trunc, term = (np.asarray(traj[k]) for k in ("done", "truncated", "terminated"))
+    np.testing.assert_array_equal(done, trunc | term)
+    assert not np.any(trunc & term)
+    assert trunc.sum() > 0  # time limits hit (a random policy rarely succeeds)
+    # Episode lengths of finished episodes: 6 steps when truncated, <= 6 when terminated.
+    lengths = np.asarray(traj["episode_length"])
+    assert np.all(lengths[trunc] == 6) and np.all(lengths[term] <= 6) and np.all(lengths[~done] == 0)
+    # Continuing mode: every decision is valid, and an env's first decision after a done is a new episode.
+    assert np.all(np.asarray(traj["valid"]))
+    obs = np.asarray(traj["obs"])
+    k, b = np.argwhere(done[:-1])[0]
+    assert not np.allclose(obs[k + 1, b], obs[k, b])
+    # Chunk reward = the sum of the executed low-level rewards; the returns add up per episode.
+    ret = np.asarray(traj["episode_return"])
+    rewards = np.asarray(traj["rewards"])
+    for b in range(B):
+        ends = np.flatnonzero(done[:, b])
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        for s, e in zip(starts, ends):
+            np.testing.assert_allclose(ret[e, b], rewards[s : e + 1, b].sum(), rtol=1e-5)
+
+
+def test_truncation_bootstraps_from_the_final_observation():
+    actor, params = mlp()
+    env = toy.make_env(B, H, episode_length=4)
+    _, (_, traj) = collect(actor, env, params, length=5)
+    trunc = np.asarray(traj["truncated"])
+    final = np.asarray(traj["final_values"])
+    assert trunc.any()
+    # V(final obs) differs from V(first obs of the next episode) that the next row holds.
+    k, b = np.argwhere(trunc[:-1])[0]
+    assert not np.isclose(final[k, b], np.asarray(traj["old_values"])[k + 1, b])
+    inputs = ro.advantage_inputs(traj)
+    np.testing.assert_array_equal(np.asarray(inputs.next_values)[trunc], final[trunc])
+    # GAE on a truncated step: delta = r + gamma * V(final) - V(s).
+    adv, _ = adv_lib.gae(inputs.rewards, inputs.values, inputs.next_values, inputs.terminated, inputs.done, 0.9, 0.0)
+    r, v = np.asarray(traj["rewards"]), np.asarray(traj["old_values"])
+    np.testing.assert_allclose(np.asarray(adv)[k, b], r[k, b] + 0.9 * final[k, b] - v[k, b], rtol=1e-5, atol=1e-6)
+
+
+def test_grpo_groups_share_initial_states_and_play_one_episode():
+    actor, params = mlp(use_value=False)
+    env = toy.make_env(B, H, episode_length=6)
+    state, (_, traj) = collect(actor, env, params, length=5, group_size=4, auto_reset=False)
+    first = np.asarray(state.obs)
+    np.testing.assert_array_equal(first[:4], np.broadcast_to(first[0], (4, toy.OBS_DIM)))
+    np.testing.assert_array_equal(first[4:], np.broadcast_to(first[4], (4, toy.OBS_DIM)))
+    assert not np.allclose(first[0], first[4])
+    assert "old_values" not in traj
+    # One episode per env: after its done every decision is invalid and executes nothing.
+    done, valid = np.asarray(traj["done"]), np.asarray(traj["valid"])
+    assert np.all(done.sum(0) == 1)  # 3 decisions of 2 steps = the 6-step limit, within 5 decisions
+    for b in range(B):
+        e = np.flatnonzero(done[:, b])[0]
+        assert valid[: e + 1, b].all() and not valid[e + 1 :, b].any()
+        assert not np.asarray(traj["action_mask"])[e + 1 :, b].any()
+    cfg = RLConfig(algo="grpo", group_size=4)
+    res = adv_lib.get_estimator("grpo")(cfg, ro.advantage_inputs(traj))
+    batch = ro.learner_batch(traj, res)
+    assert batch["mask"].shape == (B * 5,) and not np.any(np.asarray(batch["mask"]) & ~np.asarray(
+        learner.flatten_decisions(traj["valid"])))
+
+
+def test_rollout_traces_once():
+    actor, params = mlp()
+    env = toy.make_env(B, H)
+    state = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0))
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def fn(p, s, k, v):
+        return ro.rollout(actor, env, p, s, k, 3, v)
+
+    for i in range(3):
+        state, _ = fn(params, state, jax.random.key(i), jnp.int32(i))
+
+
+def test_evaluate_pins_tasks_and_is_deterministic():
+    actor, params = mlp()
+    env = toy.make_env(4, H)
+    task = jnp.asarray([0, 0, 1, 1])
+    fn = jax.jit(lambda p, k: ro.evaluate(actor, env, p, k, task, 6))
+    a, b = fn(params, jax.random.key(0)), fn(params, jax.random.key(0))
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
+    state = ro.reset(env, ro.group_keys(jax.random.key(0), 4), task)
+    np.testing.assert_array_equal(np.asarray(state.info["episode"]["task_id"]), [0, 0, 1, 1])
+    np.testing.assert_array_equal(np.asarray(state.obs)[:, 4:], np.eye(2)[[0, 0, 1, 1]])
+
+
+# ------------------------------------------------------------------------------------------
+# Ratio == 1 on freshly collected data
+# ------------------------------------------------------------------------------------------
+
+
+def _vla(head):
+    if head == "flow_sde":
+        mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
+                           flow_sampler="flow_sde", value_head="expert")
+    else:
+        mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
+                           action_head="tokens", num_bins=32)
+    model = VLA(mcfg)
+    def ident(n):
+        z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
+        return NormStats(mean=z, std=o, q01=-o, q99=o)
+
+    bridge = Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
+    env = toy.make_env(B, H, episode_length=6, pixels=True)
+    obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], jax.jit(
+        lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0)).obs), jnp.zeros((1,), jnp.int32))
+    params = jax.jit(model.init)(jax.random.key(1), obs0)["params"]
+    return actors.vla_actor(model, bridge), params, env
+
+
+@pytest.mark.parametrize("head", ["mlp", "flow_sde", "tokens"])
+def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
+    """`loop.collect` (rollout + advantages + learner batch), then `learner.update`: the first
+    update's importance ratio is 1. The MLP's is exactly 1. The VLA heads record their log-prob
+    with the learner's own `logp_value` on the stored chain / tokens with the same params, but
+    inside another XLA program (the scan; the learner's is inside grad and three nested scans),
+    which may round differently: measured |ratio - 1| <= 7e-7, approx KL ~1e-12, no clipping."""
+    algo = "grpo" if head == "tokens" else "ppo"
+    if head == "mlp":
+        (actor, params), env = mlp(), toy.make_env(B, H, episode_length=6)
+    else:
+        actor, params, env = _vla(head)
+    t = 3 if algo == "grpo" else 4  # GRPO plays the 6-step episode: 3 decisions
+    rl = RLConfig(algo=algo, group_size=4, rollout_length=4, update_epochs=1, num_minibatches=1, micro_batches=t,
+                  learning_rate=1e-3, filter_zero_advantage=False)
+    cfg = TrainConfig(env=EnvConfig(num_envs=B, episode_length=6), rl=rl)
+    setup = loop.Setup(actor, env, None, None, H, 3)
+    env_state = jax.jit(functools.partial(loop.initial_env_state, cfg, env))()
+    _, batch, _ = jax.jit(functools.partial(loop.collect, cfg, setup))(params, env_state, jax.random.key(1),
+                                                                      jnp.int32(0))
+    assert batch["old_logp"].shape == (B * t,)
+    if algo == "grpo":  # a group whose returns tie would have all-zero advantages: give every row a signal
+        batch["advantages"] = jnp.asarray(np.random.default_rng(0).standard_normal(B * t), jnp.float32)
+
+    state = TrainState.create(params, learner.make_optimizer(rl), jax.random.key(2))
+    _, m = jax.jit(functools.partial(learner.update, rl, actor.logp_value))(jax.random.key(3), state, batch)
+    m = jax.device_get(m)
+    learner.check_finite(m)
+    print(head, "ratio_mean - 1 =", m["ratio_mean"] - 1.0, "approx_kl =", m["approx_kl"])
+    assert m["updates"] == 1.0 and m["clip_frac"] == 0.0 and m["dual_clip_frac"] == 0.0
+    if head == "mlp":
+        assert m["ratio_mean"] == 1.0 and m["approx_kl"] == 0.0
+    else:
+        assert abs(m["ratio_mean"] - 1.0) <= 2e-6 and m["approx_kl"] <= 1e-10
+
+    # The learner's recomputation outside grad (one piece of all B * t rows): float32 rounding.
+    logp, _ = jax.jit(functools.partial(learner.recompute_log_probs, actor.logp_value))(params, batch,
+                                                                                      jax.random.key(0))
+    diff = np.abs(np.asarray(logp) - np.asarray(batch["old_logp"]))
+    print(head, f"{B * t}-row recomputation: max |logp - old_logp| =", diff.max())
+    assert diff.max() <= 1e-6 * max(1.0, np.abs(np.asarray(batch["old_logp"])).max())
