@@ -316,6 +316,7 @@ class RLConfig:
     eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
     eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
     init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
+    chunk_steps: int = 0  # actions of each predicted chunk executed per decision (0 = the whole chunk)
 
     def __post_init__(self):
         _check(0.0 < self.gamma <= 1.0, "rl.gamma must be in (0, 1]")
@@ -333,8 +334,8 @@ class RLConfig:
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
         _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
-        _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1,
-               "rl.eval_every must be >= 0 and rl.eval_episodes_per_task >= 1")
+        _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1 and self.chunk_steps >= 0,
+               "rl.eval_every and rl.chunk_steps must be >= 0 and rl.eval_episodes_per_task >= 1")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ import pytest
 from tests.rl import rollout_toy as toy
 from vlajax.config import EnvConfig, ModelConfig, RLConfig, TrainConfig
 from vlajax.data.normalize import NormStats
+from vlajax.models import heads
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
 from vlajax.rl import actors, learner, loop, mlp_policy
@@ -199,3 +200,23 @@ def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
     diff = np.abs(np.asarray(logp) - np.asarray(batch["old_logp"]))
     print(head, f"{B * t}-row recomputation: max |logp - old_logp| =", diff.max())
     assert diff.max() <= 1e-6 * max(1.0, np.abs(np.asarray(batch["old_logp"])).max())
+
+
+def test_vla_executes_the_first_k_actions_and_scores_only_them():
+    _, params, _ = _vla("tokens")
+    mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
+                       action_head="tokens", num_bins=32)
+    model = VLA(mcfg)
+    ident = lambda n: NormStats(mean=np.zeros(n, np.float32), std=np.ones(n, np.float32),
+                                q01=-np.ones(n, np.float32), q99=np.ones(n, np.float32))
+    bridge = Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
+    actor = actors.vla_actor(model, bridge, execute=1)
+    env = toy.make_env(B, 1, episode_length=6, pixels=True)  # one env step per decision
+    _, (_, traj) = collect(actor, env, params, length=2)
+    assert traj["action_mask"].shape == (2, B, 1) and traj["tokens"].shape == (2, B, H, 4)
+    obs = bridge.observation(jax.tree.map(lambda x: x[0], traj["obs"]), traj["task_id"][0])
+    full = heads.token_chunk_log_prob(model, {"params": params}, obs, traj["tokens"][0])["log_prob"]
+    first = heads.token_chunk_log_prob(model, {"params": params}, obs, traj["tokens"][0],
+                                       logp_mask=jnp.asarray([True, False])[None].repeat(B, 0))["log_prob"]
+    np.testing.assert_allclose(np.asarray(traj["old_logp"][0]), np.asarray(first), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.asarray(first), np.asarray(full))

@@ -7,8 +7,9 @@
   (`--rl.init-from runs/<sft>/checkpoints`); no critic.
 - `rl-ppo-flow`: PPO with the flow head (`flow_sde`, one stochastic denoising step per chunk)
   and an expert value head, from an SFT checkpoint.
-The pixel presets take the model architecture from the SFT checkpoint; their `model` section
-only sets the RL-specific head fields (sampler, noise level, value head).
+The pixel presets take the model architecture from the SFT checkpoint (`sft-small`: H = 8, of
+which `rl.chunk_steps = 4` are executed per decision, as in its evaluation); their `model`
+section only sets the RL-specific head fields (sampler, noise level, value head).
 """
 
 from vlajax.config import (
@@ -50,7 +51,8 @@ def _rl_mlp_state() -> TrainConfig:
 
 
 def _pixels_env(num_envs: int) -> EnvConfig:
-    return EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=32, episode_length=120)
+    """The `sft-small` evaluation setting: goal suite, two 32x32 cameras, 200-step episodes."""
+    return EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=32, episode_length=200)
 
 
 @register("rl-grpo-tokens", "GRPO, token head, pixels, from an SFT checkpoint (--rl.init-from)")
@@ -61,7 +63,7 @@ def _rl_grpo_tokens() -> TrainConfig:
         env=_pixels_env(16),
         rl=RLConfig(algo="grpo", group_size=8, num_iterations=60, num_minibatches=2, update_epochs=2,
                     learning_rate=1e-5, normalize_advantages="none", dual_clip=0.0, eval_every=10,
-                    eval_episodes_per_task=20),
+                    eval_episodes_per_task=20, chunk_steps=4),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
     )
@@ -73,8 +75,8 @@ def _rl_ppo_flow() -> TrainConfig:
         output_dir="runs/rl-ppo-flow",
         model=ModelConfig(flow_sampler="flow_sde", noise_level=0.5, value_head="expert"),
         env=_pixels_env(16),
-        rl=RLConfig(algo="ppo", num_iterations=60, rollout_length=15, num_minibatches=2, update_epochs=2,
-                    learning_rate=1e-5, gamma=0.99, eval_every=10, eval_episodes_per_task=20),
+        rl=RLConfig(algo="ppo", num_iterations=60, rollout_length=10, num_minibatches=2, update_epochs=2,
+                    learning_rate=1e-5, gamma=0.99, eval_every=10, eval_episodes_per_task=20, chunk_steps=4),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
     )

@@ -90,10 +90,13 @@ def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...]
     return (steps[:, :, None] & dims[None, None, :]).astype(jnp.float32)
 
 
-def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, temperature: float = 1.0) -> Actor:
+def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, temperature: float = 1.0,
+              execute: int = 0) -> Actor:
     """The VLA's configured head. Flow: `cfg.flow_sampler` must be stochastic (`flow_sde` /
     `flow_noise`); the log-prob covers only the executed steps and the env's action dims.
-    `use_value` (default: the model has a value head) adds the critic."""
+    `use_value` (default: the model has a value head) adds the critic. `execute = k` sends only
+    the first k of the chunk's H actions to the env (receding horizon; 0 = all H): env actions
+    are [B, k, A_env], and `action_mask` [N, k] is padded to H with False for the log-prob."""
     cfg = model.cfg
     if cfg.action_head == "flow" and cfg.flow_sampler == "ode":
         raise ValueError("RL with the flow head needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
@@ -101,22 +104,28 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
     if use_value and cfg.value_head == "none":
         raise ValueError("use_value=True needs a model with a value head (model.value_head='prefix'|'expert')")
     shape = (cfg.action_horizon, cfg.action_dim)
+    k = execute or cfg.action_horizon
+    if not 1 <= k <= cfg.action_horizon:
+        raise ValueError(f"execute={execute} must be in [0, model.action_horizon={cfg.action_horizon}]")
 
     def sample(params, obs, task_id, rng, deterministic=False):
         v = {"params": params}
         o = bridge.observation(obs, task_id)
         if cfg.action_head == "flow":
             s = heads.flow_sample(model, v, o, rng, sampler="ode" if deterministic else None)
-            return bridge.env_actions(s.actions), {"chain": s.chain, "sde_step": s.sde_step}
+            return bridge.env_actions(s.actions)[:, :k], {"chain": s.chain, "sde_step": s.sde_step}
         s = heads.token_sample(model, v, o, rng, temperature=0.0 if deterministic else temperature)
-        return bridge.env_actions(s.actions), {"tokens": s.tokens}
+        return bridge.env_actions(s.actions)[:, :k], {"tokens": s.tokens}
 
     def logp_value(params, batch, rng):
         del rng
         v = {"params": params}
         o = bridge.observation(batch["obs"], batch["task_id"])
         n = batch["task_id"].shape[0]
-        m = _logp_mask(bridge, batch.get("action_mask"), (n, *shape))
+        executed = batch.get("action_mask")
+        if executed is not None and executed.shape[1] < shape[0]:
+            executed = jnp.pad(jnp.asarray(executed) > 0, ((0, 0), (0, shape[0] - executed.shape[1])))
+        m = _logp_mask(bridge, executed, (n, *shape))
         if cfg.action_head == "flow":
             out = heads.flow_chain_log_prob(model, v, o, batch["chain"], batch["sde_step"], logp_mask=m)
         else:

@@ -9,7 +9,8 @@ donated, TensorBoard scalars, progress, async Orbax checkpoints and exact resume
 Policies (`build`):
 - `env.obs_mode='state'`: the MLP Gaussian chunk policy (`vlajax.rl.mlp_policy`), hidden
   widths `(model.width,) * model.depth` for actor and critic, chunk `model.action_horizon`.
-- `env.obs_mode='pixels'`: the VLA through `vlajax.policy.Bridge`. With `rl.init_from` (an SFT
+- `env.obs_mode='pixels'`: the VLA through `vlajax.policy.Bridge`; each decision executes the
+  first `rl.chunk_steps` actions of the predicted chunk (0 = all; evaluation does the same). With `rl.init_from` (an SFT
   checkpoint directory, `<output_dir>/checkpoints` of `vlajax.train sft`) the architecture,
   cameras and normalization come from that run, the weights from its newest step (the EMA when
   kept); `model.flow_sampler`, `model.noise_level` and `model.value_head` come from this config
@@ -170,9 +171,9 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     if bridge is None:
         bridge = _identity_bridge(cfg)
     model = VLA(model_cfg)
-    h = model_cfg.action_horizon
+    h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
     env = ro.make_env(cfg.env, h)
-    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo")
+    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", execute=cfg.rl.chunk_steps)
 
     def init_params(rng):
         obs = fake_observation(rng, 1, model_cfg, cameras=bridge.cameras)
@@ -181,7 +182,8 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
             return params
         return _merge(params, sft_params)
 
-    eval_cfg = dataclasses.replace(cfg, model=model_cfg)
+    eval_cfg = dataclasses.replace(cfg, model=model_cfg,
+                                   sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))
 
     def evaluate(params, iteration):
         from vlajax.evaluate import evaluate as closed_loop_eval
