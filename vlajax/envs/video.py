@@ -61,7 +61,8 @@ def save(frames: np.ndarray, path: str | pathlib.Path, fps: int = 25, columns: i
             stream = out.add_stream("libx264", rate=fps)
             stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
             for f in frames:
-                for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f[:h, :w]), format="rgb24")):
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(f[:h, :w]), format="rgb24")
+                for packet in stream.encode(frame):
                     out.mux(packet)
             for packet in stream.encode():
                 out.mux(packet)
