@@ -92,28 +92,41 @@ def logical_to_mesh_spec(
     """Map a logical spec (one name or None per dim) to mesh axes.
 
     A dim whose size does not divide its mesh axis, or whose mesh axis is already used by an
-    earlier dim, is replicated. Unknown logical names are replicated too.
+    earlier dim, is not split over it. For parameters (names not starting with `act_`) a
+    displaced `dp` (the FSDP axis) moves to the largest other still-unsplit dim it divides, so
+    FSDP keeps sharding a weight whose `embed` width does not divide `dp` (e.g. a 1152-wide ViT
+    on 256 devices); `tp`/`sp` never move (that would change the parallel algorithm). Otherwise
+    the array is replicated along that axis. Unknown names are replicated.
     """
     if logical_spec is None:
         return PartitionSpec()
     table = dict(rules)
+    names = tuple(logical_spec)
     used: set[str] = set()
-    out: list[str | None] = []
-    for dim, name in zip(shape, tuple(logical_spec)):
+    out: list[str | None] = [None] * len(names)
+    displaced: list[tuple[str, str]] = []
+    for i, (dim, name) in enumerate(zip(shape, names)):
         axis = table.get(name) if isinstance(name, str) else None
-        size = mesh.shape[axis] if axis else 1
-        if axis is None or size == 1:
-            out.append(None)
+        if axis is None or mesh.shape[axis] == 1:
             continue
-        if axis in used or dim % size:
-            key = (name, dim, axis)
-            if key not in _warned:
-                _warned.add(key)
-                log.info("sharding: %s (size %d) replicated instead of split over %s=%d", name, dim, axis, size)
-            out.append(None)
+        if axis in used or dim % mesh.shape[axis]:
+            displaced.append((name, axis))
             continue
         used.add(axis)
-        out.append(axis)
+        out[i] = axis
+    for name, axis in displaced:
+        size = mesh.shape[axis]
+        free = [i for i, d in enumerate(shape) if out[i] is None and d % size == 0 and d >= size]
+        if axis == DP and axis not in used and not name.startswith("act_") and free:
+            i = max(free, key=lambda j: shape[j])
+            out[i], decision = axis, f"moved to dim {i} (size {shape[i]})"
+            used.add(axis)
+        else:
+            decision = "replicated"
+        key = (name, tuple(shape), axis, decision)
+        if key not in _warned:
+            _warned.add(key)
+            log.info("sharding: %s of shape %s cannot split over %s=%d: %s", name, tuple(shape), axis, size, decision)
     while out and out[-1] is None:
         out.pop()
     return PartitionSpec(*out)

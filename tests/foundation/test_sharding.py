@@ -35,8 +35,12 @@ def test_logical_to_mesh_spec_replicates_what_does_not_divide():
     mesh = sharding.make_mesh(MeshConfig(dp=2, tp=4))
     rules = MeshConfig().logical_rules
     assert sharding.logical_to_mesh_spec(("embed", "mlp"), (16, 32), rules, mesh) == P("dp", "tp")
-    # 6 is not divisible by tp=4: replicated rather than an XLA error.
+    # 6 is not divisible by tp=4, and no other free dim takes tp: replicated, not an XLA error.
     assert sharding.logical_to_mesh_spec(("embed", "mlp"), (16, 6), rules, mesh) == P("dp")
+    # FSDP fallback: embed=3 does not divide dp=2, so dp moves to the largest free dim it divides.
+    assert sharding.logical_to_mesh_spec(("embed", "head_dim"), (3, 8), rules, mesh) == P(None, "dp")
+    # ... but activations never move (a batch that does not divide dp stays whole).
+    assert sharding.logical_to_mesh_spec(("act_batch", "act_embed"), (3, 8), rules, mesh) == P()
     # An axis is used at most once per array.
     assert sharding.logical_to_mesh_spec(("mlp", "heads"), (8, 8), rules, mesh) == P("tp")
     assert sharding.logical_to_mesh_spec(("unknown",), (8,), rules, mesh) == P()
