@@ -31,7 +31,8 @@ def _render_both(name, steps):
     warp_imgs = state.obs
     # Render the *same* warp-simulated states with the JAX caster (positions only; impl-agnostic).
     jax_imgs = jax.jit(jax.vmap(jax_env.render))(state.data, state.info["episode"])
-    return warp_imgs, jax_imgs
+    # Finish while `warp_env` (which owns the Warp render context) is alive: dispatch is async.
+    return jax.device_get((warp_imgs, jax_imgs))
 
 
 @pytest.mark.parametrize("name,steps", [("goal/stack", 0), ("object/pick_blue", 6)])

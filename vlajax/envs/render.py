@@ -179,6 +179,8 @@ class WarpRenderer:
 
     The render context fixes `nworld` when it is created and a different batch silently returns
     `nworld` images, so `render_batch` checks the batch size and `check_batch` lets wrappers do so.
+    Keep the renderer (and so its env) alive until its outputs are computed: MJX looks the context
+    up by key at run time, and dispatch is asynchronous.
     """
 
     def __init__(self, mj_model: mujoco.MjModel, spec: RenderSpec, nworld: int):
