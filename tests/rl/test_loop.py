@@ -71,6 +71,7 @@ def test_resume_continues_identically(tmp_path, algo):
     strip = lambda hs: [{k: v for k, v in h.items() if k != "env_steps_per_s"} for h in hs]
     assert strip(full["history"][2:]) == strip(resumed["history"])
     assert full["env_steps"] == resumed["env_steps"]
+    assert [e["iteration"] for e in full["evals"]] == [0, 2, 4]  # the starting policy, then every 2
     assert [e["mean_success"] for e in full["evals"]] == [e["mean_success"] for e in first["evals"] + resumed["evals"]]
 
 
@@ -135,3 +136,14 @@ def test_rl_presets_validate():
         cfg = get_config(n)
         assert cfg.name == n and cfg.output_dir.startswith("runs/")
     assert isinstance(get_config("rl-debug").model, ModelConfig)
+
+
+def test_init_from_merge_keeps_new_heads_and_loads_the_rest():
+    import flax.linen as nn
+
+    fresh = {"a": nn.LogicallyPartitioned(jnp.zeros((2, 3)), ("embed", "mlp")), "value_head": {"w": jnp.ones(2)}}
+    loaded = {"a": np.full((2, 3), 5.0, np.float32)}
+    out = loop._merge(fresh, loaded)
+    assert isinstance(out["a"], nn.LogicallyPartitioned) and out["a"].names == ("embed", "mlp")
+    np.testing.assert_array_equal(np.asarray(out["a"].value), 5.0)
+    np.testing.assert_array_equal(np.asarray(out["value_head"]["w"]), 1.0)

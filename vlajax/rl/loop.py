@@ -350,6 +350,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     try:
         with (sharding.use_mesh(mesh, rules),
               Progress(total, f"rl {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
+            if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
+                evals.append(_log_eval(setup, logger, state.params, 0, env_steps))
             for it in range(start, end):
                 t0 = time.perf_counter()
                 k_collect, k_update = iteration_keys(cfg.seed, it)
@@ -370,17 +372,22 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                 ckpt.save(done, pack(state, env_state), force=done in (total, end),
                           extra={"iteration": done, "env_steps": env_steps, "config": cfg.name})
                 if (cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0) or done == total:
-                    ev = setup.evaluate(state.params, done)
-                    evals.append({"iteration": done, "env_steps": env_steps} | ev)
-                    logger.scalars(done, {"mean_success": ev["mean_success"],
-                                          **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
-                    log.info("rl: iteration %d eval mean success %.3f %s", done, ev["mean_success"], ev["per_task"])
+                    evals.append(_log_eval(setup, logger, state.params, done, env_steps))
     finally:
         ckpt.close()
         logger.close()
     return {"start_iteration": start, "iterations": total, "params": int(n_params),
             "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": history,
             "evals": evals, "checkpoint_dir": ckpt_dir, "state": state}
+
+
+def _log_eval(setup: Setup, logger: MetricsLogger, params: Any, iteration: int, env_steps: float) -> dict:
+    t0 = time.perf_counter()
+    ev = setup.evaluate(params, iteration)
+    logger.scalars(iteration, {"mean_success": ev["mean_success"],
+                               **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
+    log.info("rl: iteration %d eval mean success %.3f %s", iteration, ev["mean_success"], ev["per_task"])
+    return {"iteration": iteration, "env_steps": env_steps, "seconds": round(time.perf_counter() - t0, 1)} | ev
 
 
 def run(cfg: TrainConfig) -> int:

@@ -1,0 +1,146 @@
+"""Peer comparison: env steps/s of vlajax's synchronous PPO vs brax's PPO, side by side.
+
+    python -m vlajax.bench.rl_peer --json docs/bench/rl_peer.json [--iterations 6] [--debug]
+
+One state-observation task (`rl-mlp-state`: goal/press_button, 32-dim privileged state, 4-dim
+actions, episodes of 100 steps), the same env object for both (brax wraps it with its own
+training wrappers: episode, vmap, auto-reset), and a matching network and batch:
+- policy: MLP 64-64 tanh -> Gaussian mean, state-independent learned log-std, no squashing
+  (brax `distribution_type='normal'`, `noise_std_type='log'`); value: MLP 64-64 tanh;
+- 64 envs; each iteration collects 64 x 80 = 5120 env steps (vlajax: `rl.rollout_length=80`
+  decisions of a 1-step chunk; brax: `batch_size=64` x `num_minibatches=4` unrolls of
+  `unroll_length=20`), then 4 epochs x 4 minibatches of 1280 transitions, Adam, no observation
+  normalization.
+Throughput = env steps per second of training (collection + update) per iteration, with the
+first iteration (compilation) dropped; the median over the rest is reported. brax 0.14.2 calls
+`jax.device_put_replicated`, removed in jax 0.12: the bench supplies jax's documented drop-in
+for the duration of brax's run (brax is otherwise used unchanged). brax's own
+`training/sps` is used for brax (its epochs here are one training step each); vlajax's is the
+loop's `env_steps_per_s` (`vlajax.rl.loop.train`, the code path of `python -m vlajax.train rl`).
+Both run in this one process one after the other, on the same devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+
+from vlajax.config import CheckpointConfig, LoggingConfig, get_config
+
+NUM_ENVS, UNROLL, MINIBATCHES, EPOCHS, HIDDEN = 64, 20, 4, 4, (64, 64)
+
+
+def _config(iterations: int, debug: bool):
+    cfg = get_config("rl-mlp-state")
+    envs, unroll = (8, 4) if debug else (NUM_ENVS, UNROLL)
+    rl = dataclasses.replace(cfg.rl, num_iterations=iterations, rollout_length=unroll * MINIBATCHES,
+                             num_minibatches=MINIBATCHES, update_epochs=EPOCHS, eval_every=0,
+                             eval_episodes_per_task=1)
+    return cfg.replace(
+        env=dataclasses.replace(cfg.env, num_envs=envs), rl=rl,
+        model=dataclasses.replace(cfg.model, width=HIDDEN[0], depth=len(HIDDEN), action_horizon=1),
+        checkpoint=CheckpointConfig(every_steps=10**9, async_save=False),
+        logging=LoggingConfig(tensorboard=False, progress="none", every_steps=1),
+    ), envs, unroll
+
+
+def run_vlajax(cfg) -> dict:
+    from vlajax.rl import loop
+
+    with tempfile.TemporaryDirectory() as d:
+        out = loop.train(cfg.replace(output_dir=d))
+    sps = [h["env_steps_per_s"] for h in out["history"]]
+    return {"steps_per_s": statistics.median(sps[1:]), "per_iteration": sps,
+            "env_steps_per_iteration": out["env_steps"] / len(sps), "params": out["params"]}
+
+
+def _device_put_replicated(x, devices):
+    """jax's documented drop-in for `jax.device_put_replicated` (removed in jax 0.12; brax 0.14.2 calls it)."""
+    import numpy as np
+
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+    return jax.tree.map(lambda a: jax.device_put(jax.numpy.stack([a] * len(devices)), sharding), x)
+
+
+def run_brax(cfg, envs: int, unroll: int, iterations: int) -> dict:
+    from brax.envs.wrappers import training as brax_wrappers
+    from brax.training.agents.ppo import networks as ppo_networks
+    from brax.training.agents.ppo import train as ppo
+    from flax import linen
+
+    from vlajax.envs import registry
+
+    env = registry.load(cfg.env.task, obs_mode="state")
+    steps_per_iteration = envs * unroll * MINIBATCHES
+    factory = lambda obs_size, act_size, preprocess_observations_fn: ppo_networks.make_ppo_networks(
+        obs_size, act_size, preprocess_observations_fn=preprocess_observations_fn,
+        policy_hidden_layer_sizes=HIDDEN, value_hidden_layer_sizes=HIDDEN, activation=linen.tanh,
+        distribution_type="normal", noise_std_type="log")
+    progress = []
+    shim = not hasattr(jax, "device_put_replicated")
+    if shim:
+        jax.device_put_replicated = _device_put_replicated
+    try:
+        _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations, steps_per_iteration, progress)
+    finally:
+        if shim:
+            del jax.device_put_replicated
+    sps = [float(m["training/sps"]) for m in progress if "training/sps" in m]
+    return {"steps_per_s": statistics.median(sps[1:]), "per_iteration": sps,
+            "env_steps_per_iteration": steps_per_iteration}
+
+
+def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations, steps_per_iteration, progress):
+    ppo.train(
+        environment=env, wrap_env_fn=brax_wrappers.wrap, num_timesteps=iterations * steps_per_iteration,
+        episode_length=cfg.env.episode_length, num_envs=envs, batch_size=envs, num_minibatches=MINIBATCHES,
+        unroll_length=unroll, num_updates_per_batch=EPOCHS, learning_rate=cfg.rl.learning_rate,
+        entropy_cost=cfg.rl.entropy_coef, discounting=cfg.rl.gamma, gae_lambda=cfg.rl.gae_lambda,
+        clipping_epsilon=cfg.rl.clip_low, max_grad_norm=cfg.rl.grad_clip, normalize_observations=False,
+        network_factory=factory, num_evals=iterations + 1, num_eval_envs=envs, run_evals=False,
+        max_devices_per_host=1, seed=cfg.seed, progress_fn=lambda step, m: progress.append(m),
+    )
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m vlajax.bench.rl_peer", description=__doc__.split("\n")[0])
+    p.add_argument("--json", default="", help="write the result here")
+    p.add_argument("--iterations", type=int, default=6, help="training iterations per system (first dropped)")
+    p.add_argument("--debug", action="store_true", help="8 envs, unroll 4: a pulse check, not a measurement")
+    args = p.parse_args(argv)
+    if args.iterations < 2:
+        p.error("--iterations must be >= 2 (the first one is compilation)")
+    cfg, envs, unroll = _config(args.iterations, args.debug)
+    t0 = time.time()
+    v = run_vlajax(cfg)
+    print("vlajax", json.dumps(v), flush=True)
+    b = run_brax(cfg, envs, unroll, args.iterations)
+    print("brax", json.dumps(b), flush=True)
+    result = {
+        "benchmark": "rl_peer", "task": cfg.env.task, "num_envs": envs, "unroll": unroll,
+        "env_steps_per_iteration": envs * unroll * MINIBATCHES, "epochs": EPOCHS, "minibatches": MINIBATCHES,
+        "hidden": list(HIDDEN), "iterations": args.iterations, "debug": args.debug,
+        "vlajax": v, "brax": b, "ratio_vlajax_over_brax": v["steps_per_s"] / b["steps_per_s"],
+        "devices": [str(d) for d in jax.devices()], "load_average": list(os.getloadavg()),
+        "seconds": round(time.time() - t0, 1),
+        "command": "python -m vlajax.bench.rl_peer " + " ".join(argv),
+    }
+    print(json.dumps({k: result[k] for k in ("vlajax", "brax", "ratio_vlajax_over_brax")}, indent=1))
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
