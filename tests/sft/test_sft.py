@@ -93,10 +93,20 @@ def _corrupt(root: str, what: str) -> str:
     if what == "missing_file":
         shutil.rmtree(os.path.join(root, "data"))
         return "data"
+    if what == "feature_shape":
+        import json
+
+        path = os.path.join(root, "meta", "info.json")
+        with open(path) as f:
+            info = json.load(f)
+        info["features"]["action"]["shape"] = [5]
+        with open(path, "w") as f:
+            json.dump(info, f)
+        return "file-000.parquet"
     raise ValueError(what)
 
 
-@pytest.mark.parametrize("what", ["missing_stats", "corrupt_parquet", "missing_file"])
+@pytest.mark.parametrize("what", ["missing_stats", "corrupt_parquet", "missing_file", "feature_shape"])
 def test_bad_data_is_one_clear_line(synthetic_dataset, tmp_path, capsys, what):
     root = str(tmp_path / "demos")
     shutil.copytree(synthetic_dataset, root)

@@ -6,12 +6,12 @@ effective (non-padding prefix) tokens per second of each:
 
   data   a synthetic LeRobot dataset written with `LeRobotWriter` (2 cameras, 32x32), read
          through the real pipeline (`make_dataset`: grain source, transforms, batching);
-         instructions from 3 to ~48 tokens, and the wrist camera is dropped from half of the
-         samples, the agentview camera from a quarter of the rest (their 64 patch tokens
-         disappear, like `RandomDropCamera`), so prefixes range from ~70 to ~180 tokens.
-  model  a prefix-heavy VLA (32x32 images, patch 4 -> 64 tokens per camera, 48 text slots,
-         4 x 256-wide layers; light ViT and expert), `prefix_len` 184.
-  modes  fixed: every row is 184 tokens; dynamic: rows padded to the batch's longest;
+         instructions of 1 to 15 words (3 to ~56 tokens), and the wrist camera is dropped from
+         half of the samples, the agentview camera from a quarter (their 64 patch tokens
+         disappear, like `RandomDropCamera`), so prefixes range from ~70 to ~190 tokens.
+  model  a prefix-heavy VLA (32x32 images, patch 4 -> 64 tokens per camera, 64 text slots,
+         4 x 256-wide layers with 3072-wide MLPs; light ViT and expert), `prefix_len` 200.
+  modes  fixed: every row is 200 tokens; dynamic: rows padded to the batch's longest;
          packed: `pack_rows` rows of `pack_row_len` tokens, sized by `make_loader`'s rule
          from the mean prefix length.
 
@@ -44,14 +44,14 @@ def _model_config():
 
     return ModelConfig(name="bench-packing", image_size=32, patch_size=4, num_cameras=2, vit_width=32, vit_depth=1,
                        vit_heads=2, vit_mlp_dim=64, width=256, depth=4, num_heads=4, num_kv_heads=2, head_dim=64,
-                       mlp_dim=1024, max_text_len=48, expert_width=64, expert_mlp_dim=128, action_dim=4,
+                       mlp_dim=3072, max_text_len=64, expert_width=64, expert_mlp_dim=128, action_dim=4,
                        action_horizon=4, num_denoise_steps=1, state_dim=8)
 
 
 def _instruction(rng: np.random.Generator) -> str:
     words = ["pick", "up", "the", "red", "cube", "and", "place", "it", "in", "blue", "square", "then", "press",
              "button", "carefully", "slowly", "leftmost", "zigzag", "quickly"]
-    n = int(rng.integers(1, 22))
+    n = int(rng.integers(1, 16))
     return " ".join(rng.choice(words, n))
 
 
@@ -91,12 +91,12 @@ def _host_batches(root: str, cfg, mode: str, n_batches: int, rows: int) -> list[
 
 
 class _DropOneCamera:
-    """Per record (deterministic in its index): drop the wrist camera with p = 1/2, else the
-    agentview camera with p = 1/4; a sample always keeps one camera."""
+    """Per record (deterministic in its index): drop the wrist camera with p = 1/2, the
+    agentview camera with p = 1/4, neither with p = 1/4; a sample always keeps one camera."""
 
     def __call__(self, sample):
         u = np.random.default_rng([7, int(sample["index"])]).random()
-        drop = "wrist" if u < 0.5 else "agentview" if u < 0.625 else None
+        drop = "wrist" if u < 0.5 else "agentview" if u < 0.75 else None
         if drop is None:
             return sample
         return {**sample, "images": {c: v for c, v in sample["images"].items() if c != drop}}
