@@ -100,7 +100,7 @@ def test_run_returns_one_line_error_on_nonfinite(tmp_path, monkeypatch, capsys):
     assert "error: non-finite loss or gradient" in out and "last finite ones" in out
 
 
-@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+@pytest.mark.parametrize("algo", ["ppo", pytest.param("grpo", marks=pytest.mark.slow)])
 def test_loop_learns_toy_reaching(tmp_path, algo):
     cfg = toy_config(tmp_path, algo, iterations=30, entropy_coef=0.0)
     cfg = cfg.replace(rl=dataclasses.replace(cfg.rl, eval_every=30, update_epochs=4, rollout_length=6),
