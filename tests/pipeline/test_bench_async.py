@@ -12,7 +12,8 @@ from vlajax.bench import async_
 @pytest.mark.timeout(180)
 def test_bench_async_writes_rows(tmp_path):
     out = tmp_path / "async.json"
-    rc = async_.main(["--json", str(out), "--regimes", "cpu_longtail,mjx", "--placements", "colocated,disaggregated",
+    rc = async_.main(["--json", str(out), "--workload", "standin", "--regimes", "cpu_longtail,mjx",
+                      "--placements", "colocated,disaggregated",
                       "--modes", "sync,+partial_rollout", "--updates", "3", "--envs", "8", "--slots", "2",
                       "--horizon", "2", "--hidden", "16", "--epochs", "1", "--median-ms", "1"])
     assert rc == 0
@@ -26,3 +27,21 @@ def test_bench_async_writes_rows(tmp_path):
         assert r["ratio_to_sync_colocated"] > 0
     assert all(r["staleness_max"] == 0 for r in rows if r["mode"] == "sync")
     assert data["meta"]["workload"]["name"] == "standin"
+
+
+@pytest.mark.slow
+@pytest.mark.entry
+@pytest.mark.devices(8)
+@pytest.mark.timeout(1500)
+def test_bench_async_rl_workload(tmp_path):
+    """The real workload (MLP PPO on MJX tabletop envs): sync and the fully async mode produce rows."""
+    out = tmp_path / "async_rl.json"
+    rc = async_.main(["--json", str(out), "--workload", "rl", "--regimes", "cpu_longtail", "--placements", "colocated",
+                      "--modes", "sync,+partial_rollout", "--updates", "1", "--envs", "4", "--slots", "2",
+                      "--horizon", "2", "--width", "16", "--median-ms", "1"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["meta"]["workload"]["name"] == "rl" and data["meta"]["workload"]["envs"] == 4
+    sync, part = data["rows"]
+    assert sync["staleness_max"] == 0 and sync["env_steps_per_s"] > 0 and part["env_steps_per_s"] > 0
+    assert part["slots"] == 2 and part["staleness_max"] <= 1

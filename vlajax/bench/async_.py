@@ -71,8 +71,8 @@ class Workload(Protocol):
     def env(self, num_slots: int, latency: LatencyModel | None) -> tuple[Callable, Callable, Callable]:
         """(reset, step, infer) for `SlotRollout` with `envs // num_slots` envs per slot."""
 
-    def trainer(self, device: Any, streaming: bool) -> Callable:
-        """train_step(state, micro_batches) -> (state, metrics) on `device`."""
+    def trainer(self, device: Any, streaming: bool, require_batches: int) -> Callable:
+        """train_step(state, micro_batches) -> (state, metrics) on `device`, `require_batches` per update."""
 
     def get_params(self, state: Any) -> Any: ...
 
@@ -147,7 +147,7 @@ class StandInWorkload:
     def env(self, num_slots: int, latency: LatencyModel | None):
         return make_env(self.spec, self.fns, num_slots, latency)
 
-    def trainer(self, device: Any, streaming: bool) -> Trainer:
+    def trainer(self, device: Any, streaming: bool, require_batches: int = 1) -> Trainer:
         return Trainer(self.fns, device, streaming)
 
     def get_params(self, state: TrainState) -> Any:
@@ -204,6 +204,29 @@ class Trainer:
         return state, {}
 
 
+def rl_workload(preset: str, *, envs: int, horizon: int, width: int):
+    """The RL core as a bench workload: `preset` with `envs` envs, `horizon` decisions per segment,
+    an MLP of `width`, one PPO epoch over one minibatch per update (so streaming, which is one
+    optimizer update per global batch, runs the same update as the other modes). -> (workload, spec)."""
+    import vlajax.presets  # noqa: F401  (registers the presets)
+    from vlajax import compile_cache
+    from vlajax.config import get_config
+    from vlajax.pipeline.rl_workload import RLWorkload
+    from vlajax.rl import loop
+
+    cfg = get_config(preset)
+    compile_cache.enable(cfg.compilation_cache_dir)
+    cfg = dataclasses.replace(
+        cfg, env=dataclasses.replace(cfg.env, num_envs=envs),
+        model=dataclasses.replace(cfg.model, width=width),
+        rl=dataclasses.replace(cfg.rl, rollout_length=horizon, update_epochs=1, num_minibatches=1, micro_batches=1,
+                               normalize_advantages="batch"))
+    spec = {"preset": preset, "task": cfg.env.task or cfg.env.suite, "obs_mode": cfg.env.obs_mode, "envs": envs,
+            "horizon": horizon, "action_horizon": cfg.model.action_horizon, "width": width, "depth": cfg.model.depth,
+            "episode_length": cfg.env.episode_length, "algo": cfg.rl.algo}
+    return RLWorkload(cfg, loop.build(cfg)), spec
+
+
 # ----------------------------------------------------------------------------------------
 # One run
 # ----------------------------------------------------------------------------------------
@@ -222,8 +245,10 @@ def mode_config(mode: str, slots: int, placement: str, ratio: str) -> tuple[Asyn
 
 
 def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, updates: int,
-            latency: LatencyModel, ratio: str) -> dict[str, Any]:
+            latency: LatencyModel, ratio: str, **overrides: Any) -> dict[str, Any]:
+    """One (regime, placement, mode) run; `overrides` replace `AsyncConfig` fields of the mode."""
     cfg, n = mode_config(mode, slots, placement, ratio)
+    cfg = dataclasses.replace(cfg, **overrides)
     p = make_placement(cfg, MeshConfig())
     train_dev, roll_dev = p.train_devices[0], p.rollout_devices[0]  # colocated: the same device, time-shared
     reset, step, infer = w.env(n, latency if regime == "cpu_longtail" else None)
@@ -231,7 +256,7 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
                           env_steps_per_decision=w.envs // n * w.steps_per_decision)
     timeline = Timeline()
     state = jax.device_put(w.init_state(0), train_dev)
-    trainer = w.trainer(train_dev, cfg.streaming)
+    trainer = w.trainer(train_dev, cfg.streaming, cfg.require_batches)
     marks: list[float] = []
     mark = lambda *_: marks.append(time.monotonic())
     kw = dict(train_step=trainer, get_params=w.get_params, num_updates=updates + 1,
@@ -255,7 +280,8 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
             "staleness_mean": m.get("staleness/mean", 0.0), "staleness_max": m.get("staleness/max", 0.0),
             "version_span_max": m.get("partial/version_span_max", 0.0),
             "inference_batch_mean": m.get("inference/batch_mean", float(w.envs)),
-            "wall_s": t_end - t_start, "loadavg_1m": os.getloadavg()[0]}
+            "staleness_threshold": cfg.staleness_threshold, "wall_s": t_end - t_start,
+            "loadavg_1m": os.getloadavg()[0]}
 
 
 def render_markdown(rows: list[dict]) -> str:
@@ -273,7 +299,10 @@ def render_markdown(rows: list[dict]) -> str:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
     ap.add_argument("--json", default="", help="write the rows here")
-    ap.add_argument("--workload", default="standin", choices=["standin"])
+    ap.add_argument("--workload", default="rl", choices=["rl", "standin"],
+                    help="rl: the RL core (MLP PPO, tabletop MJX envs); standin: point-mass + MLP REINFORCE")
+    ap.add_argument("--preset", default="rl-debug", help="rl workload: the TrainConfig preset it starts from")
+    ap.add_argument("--width", type=int, default=256, help="rl workload: MLP width (actor and critic)")
     ap.add_argument("--regimes", default="cpu_longtail,mjx")
     ap.add_argument("--placements", default="colocated,disaggregated")
     ap.add_argument("--ratio", default="1:1", help="disaggregated rollout:train device ratio")
@@ -297,8 +326,11 @@ def main(argv: list[str]) -> int:
         return 0
     with contextlib.suppress(RuntimeError):  # only possible before the backend starts (tests set it themselves)
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
-    spec = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
-    w = StandInWorkload(spec)
+    if a.workload == "rl":
+        w, spec = rl_workload(a.preset, envs=a.envs, horizon=a.horizon, width=a.width)
+    else:
+        spec = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
+        w = StandInWorkload(spec)
     latency = LatencyModel(median_s=a.median_ms / 1e3, tail_prob=a.tail_prob, tail_scale=a.tail_scale)
     rows = []
     placements, modes = a.placements.split(","), a.modes.split(",")
@@ -321,7 +353,8 @@ def main(argv: list[str]) -> int:
                 row["ratio_to_sync_colocated"] = row["env_steps_per_s"] / base if base else None
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    meta = {"workload": dataclasses.asdict(spec) | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
+    spec_dict = spec if isinstance(spec, dict) else dataclasses.asdict(spec)
+    meta = {"workload": spec_dict | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
             "devices": jax.device_count(), "cpu_count": os.cpu_count(), "argv": sys.argv[1:]}
     if a.json:
         with open(a.json, "w") as f:

@@ -1,0 +1,227 @@
+"""`python -m vlajax.train rl --pipeline.enabled true`: the RL core through the async pipeline.
+
+`run_async(cfg) -> int` is the entry (`vlajax.rl.loop.run` dispatches here when
+`cfg.pipeline.enabled`). Two rollout paths:
+
+- `pipeline.num_slots == 1`: the rollouter lane calls the synchronous loop's own jitted
+  `collect` (the `lax.scan` rollout over all envs, advantages, flat learner batch) with the
+  newest installed weights; call c uses `iteration_keys(seed, c)[0]` and tags its decisions with
+  the version. The trainer runs the loop's own jitted `learner.update` (same shardings, same
+  donation, update u keyed `iteration_keys(seed, u)[1]`). With staleness 0, trigger 1, one slot
+  and no streaming this is the synchronous loop, bit for bit (tests/pipeline/test_rl_async.py).
+- `pipeline.num_slots > 1`: `vlajax.pipeline.rl_workload` (env slots + dynamic batching,
+  per-decision inference, advantages per segment in the trainer).
+
+Mesh: the train state lives on the loop's mesh (`cfg.mesh`); every lane enters that mesh
+context, so the jitted steps compile exactly as in the loop. Published weights are replicated
+on the placement's rollout sub-mesh (`pipeline.placement`).
+
+Checkpoints (Orbax, `checkpoint.every_steps` updates, at the end, and on SIGTERM / Ctrl-C):
+the train state, the collect path's env state, and `extra` = runner counters (updates,
+version, sample calls), env steps and the RNG seed; every key is derived from these counters,
+so a resumed run continues the same key streams. Samples produced but not yet consumed when
+the checkpoint was taken are dropped (rollout restarts from the saved sample-call count).
+Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window metrics every
+`logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from vlajax import checkpoint, compile_cache, distributed, sharding
+from vlajax.config import TrainConfig
+from vlajax.logging import MetricsLogger
+from vlajax.pipeline.buffer import Trajectory
+from vlajax.pipeline.metrics import Timeline, WindowReporter
+from vlajax.pipeline.placement import make_placement
+from vlajax.pipeline.rl_workload import RLWorkload, Trainer, check_streaming
+from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
+from vlajax.pipeline.slots import SlotRollout
+from vlajax.rl import learner, loop
+from vlajax.train_state import TrainState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_async", "train_async"]
+
+
+class _Collect:
+    """The num_slots == 1 rollouter: the loop's jitted `collect` over all envs, one call per sample_step."""
+
+    def __init__(self, cfg: TrainConfig, setup: loop.Setup, mesh, env_state: Any, calls: int):
+        self.cfg, self.mesh = cfg, mesh
+        self.fn = jax.jit(functools.partial(loop.collect, cfg, setup), donate_argnums=(1,))
+        self.env_state, self.calls = env_state, calls
+        self.lock = threading.Lock()
+        self.rollout_metrics: dict[str, float] = {}
+
+    def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
+        k_collect, _ = loop.iteration_keys(self.cfg.seed, call)
+        with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules), self.lock:
+            self.env_state, batch, roll = self.fn(params, self.env_state, k_collect, jnp.int32(version))
+            self.calls = call + 1
+        roll = {k: float(v) for k, v in jax.device_get(roll).items()}
+        self.rollout_metrics = roll
+        n = int(batch["mask"].shape[0])
+        return [Trajectory(batch, np.asarray(jax.device_get(batch["version"])), n, int(roll["env_steps"]))]
+
+    def snapshot(self) -> tuple[int, Any]:
+        """(sample calls done, a copy of the env state after them), consistent with each other."""
+        with self.lock:
+            copy = None if self.env_state is None else jax.tree.map(jnp.copy, self.env_state)
+            return self.calls, copy
+
+
+def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: int | None = None,
+                timeout: float | None = None) -> dict[str, Any]:
+    """Run to `rl.num_iterations` optimizer updates (resuming from the newest checkpoint). -> summary.
+
+    `stop_at`: stop after that many updates (with a checkpoint), as if interrupted.
+    """
+    p = cfg.pipeline
+    distributed.initialize(cfg.distributed)
+    compile_cache.enable(cfg.compilation_cache_dir)
+    placement = make_placement(p, cfg.mesh)
+    colocated = placement.kind == "colocated"
+    mesh = sharding.make_mesh(cfg.mesh) if colocated else placement.train_mesh  # the train state's mesh
+    roll_mesh = mesh if colocated else placement.rollout_mesh  # the collect path's env state and scan
+    rules = cfg.mesh.logical_rules
+    setup = setup or loop.build(cfg, mesh)
+    decisions = loop._check(cfg, setup, mesh)
+    if p.streaming:
+        check_streaming(cfg, p.require_batches)
+    tx = learner.make_optimizer(cfg.rl)
+
+    def init(rng):
+        return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
+
+    state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+    update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
+                        in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
+                        donate_argnums=(1,))
+    slots = p.num_slots > 1
+    with sharding.use_mesh(roll_mesh, rules):
+        env_state = None if slots else loop._place(
+            jax.jit(functools.partial(loop.initial_env_state, cfg, setup.env))(), roll_mesh)
+
+    # ---- Checkpoint and resume -------------------------------------------------------------
+    ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
+                                   save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
+    pack = lambda s, e: {"train": s} | ({} if e is None else {"env": loop._env_leaves(e)})
+    counters, env_steps = RunnerCounters(), 0.0
+    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+        restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
+        state = restored["train"]
+        env_state = None if env_state is None else loop._env_unleaves(env_state, restored["env"])
+        counters = RunnerCounters(**extra["counters"])
+        env_steps = float(extra["env_steps"])
+        log.info("rl async: resumed at update %d (version %d)", counters.updates, counters.version)
+
+    # ---- Rollout: placement, the collect path or env slots ---------------------------------
+    # colocated: the loop's own param shardings (so collect compiles as in the loop); else replicated
+    rollout_sharding = (state_shardings.params if placement.kind == "colocated"
+                        else NamedSharding(placement.rollout_mesh, PartitionSpec()))
+    trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
+                      prepare=None, update_fn=update_fn)
+    trainer.updates = counters.updates
+    if slots:
+        work = RLWorkload(cfg, setup)
+        reset, step, infer = work.env(p.num_slots, None)
+        per = cfg.env.num_envs // p.num_slots
+        slot_rollout = SlotRollout(p, reset=reset, step=step, infer=infer, horizon=cfg.rl.rollout_length,
+                                   samples_per_slot=per * cfg.rl.rollout_length,
+                                   env_steps_per_decision=per * setup.action_horizon)
+        trainer.prepare = work._prepare
+        sample_step, rollout_lanes, mini = slot_rollout.sample_step, slot_rollout.lanes, per * cfg.rl.rollout_length
+        collect = None
+    else:
+        collect = _Collect(cfg, setup, roll_mesh, env_state, counters.sample_calls)
+        sample_step, rollout_lanes, mini = collect, None, decisions
+
+    def train_step(s, micro_batches):
+        with sharding.use_mesh(mesh, rules):
+            return trainer(s, micro_batches)
+
+    # ---- Logging, saving -------------------------------------------------------------------
+    logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    json_path = os.path.join(cfg.output_dir, "async_metrics.jsonl")
+    timeline = Timeline()
+    reporter = WindowReporter(timeline, logger, every=cfg.logging.every_steps, json_path=json_path)
+    total = cfg.rl.num_iterations
+    end = total if stop_at is None else min(stop_at, total)
+    evals: list[dict] = []
+    steps_box = [env_steps]
+
+    def save(runner: AsyncRunner, force: bool) -> None:
+        c = runner.counters
+        if collect is not None:
+            calls, env_copy = collect.snapshot()
+        else:
+            calls, env_copy = c.sample_calls, None
+        extra = {"counters": {"updates": c.updates, "version": c.version, "sample_calls": calls},
+                 "env_steps": steps_box[0], "seed": cfg.seed, "config": cfg.name, "iteration": c.updates}
+        ckpt.save(c.updates, pack(runner.state, env_copy), force=force, extra=extra)
+
+    def on_update(runner: AsyncRunner, record: dict) -> None:
+        u = record["update"]
+        m = dict(record["metrics"])
+        if collect is not None:
+            m |= collect.rollout_metrics
+        steps_box[0] = env_steps + float(sum(n for _, n in list(timeline.env_steps)))  # produced so far
+        m |= {"staleness_max": float(max(record["staleness"])), "version": float(record["version"])}
+        logger.scalars(u, m, prefix="train/")
+        reporter(u)
+        with open(json_path, "a") as f:
+            f.write(json.dumps({"update": u, "train": m}) + "\n")
+        save(runner, force=u in (total, end))
+        if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
+            ev = setup.evaluate(runner.state.params, u)
+            evals.append({"update": u} | ev)
+            logger.scalars(u, {"mean_success": ev["mean_success"]}, prefix="eval/")
+        if u >= end:
+            runner.lifetime.stop()
+
+    runner = AsyncRunner(p, sample_step=sample_step, train_step=train_step, get_params=lambda s: s.params,
+                         state=state, num_updates=total, samples_per_step=mini, mini_batch=mini,
+                         rollout_shardings=rollout_sharding, counters=counters, on_update=on_update,
+                         rollout=rollout_lanes, timeline=timeline)
+    t0 = time.perf_counter()
+    try:
+        status = runner.run(timeout=timeout, on_interrupt=lambda r: save(r, force=True))
+        ckpt.wait()
+    finally:
+        ckpt.close()
+        logger.close()
+    return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
+            "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
+            "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state}
+
+
+def run_async(cfg: TrainConfig) -> int:
+    """The `rl` command with `--pipeline.enabled true`; 0 on success, 1 on a non-finite update."""
+    try:
+        summary = train_async(cfg)
+    except learner.NonFiniteError as e:
+        print(f"error: {e}", flush=True)
+        distributed.shutdown()
+        return 1
+    if distributed.is_main_process():
+        short = {k: v for k, v in summary.items() if k in ("status", "updates", "version", "seconds", "evals")}
+        short["summary"] = {k: v for k, v in summary["summary"].items() if "/" in k}
+        print(json.dumps(short, default=float), flush=True)
+    distributed.shutdown()
+    return 0
