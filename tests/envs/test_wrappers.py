@@ -26,6 +26,9 @@ def test_chunk_with_episode_end_inside():
     assert r[3:].sum() == 0 and np.isclose(float(nxt.reward), r.sum())
     assert float(nxt.done) == 1.0 and float(nxt.info["truncation"]) == 1.0
     assert float(nxt.info["steps"]) == 3.0  # frozen at the terminal step
+    # The observation is the terminal state's (computed once after the chunk), not a stale one.
+    np.testing.assert_array_equal(np.asarray(nxt.obs), np.asarray(ENV.observe(nxt).obs))
+    assert not np.array_equal(np.asarray(nxt.obs), np.asarray(state.obs))
     # The per-step rewards equal stepping the inner env one action at a time.
     inner = wrappers.EpisodeWrapper(ENV, episode_length=3)
     s = jax.jit(inner.reset)(jax.random.PRNGKey(0))

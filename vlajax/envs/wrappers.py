@@ -28,8 +28,8 @@ class Wrapper(Env):
     def reset(self, rng: jax.Array) -> State:
         return self.env.reset(rng)
 
-    def step(self, state: State, action: jax.Array) -> State:
-        return self.env.step(state, action)
+    def step(self, state: State, action: jax.Array, **kwargs) -> State:
+        return self.env.step(state, action, **kwargs)
 
     @property
     def action_size(self) -> int:
@@ -68,8 +68,8 @@ class EpisodeWrapper(Wrapper):
         zeros = jnp.zeros(rng.shape[:-1], jnp.float32)
         return state.replace(info={**state.info, "steps": zeros, "truncation": zeros})
 
-    def step(self, state: State, action: jax.Array) -> State:
-        state = self.env.step(state, action)
+    def step(self, state: State, action: jax.Array, **kwargs) -> State:
+        state = self.env.step(state, action, **kwargs)
         steps = state.info["steps"] + 1
         out_of_time = steps >= self.episode_length
         truncation = jnp.where(out_of_time, 1.0 - state.done, 0.0)
@@ -129,6 +129,8 @@ class ActionChunkWrapper(Wrapper):
 
     After the first `done` inside a chunk the env is frozen (later actions are ignored), so the
     returned state is the terminal one and an outer `AutoResetWrapper` resets between chunks.
+    Observations (camera images) are computed once, for the returned state, not at every step;
+    the inner env must support `step(..., observe=False)` and `observe(state)` (TabletopEnv does).
     Writes `info["chunk_rewards"]` `[H]`, `info["chunk_dones"]` `[H]` (1 from the terminating step on)
     and `info["chunk_valid"]` `[H]` (1 for steps that were executed); `reward` is their sum.
     """
@@ -153,7 +155,7 @@ class ActionChunkWrapper(Wrapper):
 
         def body(carry, a):
             s, done = carry
-            nxt = self.env.step(s, a)
+            nxt = self.env.step(s, a, observe=False)  # render once, after the chunk
             keep = lambda new, old: jnp.where(done > 0, old, new)
             nxt = jax.tree.map(keep, nxt, s)
             reward = jnp.where(done > 0, 0.0, nxt.reward)
@@ -163,7 +165,7 @@ class ActionChunkWrapper(Wrapper):
 
         (state, _), (rewards, dones, valid) = jax.lax.scan(body, (state, state.done), action)
         info = {**state.info, "chunk_rewards": rewards, "chunk_dones": dones, "chunk_valid": valid}
-        return state.replace(reward=rewards.sum(), info=info)
+        return self.env.observe(state.replace(reward=rewards.sum(), info=info))
 
 
 class VmapWrapper(Wrapper):

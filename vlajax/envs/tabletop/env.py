@@ -144,7 +144,9 @@ class TabletopEnv(Env):
         info = {"rng": rng, "episode": episode}
         return State(data, self._obs(data, episode), jnp.float32(0.0), jnp.float32(0.0), metrics, info)
 
-    def step(self, state: State, action: jax.Array) -> State:
+    def step(self, state: State, action: jax.Array, observe: bool = True) -> State:
+        """One control step. `observe=False` keeps the previous `obs` (skips rendering; callers such
+        as `ActionChunkWrapper` call `observe` once at the end)."""
         self.check_action(action)
         a = jnp.clip(action.astype(jnp.float32), -1.0, 1.0)
         data = state.data
@@ -164,8 +166,12 @@ class TabletopEnv(Env):
         done = jnp.maximum(success, unstable.astype(jnp.float32))
         # Keep metric keys the caller added (brax's training loop adds one), overwrite ours.
         metrics = {**state.metrics, "success": success, **{f"reward/{k}": v for k, v in scaled.items()}}
-        obs = self._obs(data, state.info["episode"])
+        obs = self._obs(data, state.info["episode"]) if observe else state.obs
         return state.replace(data=data, obs=obs, reward=reward, done=done, metrics=metrics)
+
+    def observe(self, state: State) -> State:
+        """Recompute `obs` (render the cameras) for `state`'s current physics."""
+        return state.replace(obs=self._obs(state.data, state.info["episode"]))
 
     # ---------------------------------------------------------------- helpers
     def _parts(self, data: mjx.Data):
