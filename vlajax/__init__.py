@@ -27,8 +27,52 @@ _API: dict[str, str] = {
     "Checkpointer": "vlajax.checkpoint",
     "MetricsLogger": "vlajax.logging",
     "Progress": "vlajax.logging",
+    "write_gif": "vlajax.logging",
+    # Simulation: make an env, step it, render it
+    "load_env": "vlajax.envs",
+    "SUITES": "vlajax.envs",
+    "ALL_ENVS": "vlajax.envs",
+    # The model: build, sample actions, log-probs, losses
+    "VLA": "vlajax.models",
+    "Observation": "vlajax.models",
+    "get_model_config": "vlajax.models",
+    "sample_actions": "vlajax.models",
+    "log_prob": "vlajax.models",
+    "sft_loss": "vlajax.models",
+    "quantize_params": "vlajax.models",
+    "Bridge": "vlajax.policy",
+    # Data and SFT
+    "LeRobotWriter": "vlajax.data",
+    "LeRobotData": "vlajax.data",
+    "make_loader": "vlajax.data",
+    "generate_demos": "vlajax.demos",
+    "sft_train": "vlajax.sft",
+    "sft_train_step": "vlajax.sft",
+    # RL: rollouts, advantages, losses, the learner step
+    "gae": "vlajax.rl",
+    "group_relative": "vlajax.rl",
+    "ppo_policy_loss": "vlajax.rl",
+    "decoupled_ppo_policy_loss": "vlajax.rl",
+    "rl_update": "vlajax.rl",
+    "rollout": "vlajax.rl.rollout",
+    "actor_step": "vlajax.rl.rollout",
+    # The asynchronous pipeline
+    "AsyncRunner": "vlajax.pipeline",
+    "run_sync": "vlajax.pipeline",
+    "make_placement": "vlajax.pipeline",
+    "run_async": "vlajax.rl.async_loop",
+    # Evaluation
+    "evaluate": "vlajax.evaluate",
 }
-_RENAMES = {"initialize_distributed": "initialize"}
+_RENAMES = {
+    "initialize_distributed": "initialize",
+    "load_env": "load",
+    "sample_actions": "sample",
+    "generate_demos": "generate",
+    "sft_train": "train",
+    "sft_train_step": "train_step",
+    "rl_update": "update",
+}
 
 __all__ = sorted(_API)
 
@@ -49,6 +93,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from vlajax.checkpoint import Checkpointer
     from vlajax.config import ConfigError, TrainConfig, get_config, preset_names, register
     from vlajax.distributed import initialize as initialize_distributed
-    from vlajax.logging import MetricsLogger, Progress
+    from vlajax.logging import MetricsLogger, Progress, write_gif
     from vlajax.sharding import init_sharded, make_mesh, use_mesh
     from vlajax.train_state import TrainState
