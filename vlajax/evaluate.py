@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 EVAL_STREAM = 5000  # rng stream offset of evaluation episodes (demos use vlajax.demos.DEMO_STREAM)
 GIF_EPISODES = 4  # episodes per task shown side by side in its GIF
+_RUNNERS: dict = {}  # the last (env, policy) setup's jitted closed loop
 
 
 def episode_keys(seed: int, task_ids: np.ndarray, episodes_per_task: int) -> jax.Array:
@@ -124,14 +125,19 @@ def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_p
     env_cfg = cfg.env
     if tuple(sorted(env_cfg.cameras)) != bridge.cameras and not set(bridge.cameras) <= set(env_cfg.cameras):
         raise ConfigError(f"the policy reads cameras {bridge.cameras}; env.cameras={env_cfg.cameras} lacks some")
-    env = make_env(cfg, names[0])
+    camera = "agentview" if "agentview" in env_cfg.cameras else env_cfg.cameras[0]
+    cache_key = (env_cfg, tuple(names), bridge, model.cfg, cfg.sft.eval_replan_steps, camera)
+    if cache_key not in _RUNNERS:  # periodic evals (SFT, RL) reuse the env and the jitted loop
+        env = make_env(cfg, names[0])
+        _RUNNERS.clear()
+        _RUNNERS[cache_key] = jax.jit(functools.partial(
+            closed_loop, env, bridge, model, episode_length=env_cfg.episode_length,
+            replan=cfg.sft.eval_replan_steps, camera=camera))
+    run = _RUNNERS[cache_key]
     keys = episode_keys(cfg.seed, task_ids, e_per)
     per_episode_task = np.repeat(task_ids, e_per)
     g = min(GIF_EPISODES, e_per)
     gif_index = np.asarray([i * e_per + k for i in range(len(names)) for k in range(g)], np.int32)
-    camera = "agentview" if "agentview" in env_cfg.cameras else env_cfg.cameras[0]
-    run = jax.jit(functools.partial(closed_loop, env, bridge, model, episode_length=env_cfg.episode_length,
-                                    replan=cfg.sft.eval_replan_steps, camera=camera))
     t0 = time.perf_counter()
     success, steps, frames = jax.device_get(run(params, keys, jnp.asarray(per_episode_task), jnp.asarray(gif_index)))
     seconds = time.perf_counter() - t0
