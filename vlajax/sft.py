@@ -306,14 +306,12 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 t_last, last_logged = now, done
                 logger.scalars(done, host, prefix="train/")
                 progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
-            ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
-                      data_iter=loader, force=done in (total, end))
             limit = cfg.sft.time_limit_minutes
             if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
                 log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
-                ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
-                          data_iter=loader, force=True)
                 end = done
+            ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
+                      data_iter=loader, force=done in (total, end))
             periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
             if periodic or (done == end and cfg.sft.eval_every >= 0):
                 evals.append(_evaluate(cfg, bridge, model, eval_params(state), done, logger))
