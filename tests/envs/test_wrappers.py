@@ -3,8 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from vlajax.envs import registry, wrappers
+from vlajax.envs.tabletop import scene
 
 ENV = registry.load("goal/press_button", obs_mode="state")
 H = 5
@@ -40,23 +42,26 @@ def test_chunk_with_episode_end_inside():
     np.testing.assert_allclose(r[:3], manual, rtol=1e-5, atol=1e-6)
 
 
-def test_batched_autoreset_full_and_cached():
-    for full in (True, False):
-        env = wrappers.wrap(ENV, episode_length=3, num_envs=2, action_horizon=H, full_reset=full)
-        state = jax.jit(env.reset)(jax.random.split(jax.random.PRNGKey(1), 2))
-        nxt = jax.jit(env.step)(state, _zeros(2, H, 4))
-        assert nxt.info["chunk_rewards"].shape == (2, H)
-        np.testing.assert_array_equal(np.asarray(nxt.done), [1, 1])
-        # Done envs come back as a first state: gripper at home, no velocity.
-        np.testing.assert_allclose(np.asarray(nxt.data.qpos), np.asarray(state.data.qpos), atol=0 if not full else 1)
-        np.testing.assert_allclose(np.asarray(nxt.data.qvel), 0.0)
-        same = np.allclose(np.asarray(nxt.data.qpos), np.asarray(state.data.qpos))
-        assert same != full  # cached: identical first state; full: a newly randomized one
-        ep0, ep1 = state.info["episode"], nxt.info["episode"]
-        assert np.array_equal(np.asarray(ep0["brightness"]), np.asarray(ep1["brightness"])) != full
-        # Step counter restarts on the next step.
-        again = jax.jit(env.step)(nxt, _zeros(2, H, 4))
-        np.testing.assert_array_equal(np.asarray(again.info["steps"]), [3, 3])
+@pytest.mark.parametrize("full", [True, False])
+def test_batched_autoreset(full):
+    env = wrappers.wrap(ENV, episode_length=3, num_envs=2, action_horizon=H, full_reset=full)
+    state = jax.jit(env.reset)(jax.random.split(jax.random.PRNGKey(1), 2))
+    nxt = jax.jit(env.step)(state, _zeros(2, H, 4))
+    assert nxt.info["chunk_rewards"].shape == (2, H)
+    np.testing.assert_array_equal(np.asarray(nxt.done), [1, 1])
+    # Done envs come back as a first state: gripper at home, no velocity.
+    grip = np.asarray(nxt.data.qpos[:, np.asarray(ENV.idx.gripper_qpos)])
+    np.testing.assert_allclose(grip, np.tile(scene.HOME, (2, 1)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(nxt.data.qvel), 0.0)
+    same = np.allclose(np.asarray(nxt.data.qpos), np.asarray(state.data.qpos))
+    assert same != full  # cached: identical first state; full: a newly randomized one
+    ep0, ep1 = state.info["episode"], nxt.info["episode"]
+    assert np.array_equal(np.asarray(ep0["brightness"]), np.asarray(ep1["brightness"])) != full
+    # Observations were computed once, for the returned (reset) states.
+    np.testing.assert_array_equal(np.asarray(nxt.obs), np.asarray(env.observe(nxt).obs))
+    # Step counter restarts on the next step.
+    again = jax.jit(env.step)(nxt, _zeros(2, H, 4))
+    np.testing.assert_array_equal(np.asarray(again.info["steps"]), [3, 3])
 
 
 def test_episode_wrapper_counts_and_truncates():

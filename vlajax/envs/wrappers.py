@@ -13,6 +13,8 @@ bookkeeping lives in `State.info`.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -25,8 +27,8 @@ class Wrapper(Env):
     def __init__(self, env: Env):
         self.env = env
 
-    def reset(self, rng: jax.Array) -> State:
-        return self.env.reset(rng)
+    def reset(self, rng: jax.Array, **kwargs) -> State:
+        return self.env.reset(rng, **kwargs)
 
     def step(self, state: State, action: jax.Array, **kwargs) -> State:
         return self.env.step(state, action, **kwargs)
@@ -63,8 +65,8 @@ class EpisodeWrapper(Wrapper):
             raise ValueError(f"episode_length must be >= 1, got {episode_length}")
         self.episode_length = episode_length
 
-    def reset(self, rng: jax.Array) -> State:
-        state = self.env.reset(rng)
+    def reset(self, rng: jax.Array, **kwargs) -> State:
+        state = self.env.reset(rng, **kwargs)
         zeros = jnp.zeros(rng.shape[:-1], jnp.float32)
         return state.replace(info={**state.info, "steps": zeros, "truncation": zeros})
 
@@ -82,39 +84,37 @@ class AutoResetWrapper(Wrapper):
 
     `full_reset=False` restores the episode's cached first state (cheap; brax-style: same initial
     state each time). `full_reset=True` calls `reset` with a new key split from `info["rng"]`, so every
-    episode is newly randomized (costs a reset per step, selected with `where`).
+    episode is newly randomized (costs a reset per step, selected with `where`). Either way the
+    physics and episode parameters are selected first and the cameras rendered once, after.
     """
 
     def __init__(self, env: Env, full_reset: bool = True):
         super().__init__(env)
         self.full_reset = full_reset
 
-    def reset(self, rng: jax.Array) -> State:
-        state = self.env.reset(rng)
+    def reset(self, rng: jax.Array, **kwargs) -> State:
+        state = self.env.reset(rng, **kwargs)
         if not self.full_reset:
-            first = {"data": state.data, "obs": state.obs, "episode": state.info["episode"]}
+            first = {"data": state.data, "episode": state.info["episode"]}
             state = state.replace(info={**state.info, "first": first})
         return state
 
-    def step(self, state: State, action: jax.Array) -> State:
+    def step(self, state: State, action: jax.Array, observe: bool = True) -> State:
         info = dict(state.info)
         if "steps" in info:
             info["steps"] = jnp.where(state.done > 0, 0.0, info["steps"])
-        state = self.env.step(state.replace(done=jnp.zeros_like(state.done), info=info), action)
+        state = self.env.step(state.replace(done=jnp.zeros_like(state.done), info=info), action, observe=False)
         done, info = state.done, dict(state.info)
         if self.full_reset:
             info["rng"], key = _split(info["rng"])
-            fresh = self.env.reset(key)
-            first = {"data": fresh.data, "obs": fresh.obs, "episode": fresh.info["episode"]}
+            fresh = self.env.reset(key, observe=False)
+            first = {"data": fresh.data, "episode": fresh.info["episode"]}
         else:
             first = info["first"]
         where = lambda x, y: _where(done, x, y)
         info["episode"] = jax.tree.map(where, first["episode"], info["episode"])
-        return state.replace(
-            data=jax.tree.map(where, first["data"], state.data),
-            obs=jax.tree.map(where, first["obs"], state.obs),
-            info=info,
-        )
+        state = state.replace(data=jax.tree.map(where, first["data"], state.data), info=info)
+        return self.env.observe(state) if observe else state
 
 
 def _split(rng: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -145,10 +145,10 @@ class ActionChunkWrapper(Wrapper):
         h = jnp.zeros((self.action_horizon,), jnp.float32)
         return state.replace(info={**state.info, "chunk_rewards": h, "chunk_dones": h, "chunk_valid": h})
 
-    def reset(self, rng: jax.Array) -> State:
-        return self._with_chunk_info(self.env.reset(rng))
+    def reset(self, rng: jax.Array, **kwargs) -> State:
+        return self._with_chunk_info(self.env.reset(rng, **kwargs))
 
-    def step(self, state: State, action: jax.Array) -> State:
+    def step(self, state: State, action: jax.Array, observe: bool = True) -> State:
         check_action(action, (self.action_horizon, self.env.action_size))
         chunk_keys = ("chunk_rewards", "chunk_dones", "chunk_valid")
         state = state.replace(info={k: v for k, v in state.info.items() if k not in chunk_keys})
@@ -165,7 +165,8 @@ class ActionChunkWrapper(Wrapper):
 
         (state, _), (rewards, dones, valid) = jax.lax.scan(body, (state, state.done), action)
         info = {**state.info, "chunk_rewards": rewards, "chunk_dones": dones, "chunk_valid": valid}
-        return self.env.observe(state.replace(reward=rewards.sum(), info=info))
+        state = state.replace(reward=rewards.sum(), info=info)
+        return self.env.observe(state) if observe else state
 
 
 class VmapWrapper(Wrapper):
@@ -182,16 +183,19 @@ class VmapWrapper(Wrapper):
         if renderer is not None:
             renderer.check_batch(num_envs)
 
-    def reset(self, rng: jax.Array) -> State:
+    def reset(self, rng: jax.Array, **kwargs) -> State:
         if rng.ndim != 2 or rng.shape[0] != self.num_envs:
             raise ValueError(f"reset expects keys [num_envs={self.num_envs}, 2], got {rng.shape}")
-        return jax.vmap(self.env.reset)(rng)
+        return jax.vmap(functools.partial(self.env.reset, **kwargs))(rng)
 
-    def step(self, state: State, action: jax.Array) -> State:
+    def step(self, state: State, action: jax.Array, **kwargs) -> State:
         if getattr(action, "shape", (None,))[0] != self.num_envs:
             raise ValueError(f"step expects actions with leading axis num_envs={self.num_envs}, got "
                              f"{getattr(action, 'shape', type(action))}")
-        return jax.vmap(self.env.step)(state, action)
+        return jax.vmap(functools.partial(self.env.step, **kwargs))(state, action)
+
+    def observe(self, state: State) -> State:
+        return jax.vmap(self.env.observe)(state)
 
 
 def wrap(

@@ -100,12 +100,13 @@ class TabletopEnv(Env):
         return [text(t, i) for t, i in zip(tids.reshape(-1), ids.reshape(-1))]
 
     # ---------------------------------------------------------------- reset / step
-    def reset(self, rng: jax.Array) -> State:
-        return self.reset_task(rng, jnp.int32(self.task_id))
+    def reset(self, rng: jax.Array, observe: bool = True) -> State:
+        return self.reset_task(rng, jnp.int32(self.task_id), observe)
 
-    def reset_task(self, rng: jax.Array, task_id: jax.Array) -> State:
+    def reset_task(self, rng: jax.Array, task_id: jax.Array, observe: bool = True) -> State:
         """Reset into task `task_id` (an index of `tasks.TASKS`; may be traced, so one compiled
-        reset/step serves every task and a batch may mix tasks)."""
+        reset/step serves every task and a batch may mix tasks). `observe=False` leaves `obs` zero
+        (no rendering; for callers that select among states and `observe` once)."""
         rng, k_layout, k_color, k_bright = jax.random.split(rng, 4)
         idx, m = self.idx, self.mj_model
         params = tasks.task_params(task_id)
@@ -142,7 +143,11 @@ class TabletopEnv(Env):
         _, terms = self._evaluate(data, episode)
         metrics = {"success": jnp.float32(0.0), **{f"reward/{k}": jnp.float32(0.0) for k in terms}}
         info = {"rng": rng, "episode": episode}
-        return State(data, self._obs(data, episode), jnp.float32(0.0), jnp.float32(0.0), metrics, info)
+        if observe:
+            obs = self._obs(data, episode)
+        else:
+            obs = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(self._obs, data, episode))
+        return State(data, obs, jnp.float32(0.0), jnp.float32(0.0), metrics, info)
 
     def step(self, state: State, action: jax.Array, observe: bool = True) -> State:
         """One control step. `observe=False` keeps the previous `obs` (skips rendering; callers such
