@@ -33,10 +33,10 @@ class PointEnv(Env):
     def action_size(self) -> int:
         return ACTION_DIM
 
-    def reset(self, rng):
+    def reset(self, rng, observe=True):
         return self.reset_task(rng, jnp.int32(0))
 
-    def reset_task(self, rng, task_id):
+    def reset_task(self, rng, task_id, observe=True):
         rng, k_x, k_g = jax.random.split(rng, 3)
         x = jax.random.uniform(k_x, (2,), minval=-1.0, maxval=1.0)
         g = CORNERS[task_id] + jax.random.uniform(k_g, (2,), minval=-0.2, maxval=0.2)
@@ -45,7 +45,10 @@ class PointEnv(Env):
         z = jnp.float32(0.0)
         return State(data, self._obs(x, episode), z, z, {"success": z}, {"rng": rng, "episode": episode})
 
-    def step(self, state, action):
+    def observe(self, state):
+        return state.replace(obs=self._obs(state.data["x"], state.info["episode"]))
+
+    def step(self, state, action, observe=True):
         self.check_action(action)
         x = state.data["x"] + 0.2 * jnp.clip(action[:2], -1.0, 1.0)
         dist = jnp.linalg.norm(x - state.info["episode"]["goal"])

@@ -220,3 +220,13 @@ def test_vla_executes_the_first_k_actions_and_scores_only_them():
                                        logp_mask=jnp.asarray([True, False])[None].repeat(B, 0))["log_prob"]
     np.testing.assert_allclose(np.asarray(traj["old_logp"][0]), np.asarray(first), rtol=1e-5, atol=1e-5)
     assert not np.allclose(np.asarray(first), np.asarray(full))
+
+
+def test_vla_value_loss_trains_only_the_value_head():
+    actor, params, env = _vla("flow_sde")
+    _, (_, traj) = collect(actor, env, params, length=1)
+    batch = learner.flatten_decisions({k: traj[k] for k in ("obs", "task_id", "chain", "sde_step", "action_mask")})
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(actor.logp_value(p, batch, jax.random.key(0))[2])))(params)
+    for name, g in grads.items():
+        norm = float(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(g)))
+        assert (norm > 0) == (name in actors.CRITIC_PARAMS), (name, norm)

@@ -94,7 +94,8 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
               execute: int = 0) -> Actor:
     """The VLA's configured head. Flow: `cfg.flow_sampler` must be stochastic (`flow_sde` /
     `flow_noise`); the log-prob covers only the executed steps and the env's action dims.
-    `use_value` (default: the model has a value head) adds the critic. `execute = k` sends only
+    `use_value` (default: the model has a value head) adds the critic, whose loss trains only the
+    value head (`_critic_variables`). `execute = k` sends only
     the first k of the chunk's H actions to the env (receding horizon; 0 = all H): env actions
     are [B, k, A_env], and `action_mask` [N, k] is padded to H with False for the log-prob."""
     cfg = model.cfg
@@ -130,11 +131,21 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
             out = heads.flow_chain_log_prob(model, v, o, batch["chain"], batch["sde_step"], logp_mask=m)
         else:
             out = heads.token_chunk_log_prob(model, v, o, batch["tokens"], temperature=temperature, logp_mask=m)
-        val = heads.value(model, v, o) if use_value else None
+        val = heads.value(model, _critic_variables(params), o) if use_value else None
         return out["log_prob"], out["entropy"], val
 
     def value(params, obs, task_id):
         return heads.value(model, {"params": params}, bridge.observation(obs, task_id))
 
     return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}")
+
+
+CRITIC_PARAMS = ("value_hidden", "value_out")  # the VLA's own value-head modules
+
+
+def _critic_variables(params: Any) -> dict:
+    """Params for the value loss: the value head trains, the shared trunk (ViT, prefix, expert)
+    is read through `stop_gradient`, so a fresh critic's large early errors cannot push the
+    policy's weights (the value head sits on features the SFT policy learned)."""
+    return {"params": {k: (v if k in CRITIC_PARAMS else jax.lax.stop_gradient(v)) for k, v in params.items()}}
 

@@ -60,13 +60,13 @@ class SuiteEnv(Wrapper):
         super().__init__(env)
         self.task_ids = tuple(int(t) for t in task_ids)
 
-    def reset(self, rng: jax.Array) -> State:
+    def reset(self, rng: jax.Array, **kwargs) -> State:
         k_task, k = jax.random.split(rng)
         i = jax.random.randint(k_task, (), 0, len(self.task_ids))
-        return self.env.reset_task(k, jnp.asarray(self.task_ids, jnp.int32)[i])
+        return self.env.reset_task(k, jnp.asarray(self.task_ids, jnp.int32)[i], **kwargs)
 
-    def reset_task(self, rng: jax.Array, task_id: jax.Array) -> State:
-        return self.env.reset_task(jax.random.split(rng)[1], task_id)
+    def reset_task(self, rng: jax.Array, task_id: jax.Array, **kwargs) -> State:
+        return self.env.reset_task(jax.random.split(rng)[1], task_id, **kwargs)
 
 
 def make_env(env_cfg, action_horizon: int, num_envs: int | None = None) -> Env:
