@@ -1,46 +1,153 @@
-"""`make quickstart`: the main job end to end on a small preset, with a report folder.
+"""`make quickstart`: demos -> SFT -> RL -> eval on the CPU presets, then a report folder.
 
-Today it runs the foundation path (`python -m vlajax.train smoke`: sharded init, jitted
-steps, async checkpoints, resume, TensorBoard) and then resumes it to show exact restart.
-The demos -> SFT -> RL -> eval chain replaces it as those phases land.
+Phases (each is the documented command, run as its own process):
+  1. demos  scripted experts on the `goal` suite -> a LeRobot v3.0 dataset
+  2. sft    `sft-small` (1.5M-param VLA, 32x32 pixels) on those demos
+  3. rl     PPO with the flow head (`rl-ppo-flow`) from the SFT checkpoint; its closed-loop
+            evaluations at iteration 0 (= the SFT policy) and at the end give before/after
+  4. report `report/README.md` (success per task before and after RL, the commands to go
+            further), `curves.png` (losses and success over training), GIFs of the episodes
+
+`VLAJAX_QUICKSTART_DIR` sets the output folder (default `runs/quickstart`);
+`VLAJAX_QUICKSTART_SIZE=smoke` shrinks every phase to a few steps (a wiring check, not a
+learning run).
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import shutil
+import subprocess
 import sys
-
-from vlajax import train
+import time
 
 OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
+SIZES = {
+    # episodes per task, SFT steps, RL iterations, eval episodes per task
+    "default": dict(episodes=40, sft_steps=800, rl_iterations=6, eval_episodes=10),
+    "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
+}
+
+
+def _run(phase: str, args: list[str], log_path: str) -> None:
+    cmd = [sys.executable, "-m", "vlajax.train", *args]
+    print(f"[quickstart] {phase}: {' '.join(cmd[2:])}", flush=True)
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        tail = open(log_path).read().splitlines()[-20:]
+        raise SystemExit(f"[quickstart] {phase} failed (exit {proc.returncode}); last lines of {log_path}:\n"
+                         + "\n".join(tail))
+    print(f"[quickstart] {phase} done in {time.time() - t0:.0f} s (log: {log_path})", flush=True)
+
+
+def _eval_table(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _curves(tb_dirs: dict[str, str], out_png: str) -> list[str]:
+    """Plot every scalar whose tag mentions loss or success, one panel per tag."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series = []
+    for phase, d in tb_dirs.items():
+        if not os.path.isdir(d):
+            continue
+        acc = EventAccumulator(d, size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            if any(w in tag for w in ("loss", "success", "idle_ratio", "staleness")) and "/success/" not in tag:
+                ev = acc.Scalars(tag)
+                series.append((f"{phase}: {tag}", [e.step for e in ev], [e.value for e in ev]))
+    if not series:
+        return []
+    n = len(series)
+    cols = min(3, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3 * rows), squeeze=False)
+    for ax, (name, x, y) in zip(axes.flat, series):
+        ax.plot(x, y, marker="." if len(x) < 30 else None)
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("step / iteration", fontsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
+    plt.close(fig)
+    return [name for name, _, _ in series]
+
 
 def main() -> int:
-    common = [
-        "--output-dir",
-        OUT,
-        "--sft.learning-rate",
-        "3e-3",
-        "--checkpoint.every-steps",
-        "100",
-        "--logging.every-steps",
-        "50",
-        "--logging.progress",
-        "plain",
-    ]
+    size = SIZES[os.environ.get("VLAJAX_QUICKSTART_SIZE", "default")]
     if os.path.isdir(OUT):
         print(f"[quickstart] removing the previous quickstart run in {OUT}", flush=True)
         shutil.rmtree(OUT)
-    print(f"[quickstart] phase 1/2: train 200 steps into {OUT}", flush=True)
-    rc = train.main(["smoke", "--sft.num-steps", "200", *common])
-    if rc:
-        return rc
-    print("[quickstart] phase 2/2: resume from the step-200 checkpoint and continue to 300", flush=True)
-    rc = train.main(["smoke", "--sft.num-steps", "300", *common])
-    if rc == 0:
-        print(f"[quickstart] done. checkpoints: {OUT}/checkpoints  TensorBoard: tensorboard --logdir {OUT}/tb")
-    return rc
+    os.makedirs(OUT)
+    logs, report = os.path.join(OUT, "logs"), os.path.join(OUT, "report")
+    os.makedirs(logs)
+    os.makedirs(report)
+    t_start = time.time()
+    demos, sft, rl = (os.path.join(OUT, p) for p in ("demos", "sft", "rl"))
+    smoke = size is SIZES["smoke"]
+    sft_preset = "sft-tiny" if smoke else "sft-small"
+
+    # ---- 1. Demonstrations ----------------------------------------------------------------
+    _run("1/3 demos", ["demos", "--preset", sft_preset, "--suite", "goal",
+                       "--episodes-per-task", str(size["episodes"]), "--out", demos], os.path.join(logs, "demos.log"))
+    # ---- 2. SFT ---------------------------------------------------------------------------
+    _run("2/3 sft", ["sft", "--preset", sft_preset, "--data.dataset-dir", demos, "--output-dir", sft,
+                     "--sft.num-steps", str(size["sft_steps"]), "--sft.eval-every", "-1",
+                     "--logging.progress", "plain"], os.path.join(logs, "sft.log"))
+    # ---- 3. RL from the SFT checkpoint (evaluated at iteration 0 and at the end) ----------
+    iters = size["rl_iterations"]
+    _run("3/3 rl", ["rl", "--preset", "rl-ppo-flow", "--rl.init-from", os.path.join(sft, "checkpoints"),
+                    "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
+                    "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
+                    "--logging.progress", "plain"],
+         os.path.join(logs, "rl.log"))
+
+    # ---- 4. Report ------------------------------------------------------------------------
+    before = _eval_table(os.path.join(rl, "eval", "iteration-0", "eval.json"))
+    after = _eval_table(os.path.join(rl, "eval", f"iteration-{iters}", "eval.json"))
+    for src in glob.glob(os.path.join(rl, "eval", f"iteration-{iters}", "*.gif")):
+        shutil.copy(src, report)
+    plotted = _curves({"sft": os.path.join(sft, "tb"), "rl": os.path.join(rl, "tb")},
+                      os.path.join(report, "curves.png"))
+    rows = [f"| {t} | {before['per_task'][t] * 100:.0f}% | {after['per_task'].get(t, float('nan')) * 100:.0f}% |"
+            for t in before["per_task"]]
+    minutes = (time.time() - t_start) / 60
+    lines = [
+        "# vlajax quickstart report", "",
+        f"demos -> SFT -> RL -> eval on the goal suite in {minutes:.1f} minutes "
+        f"({size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} PPO iterations, "
+        f"{size['eval_episodes']} evaluation episodes per task).", "",
+        "| task | after SFT | after RL |", "|---|---:|---:|", *rows,
+        f"| **mean** | **{before['mean_success'] * 100:.1f}%** | **{after['mean_success'] * 100:.1f}%** |", "",
+        "Curves: `curves.png` (" + (", ".join(plotted) or "no scalars logged") + ").",
+        "Episodes after RL: the GIFs in this folder (agentview camera).", "",
+        "## Going further", "",
+        "```bash",
+        f"tensorboard --logdir {OUT}",
+        "python -m vlajax.train sft --preset sft-small --help      # every knob",
+        "python -m vlajax.train rl --preset rl-grpo-tokens --rl.init-from <sft>/checkpoints",
+        "python -m vlajax.train rl --preset rl-ppo-flow --pipeline.enabled true ...   # asynchronous RL",
+        "python -m vlajax.bench async --json async.json           # sync vs async throughput",
+        "```",
+    ]
+    with open(os.path.join(report, "README.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines[:len(rows) + 7]))
+    print(f"[quickstart] report: {os.path.join(report, 'README.md')}")
+    return 0
 
 
 if __name__ == "__main__":
