@@ -39,7 +39,8 @@ def _run(phase: str, args: list[str], log_path: str) -> None:
     with open(log_path, "w") as log:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode:
-        tail = open(log_path).read().splitlines()[-20:]
+        with open(log_path) as f:
+            tail = f.read().splitlines()[-20:]
         raise SystemExit(f"[quickstart] {phase} failed (exit {proc.returncode}); last lines of {log_path}:\n"
                          + "\n".join(tail))
     print(f"[quickstart] {phase} done in {time.time() - t0:.0f} s (log: {log_path})", flush=True)
