@@ -48,3 +48,20 @@ def test_async_loop_equals_sync_loop_and_resumes(tmp_path):
     second = train_async(cut, timeout=1800)
     assert second["updates"] == 3
     _assert_same(ref["state"].params, second["state"].params)
+
+
+@pytest.mark.slow
+def test_async_loop_with_slots_streaming_and_partial_rollout(tmp_path):
+    """The env-slot path end to end: staleness bounded by 1, one update per global batch, TB/JSON metrics."""
+    cfg = _cfg(tmp_path, "slots", num_slots=2, require_batches=2, staleness_threshold=1.0, streaming=True,
+               partial_rollout=True)
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, update_epochs=1, num_minibatches=1,
+                                                          micro_batches=2))
+    out = train_async(cfg, timeout=1800)
+    assert out["status"] == "done" and out["updates"] == 3
+    staleness = [s for h in out["history"] for s in h["staleness"]]
+    assert max(staleness) <= 1 and out["history"][0]["staleness"] == [0, 0]
+    assert all(len(h["staleness"]) == 2 for h in out["history"])
+    assert out["summary"]["staleness/max"] <= 1
+    lines = (tmp_path / "slots" / "async_metrics.jsonl").read_text().splitlines()
+    assert len([ln for ln in lines if '"train"' in ln]) == 3

@@ -1,7 +1,9 @@
-"""`python -m vlajax.train rl --pipeline.enabled true`: the RL core through the async pipeline.
+"""`python -m vlajax.rl.async_loop --preset NAME [overrides]`: the RL core through the async pipeline.
 
-`run_async(cfg) -> int` is the entry (`vlajax.rl.loop.run` dispatches here when
-`cfg.pipeline.enabled`). Two rollout paths:
+`run_async(cfg) -> int` is the entry for `python -m vlajax.train rl --pipeline.enabled true`
+once `vlajax.rl.loop.run` dispatches here when `cfg.pipeline.enabled` (its owner's one-line
+change); until then this module's `__main__` parses the same flags (`vlajax.train.parse`).
+Two rollout paths:
 
 - `pipeline.num_slots == 1`: the rollouter lane calls the synchronous loop's own jitted
   `collect` (the `lax.scan` rollout over all envs, advantages, flat learner batch) with the
@@ -225,3 +227,11 @@ def run_async(cfg: TrainConfig) -> int:
         print(json.dumps(short, default=float), flush=True)
     distributed.shutdown()
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from vlajax.train import parse
+
+    sys.exit(run_async(parse("rl", sys.argv[1:])))
