@@ -20,7 +20,7 @@ DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """`{field: comment}` from the trailing `# ...` comment on each field's line."""
+    """`{field: comment}`: the trailing `# ...` on each field's line, else the comment lines above it."""
     lines, _ = inspect.getsourcelines(cls)
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
@@ -30,8 +30,17 @@ def field_comments(cls: type) -> dict[str, str]:
     names = {f.name for f in dataclasses.fields(cls)}
     for i, line in enumerate(lines, start=1):
         name = line.strip().split(":", 1)[0]
-        if name in names and i in comments and name not in out:
+        if name not in names or name in out:
+            continue
+        if i in comments:  # `field: type = default  # comment`
             out[name] = comments[i]
+            continue
+        above, j = [], i - 1  # or the whole-line comments right above the field
+        while j >= 1 and lines[j - 1].strip().startswith("#"):
+            above.insert(0, comments[j])
+            j -= 1
+        if above:
+            out[name] = " ".join(above)
     return out
 
 
