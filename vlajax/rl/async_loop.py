@@ -197,13 +197,19 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
         if u >= end:
             runner.lifetime.stop()
 
+    def save_on_interrupt(runner: AsyncRunner) -> None:
+        ckpt.wait()  # the newest update may already be saved (every_steps=1, or a forced save)
+        if runner.counters.updates not in ckpt.all_steps():
+            save(runner, force=True)
+        log.info("rl async: interrupted after update %d; checkpoint in %s", runner.counters.updates, ckpt_dir)
+
     runner = AsyncRunner(p, sample_step=sample_step, train_step=train_step, get_params=lambda s: s.params,
                          state=state, num_updates=total, samples_per_step=mini, mini_batch=mini,
                          rollout_shardings=rollout_sharding, counters=counters, on_update=on_update,
                          rollout=rollout_lanes, timeline=timeline)
     t0 = time.perf_counter()
     try:
-        status = runner.run(timeout=timeout, on_interrupt=lambda r: save(r, force=True))
+        status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
         ckpt.wait()
     finally:
         ckpt.close()
