@@ -230,3 +230,14 @@ def test_vla_value_loss_trains_only_the_value_head():
     for name, g in grads.items():
         norm = float(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(g)))
         assert (norm > 0) == (name in actors.CRITIC_PARAMS), (name, norm)
+
+
+def test_make_env_success_only_reward():
+    from vlajax.config import EnvConfig as E
+
+    cfg = E(suite="goal", obs_mode="state", num_envs=2)
+    shaped = ro.make_env(cfg, 2).unwrapped.config.reward_scales
+    success = ro.make_env(cfg, 2, reward="success").unwrapped.config.reward_scales
+    assert success["success"] == shaped["success"] > 0
+    assert all(v == 0.0 for k, v in success.items() if k != "success") and shaped["place"] > 0
+    assert ro.make_env(cfg, 2).task_ids == (8, 9, 10, 11)

@@ -125,7 +125,7 @@ def build(cfg: TrainConfig, mesh=None) -> Setup:
 
 def _build_mlp(cfg: TrainConfig) -> Setup:
     h = cfg.model.action_horizon
-    env = ro.make_env(cfg.env, h)
+    env = ro.make_env(cfg.env, h, reward=cfg.rl.reward)
     hidden = (cfg.model.width,) * cfg.model.depth
     model = mlp_policy.MLPActorCritic(action_horizon=h, action_dim=env.action_size, hidden=hidden,
                                       value_hidden=hidden)
@@ -172,7 +172,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
         bridge = _identity_bridge(cfg)
     model = VLA(model_cfg)
     h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
-    env = ro.make_env(cfg.env, h)
+    env = ro.make_env(cfg.env, h, reward=cfg.rl.reward)
     actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", execute=cfg.rl.chunk_steps)
 
     def init_params(rng):

@@ -69,13 +69,20 @@ class SuiteEnv(Wrapper):
         return self.env.reset_task(jax.random.split(rng)[1], task_id, **kwargs)
 
 
-def make_env(env_cfg, action_horizon: int, num_envs: int | None = None) -> Env:
+def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: str = "shaped") -> Env:
     """`EnvConfig` -> SuiteEnv -> EpisodeWrapper -> ActionChunkWrapper -> VmapWrapper (no auto-reset:
-    `rollout` resets itself so it can read the final observation first)."""
+    `rollout` resets itself so it can read the final observation first). `reward='success'`
+    zeroes the shaped terms: the reward is the success bonus alone (shaped terms paid at every
+    step can outweigh finishing, since success ends the episode)."""
     names = registry.tasks_for(env_cfg)
     overrides = registry.config_from_env_config(env_cfg)
     n = num_envs or env_cfg.num_envs
     overrides["num_envs"] = n
+    if reward == "success":
+        scales = registry.get_default_config().reward_scales
+        overrides["reward_scales"] = {k: (v if k == "success" else 0.0) for k, v in scales.items()}
+    elif reward != "shaped":
+        raise ValueError(f"reward must be 'shaped' or 'success', got {reward!r}")
     base = registry.load(names[0], **overrides)
     suite = SuiteEnv(base, tuple(_task_index(t) for t in names))
     env = ActionChunkWrapper(EpisodeWrapper(suite, env_cfg.episode_length), action_horizon)
