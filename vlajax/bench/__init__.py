@@ -8,4 +8,5 @@ BENCHMARKS: dict[str, str] = {
     "fp8": "block-wise FP8 PTQ: bytes saved and action error (vlajax.bench.fp8)",
     "packing": "fixed vs dynamic padding vs packing, effective tokens/s (vlajax.bench.packing)",
     "async": "sync vs async pipeline modes and placements, env steps/s (vlajax.bench.async_)",
+    "rl_peer": "vlajax sync PPO vs brax PPO env steps/s on one state task (vlajax.bench.rl_peer)",
 }
