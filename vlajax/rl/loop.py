@@ -391,6 +391,11 @@ def _log_eval(setup: Setup, logger: MetricsLogger, params: Any, iteration: int, 
 
 
 def run(cfg: TrainConfig) -> int:
+    """`python -m vlajax.train rl`: this synchronous loop, or the async pipeline with `--pipeline.enabled true`."""
+    if cfg.pipeline.enabled:
+        from vlajax.rl.async_loop import run_async
+
+        return run_async(cfg)
     try:
         summary = train(cfg)
     except learner.NonFiniteError as e:
