@@ -21,8 +21,9 @@ on the placement's rollout sub-mesh (`pipeline.placement`).
 Checkpoints (Orbax, `checkpoint.every_steps` updates, at the end, and on SIGTERM / Ctrl-C):
 the train state, the collect path's env state, and `extra` = runner counters (updates,
 version, sample calls), env steps and the RNG seed; every key is derived from these counters,
-so a resumed run continues the same key streams. Samples produced but not yet consumed when
-the checkpoint was taken are dropped (rollout restarts from the saved sample-call count).
+so a resumed run continues the same key streams. The collect path keeps a copy of the env
+state each unconsumed call started from and saves the one of the first unconsumed call, so a
+resumed run replays the calls whose samples were produced but not consumed (exact resume).
 Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window metrics every
 `logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`).
 """
@@ -68,10 +69,13 @@ class _Collect:
         self.env_state, self.calls = env_state, calls
         self.lock = threading.Lock()
         self.rollout_metrics: dict[str, float] = {}
+        self.before: dict[int, Any] = {}  # call -> copy of the env state it started from (not yet consumed)
 
     def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
         k_collect, _ = loop.iteration_keys(self.cfg.seed, call)
         with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules), self.lock:
+            if self.env_state is not None:  # kept until consumed: a checkpoint resumes from here
+                self.before[call] = jax.tree.map(jnp.copy, self.env_state)
             self.env_state, batch, roll = self.fn(params, self.env_state, k_collect, jnp.int32(version))
             self.calls = call + 1
         roll = {k: float(v) for k, v in jax.device_get(roll).items()}
@@ -79,11 +83,13 @@ class _Collect:
         n = int(batch["mask"].shape[0])
         return [Trajectory(batch, np.asarray(jax.device_get(batch["version"])), n, int(roll["env_steps"]))]
 
-    def snapshot(self) -> tuple[int, Any]:
-        """(sample calls done, a copy of the env state after them), consistent with each other."""
+    def snapshot(self, consumed: int) -> tuple[int, Any]:
+        """(consumed, the env state call `consumed` starts from): a resume replays every unconsumed call."""
         with self.lock:
-            copy = None if self.env_state is None else jax.tree.map(jnp.copy, self.env_state)
-            return self.calls, copy
+            for c in [c for c in self.before if c < consumed]:
+                del self.before[c]
+            state = self.env_state if consumed >= self.calls else self.before[consumed]
+            return consumed, None if state is None else jax.tree.map(jnp.copy, state)
 
 
 def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: int | None = None,
@@ -170,8 +176,8 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
 
     def save(runner: AsyncRunner, force: bool) -> None:
         c = runner.counters
-        if collect is not None:
-            calls, env_copy = collect.snapshot()
+        if collect is not None:  # one collect call per micro-batch: the calls consumed so far
+            calls, env_copy = collect.snapshot(c.updates * p.require_batches)
         else:
             calls, env_copy = c.sample_calls, None
         extra = {"counters": {"updates": c.updates, "version": c.version, "sample_calls": calls},
