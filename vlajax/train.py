@@ -25,6 +25,9 @@ import tyro
 from vlajax.config import ConfigError, TrainConfig, get_config, preset_descriptions
 
 PROG = "python -m vlajax.train"
+# Booleans take a value (`--pipeline.enabled true`, `--checkpoint.resume false`), like every other field.
+_TYRO_CONFIG = (tyro.conf.FlagConversionOff,)
+_BOOLS = {"true": "True", "false": "False"}  # tyro spells them True/False; accept the lower case too
 DEFAULT_PRESET = "debug"
 
 
@@ -97,6 +100,7 @@ def parse(command: str, args: list[str]) -> TrainConfig:
     """The config for `command` from `--preset` and overrides. Raises ConfigError / SystemExit."""
     preset, rest = _split_preset(args)
     rest = _apply_aliases(rest, COMMANDS[command].aliases)
+    rest = [_BOOLS.get(a, a) for a in rest]
     base = get_config(preset)
     return tyro.cli(
         TrainConfig,
@@ -104,6 +108,7 @@ def parse(command: str, args: list[str]) -> TrainConfig:
         args=rest,
         prog=f"{PROG} {command} --preset {preset}",
         description=f"{COMMANDS[command].description}. Fields default to preset {preset!r}.",
+        config=_TYRO_CONFIG,
     )
 
 
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
         with contextlib.suppress(SystemExit):
-            tyro.cli(TrainConfig, args=["--help"], prog=f"{PROG} COMMAND")
+            tyro.cli(TrainConfig, args=["--help"], prog=f"{PROG} COMMAND", config=_TYRO_CONFIG)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:

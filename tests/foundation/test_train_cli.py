@@ -129,3 +129,8 @@ def test_two_process_cli_run_with_env_var_launch(tmp_path):
     assert summary["devices"] == 4 and summary["processes"] == 2
     # Orbax also keeps the first step (a guard against early crashes), then every 3rd.
     assert sorted(os.listdir(os.path.join(out, "checkpoints")), key=int) == ["1", "3", "6"]
+
+
+def test_booleans_take_a_value():
+    cfg = train.parse("rl", ["--preset", "rl-debug", "--pipeline.enabled", "true", "--checkpoint.resume", "false"])
+    assert cfg.pipeline.enabled is True and cfg.checkpoint.resume is False
