@@ -1,8 +1,8 @@
 """`python -m vlajax.rl.async_loop --preset NAME [overrides]`: the RL core through the async pipeline.
 
 `run_async(cfg) -> int` is the entry for `python -m vlajax.train rl --pipeline.enabled true`
-once `vlajax.rl.loop.run` dispatches here when `cfg.pipeline.enabled` (its owner's one-line
-change); until then this module's `__main__` parses the same flags (`vlajax.train.parse`).
+(`vlajax.rl.loop.run` dispatches here when `cfg.pipeline.enabled`); this module's `__main__`
+parses the same flags (`vlajax.train.parse`).
 Two rollout paths:
 
 - `pipeline.num_slots == 1`: the rollouter lane calls the synchronous loop's own jitted
