@@ -312,6 +312,8 @@ class RLConfig:
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
     micro_batches: int = 1  # gradient-accumulation steps per minibatch
     learning_rate: float = 1e-4  # optimizer learning rate
+    value_learning_rate: float = 0.0  # learning rate of the critic's own params (0 = rl.learning_rate)
+    critic_warmup_iterations: int = 0  # first N iterations train only the critic (policy advantages zeroed)
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
     eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
     eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
@@ -334,6 +336,8 @@ class RLConfig:
         _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
         _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
+        _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,
+               "rl.value_learning_rate and rl.critic_warmup_iterations must be >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
         _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1 and self.chunk_steps >= 0,
                "rl.eval_every and rl.chunk_steps must be >= 0 and rl.eval_episodes_per_task >= 1")

@@ -147,3 +147,25 @@ def test_init_from_merge_keeps_new_heads_and_loads_the_rest():
     assert isinstance(out["a"], nn.LogicallyPartitioned) and out["a"].names == ("embed", "mlp")
     np.testing.assert_array_equal(np.asarray(out["a"].value), 5.0)
     np.testing.assert_array_equal(np.asarray(out["value_head"]["w"]), 1.0)
+
+
+def test_critic_warmup_trains_only_the_critic_and_value_lr_applies(tmp_path):
+    """During `critic_warmup_iterations` the actor's params stay put while the critic learns;
+    `value_learning_rate` gives the critic its own Adam rate (first Adam step moves a leaf by ~lr)."""
+    cfg = toy_config(tmp_path / "warm", iterations=1, critic_warmup_iterations=1, value_learning_rate=1e-1)
+    cfg = cfg.replace(rl=dataclasses.replace(cfg.rl, eval_every=0, update_epochs=1, num_minibatches=1))
+    setup = toy_setup(cfg)
+    start = setup.init_params(jax.random.key(cfg.seed))
+    out = loop.train(cfg, setup)
+    after = out["state"].params
+    assert learner.critic_labels(after)["critic"]["Dense_0"]["kernel"] == "critic"
+    for a, b in zip(jax.tree.leaves(start["actor"]), jax.tree.leaves(after["actor"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # no policy gradient while warming up
+    moved = [float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+             for a, b in zip(jax.tree.leaves(start["critic"]), jax.tree.leaves(after["critic"]))]
+    assert max(moved) > 0.05, moved  # one Adam step at 1e-1 (the policy rate is 3e-3)
+    # After the warm-up the policy trains again.
+    cfg2 = cfg.replace(rl=dataclasses.replace(cfg.rl, num_iterations=2))
+    out2 = loop.train(cfg2, toy_setup(cfg2))
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(jax.tree.leaves(after["actor"]), jax.tree.leaves(out2["state"].params["actor"])))

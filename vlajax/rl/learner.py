@@ -61,10 +61,33 @@ class NonFiniteError(FloatingPointError):
     """A loss or gradient was NaN/inf; the offending update was skipped (params are the last good ones)."""
 
 
+CRITIC_KEYS = ("critic", "value_hidden", "value_out")  # top-level param names of the critics (MLP, VLA)
+
+
+def critic_labels(params: Any) -> Any:
+    """A tree like `params` labelling each leaf 'critic' (under a `CRITIC_KEYS` module) or 'policy'."""
+    def label(path, _):
+        first = path[0]
+        name = getattr(first, "key", getattr(first, "name", None))
+        return "critic" if name in CRITIC_KEYS else "policy"
+
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
 def make_optimizer(config: RLConfig) -> optax.GradientTransformation:
-    """Adam at `learning_rate`, after global-norm clipping at `grad_clip` (0 = no clipping)."""
+    """Adam at `learning_rate`, after global-norm clipping at `grad_clip` (0 = no clipping).
+
+    With `value_learning_rate > 0` the critic's own params (`CRITIC_KEYS`) take that rate
+    instead (a fresh value head next to a pretrained policy usually needs a larger one).
+    """
     parts = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip > 0 else []
-    return optax.chain(*parts, optax.adam(config.learning_rate))
+    if config.value_learning_rate > 0:
+        adam = optax.multi_transform(
+            {"policy": optax.adam(config.learning_rate), "critic": optax.adam(config.value_learning_rate)},
+            critic_labels)
+    else:
+        adam = optax.adam(config.learning_rate)
+    return optax.chain(*parts, adam)
 
 
 # ----------------------------------------------------------------------------------------

@@ -356,6 +356,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                 t0 = time.perf_counter()
                 k_collect, k_update = iteration_keys(cfg.seed, it)
                 env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
+                if it < cfg.rl.critic_warmup_iterations:  # critic only: zero advantages, zero policy gradient
+                    batch = batch | {"advantages": jnp.zeros_like(batch["advantages"])}
                 state, metrics = update_fn(k_update, state, batch)
                 host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
                 learner.check_finite(host, it + 1)  # raises before this iteration is saved
