@@ -70,7 +70,8 @@ class TabletopEnv(Env):
         self.task_id = tasks.TASKS.index(task)
         self.mj_model = scene.load_model()
         self.idx = scene.Index.of(self.mj_model)
-        self.mjx_model = mjx.put_model(self.mj_model, impl=config.physics_impl)
+        # this process's device: put_model's default, jax.devices()[0], belongs to process 0 when multi-host
+        self.mjx_model = mjx.put_model(self.mj_model, device=jax.local_devices()[0], impl=config.physics_impl)
         self._ctrl_lo = jnp.asarray(self.mj_model.actuator_ctrlrange[:3, 0])
         self._ctrl_hi = jnp.asarray(self.mj_model.actuator_ctrlrange[:3, 1])
         self.render_spec = render_lib.make_spec(
