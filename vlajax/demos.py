@@ -106,7 +106,7 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
         for i, name in enumerate(names):
             task_id = registry.ALL_ENVS.index(name)
             instructions = tasks_lib.TASKS[task_id].instructions()
-            kept = tried = 0
+            kept = tried = succeeded = 0  # succeeded: expert successes among all `tried` episodes
             lengths_all = []
             j = 0
             while kept < want:
@@ -118,6 +118,7 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
                 j += 1
                 tried += n
                 lengths = episode_lengths(np.asarray(success))
+                succeeded += int(np.sum(lengths > 0))
                 keep = np.flatnonzero(lengths > 0)[: want - kept]
                 if len(keep) == 0:
                     continue
@@ -129,13 +130,13 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
                 writer.add_episodes(frames, lengths[keep], [instructions[int(k)] for k in iid])
                 kept += len(keep)
                 lengths_all += lengths[keep].tolist()
-                bar.update(i * want + kept, {"task": i, "expert_success": kept / tried})
-            summary["tasks"][name] = {"episodes": kept, "tried": tried, "expert_success": kept / tried,
+                bar.update(i * want + kept, {"task": i, "expert_success": succeeded / tried})
+            summary["tasks"][name] = {"episodes": kept, "tried": tried, "expert_success": succeeded / tried,
                                       "mean_length": float(np.mean(lengths_all))}
             summary["episodes"] += kept
             summary["frames"] += int(np.sum(lengths_all))
             log.info("demos: %s: %d episodes (expert success %.0f%% of %d), mean length %.1f", name, kept,
-                     100 * kept / tried, tried, np.mean(lengths_all))
+                     100 * succeeded / tried, tried, np.mean(lengths_all))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["out"] = out
     return summary
