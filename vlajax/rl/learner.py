@@ -81,13 +81,17 @@ def make_optimizer(config: RLConfig) -> optax.GradientTransformation:
     instead (a fresh value head next to a pretrained policy usually needs a larger one).
     """
     parts = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip > 0 else []
-    if config.value_learning_rate > 0:
-        adam = optax.multi_transform(
-            {"policy": optax.adam(config.learning_rate), "critic": optax.adam(config.value_learning_rate)},
-            critic_labels)
-    else:
-        adam = optax.adam(config.learning_rate)
-    return optax.chain(*parts, adam)
+    if config.value_learning_rate <= 0:
+        return optax.chain(*parts, optax.adam(config.learning_rate))
+    rates = {"policy": -config.learning_rate, "critic": -config.value_learning_rate}
+
+    def per_leaf_rate(updates, params):  # Adam's direction times each leaf's own rate (stateless)
+        del params
+        labels = critic_labels(updates)
+        return jax.tree.map(lambda u, label: u * rates[label], updates, labels)
+
+    # (optax.multi_transform would give the same updates, but its masked states do not shard)
+    return optax.chain(*parts, optax.scale_by_adam(), optax.stateless(per_leaf_rate))
 
 
 # ----------------------------------------------------------------------------------------
