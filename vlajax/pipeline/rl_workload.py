@@ -115,7 +115,7 @@ class RLWorkload:
     def _env_fns(self, per: int):
         """(env, jitted step, jitted reset) for slots of `per` envs, built once per size."""
         if per not in self._envs:
-            env = ro.make_env(self.cfg.env, self.setup.action_horizon, num_envs=per)
+            env = ro.make_env(self.cfg.env, self.setup.action_horizon, num_envs=per, reward=self.cfg.rl.reward)
             self._envs[per] = (env, jax.jit(functools.partial(self._step_fn, env)),
                                jax.jit(lambda k: ro.reset(env, ro.group_keys(k, per))))
         return self._envs[per]
