@@ -1,0 +1,311 @@
+"""Sample efficiency of the async pipeline (issue 7, acceptance 3): success vs env steps, async
+(staleness <= 1) against the spread of 3 synchronous seeds.
+
+    nice -n 10 .venv/bin/python experiments/async_sample_efficiency.py [--debug] \
+        [--json docs/bench/async_sample_efficiency.json] [--plot docs/async/sample_efficiency.png]
+
+Workload (`get_config()`): PPO with the state-observation MLP (`rl-mlp-state`) on one task,
+`goal/press_button`, with the success-only reward (`rl.reward='success'`). From random weights
+PPO does not press the button within this budget (0% in 51k env steps), so every run starts from
+the same behaviour-cloning warm start, as RL from one SFT checkpoint does: the actor's mean MLP is
+regressed (MSE, Adam) onto the scripted expert's actions from `bc_episodes` expert episodes
+(`vlajax.envs.experts.rollout`, state observations, samples up to the first success); the critic
+and the log-std keep each seed's fresh initialization. Then, at the same budget of
+`iterations x num_envs x rollout_length` env steps and the same eval schedule (every `eval_every`
+updates plus update 0, `eval_episodes` deterministic episodes each, the loop's closed-loop eval):
+
+- sync: `vlajax.rl.loop.train` (the code path of `python -m vlajax.train rl`) with seeds `sync_seeds`;
+- async: `vlajax.rl.async_loop.train_async` (`--pipeline.enabled true`) with seed `async_seed`,
+  `slots` env slots, `staleness_threshold` (1: rollout may run one sync window ahead, staleness <=
+  1), partial rollout, no streaming (the same PPO epochs x minibatches as sync) and decoupled PPO
+  (`use_rollout_log_probs=False`: behaviour = rollout log-probs, proximal = recomputed).
+
+The x-axis is env steps *consumed by the learner* (update u has learned from u x steps-per-update
+env steps in both modes; async rollout has produced at most one sync window more). The async point
+at update 0 is the eval of its initial weights (`train_async` evaluates from update 1 on).
+Writes JSON (every run's curve, the band, the verdict), a markdown table and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/", 2)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """The fixed workload and schedule shared by every run."""
+
+    preset: str = "rl-mlp-state"
+    task: str = "goal/press_button"
+    num_envs: int = 64
+    rollout_length: int = 20  # decisions per env per update (H = 1: env steps)
+    episode_length: int = 100
+    width: int = 64
+    iterations: int = 40  # optimizer updates (PPO iterations) per run
+    eval_every: int = 2
+    eval_episodes: int = 48
+    reward: str = "success"
+    bc_episodes: int = 32  # expert episodes for the warm start
+    bc_steps: int = 30  # Adam steps of the warm start (batch 256, lr 1e-3): short, so its eval success is 0
+    bc_seed: int = 123
+    bc_log_std: float = -1.5  # initial log-std of the warm-started policy (the MLP's default -0.5 drowns the expert)
+    sync_seeds: tuple[int, ...] = (0, 1, 2)
+    async_seed: int = 0
+    slots: int = 4
+    staleness_threshold: float = 1.0
+    partial_rollout: bool = True
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.rollout_length
+
+
+def get_config(debug: bool = False) -> Experiment:
+    exp = Experiment()
+    if debug:
+        return dataclasses.replace(exp, num_envs=8, rollout_length=4, episode_length=20, width=16, iterations=2,
+                                   eval_every=1, eval_episodes=2, bc_episodes=2, bc_steps=5, slots=2)
+    return exp
+
+
+def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
+    """The `TrainConfig` of one run (`mode` 'sync' or 'async')."""
+    from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
+    from vlajax.config import get_config as preset
+
+    cfg = preset(exp.preset)
+    cfg = dataclasses.replace(
+        cfg, seed=seed, output_dir=output_dir,
+        model=dataclasses.replace(cfg.model, width=exp.width),
+        env=dataclasses.replace(cfg.env, task=exp.task, num_envs=exp.num_envs, episode_length=exp.episode_length),
+        rl=dataclasses.replace(cfg.rl, num_iterations=exp.iterations, rollout_length=exp.rollout_length,
+                               eval_every=exp.eval_every, eval_episodes_per_task=exp.eval_episodes,
+                               reward=exp.reward),
+        checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
+        logging=LoggingConfig(every_steps=1, progress="plain"))
+    if mode == "async":
+        cfg = dataclasses.replace(cfg, pipeline=AsyncConfig(
+            enabled=True, num_slots=exp.slots, require_batches=exp.slots,
+            staleness_threshold=exp.staleness_threshold, partial_rollout=exp.partial_rollout, streaming=False,
+            use_rollout_log_probs=False, queue_timeout_s=900.0, watchdog_s=1800.0))
+    elif mode != "sync":
+        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------
+# Warm start: behaviour cloning of the scripted expert (actor mean only)
+# ----------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def warm_start(exp: Experiment) -> tuple[Any, dict]:
+    """(actor params, info): the MLP's actor regressed onto expert actions. obs [N, 32] -> actions [N, 1, 4]."""
+    import optax
+
+    from vlajax.envs import experts, registry
+    from vlajax.rl import mlp_policy
+
+    t0 = time.perf_counter()
+    env = registry.load(exp.task, obs_mode="state")
+    task_id = jnp.int32(registry.ALL_ENVS.index(exp.task))
+    run = jax.jit(functools.partial(experts.rollout, env, num_episodes=exp.bc_episodes,
+                                    episode_length=exp.episode_length))
+    states, actions, ever = run(jax.random.key(exp.bc_seed), task_id)  # obs [T, N, 32], actions [T, N, 4]
+    before = np.asarray(jnp.cumsum(states.metrics["success"], axis=0) == 0)  # not yet succeeded
+    x = jnp.asarray(np.asarray(states.obs)[before])
+    y = jnp.asarray(np.asarray(actions)[before])[:, None, :]
+    model = mlp_policy.MLPActorCritic(action_horizon=1, action_dim=int(y.shape[-1]), hidden=(exp.width,) * 2,
+                                      value_hidden=(exp.width,) * 2)
+    params = model.init(jax.random.key(exp.bc_seed), x[:1])["params"]
+    tx = optax.adam(1e-3)
+
+    def loss(p, xb, yb):
+        mean, _, _ = model.apply({"params": p}, xb)
+        return jnp.mean(jnp.square(mean - yb))
+
+    @jax.jit
+    def step(p, opt, k):
+        idx = jax.random.randint(k, (256,), 0, x.shape[0])
+        value, g = jax.value_and_grad(loss)(p, x[idx], y[idx])
+        u, opt = tx.update(g, opt, p)
+        return optax.apply_updates(p, u), opt, value
+
+    opt, value = tx.init(params), jnp.float32(0.0)
+    for i in range(exp.bc_steps):
+        params, opt, value = step(params, opt, jax.random.fold_in(jax.random.key(exp.bc_seed), i))
+    info = {"expert_success": float(jnp.mean(ever)), "samples": int(x.shape[0]), "final_mse": float(value),
+            "seconds": round(time.perf_counter() - t0, 1)}
+    print(f"warm start: {info}", flush=True)
+    return params["actor"], info
+
+
+def make_setup(cfg, exp: Experiment):
+    """The loop's `Setup` for `cfg` with the warm-started actor (critic and log-std fresh per seed)."""
+    from vlajax.rl import loop
+
+    setup = loop.build(cfg)
+    actor, _ = warm_start(exp)
+    base = setup.init_params
+    shapes = jax.tree.map(jnp.shape, jax.eval_shape(base, jax.random.key(0))["actor"])
+    if jax.tree.map(jnp.shape, actor) != shapes:
+        raise ValueError(f"warm-start actor {jax.tree.map(jnp.shape, actor)} does not match the policy's {shapes}")
+    def init_params(rng):
+        p = base(rng)
+        return {**p, "actor": actor, "log_std": jnp.full_like(p["log_std"], exp.bc_log_std)}
+
+    return dataclasses.replace(setup, init_params=init_params)
+
+
+# ----------------------------------------------------------------------------------------
+# Runs
+# ----------------------------------------------------------------------------------------
+
+
+def run_one(exp: Experiment, mode: str, seed: int, work_dir: str) -> dict:
+    """One training run -> {'mode', 'seed', 'curve': [{'update', 'env_steps', 'success'}], ...}."""
+    from vlajax.rl import async_loop, loop
+
+    out = os.path.join(work_dir, f"{mode}-seed{seed}")
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run (this experiment's own directory)
+    cfg = train_config(exp, mode, seed, out)
+    setup = make_setup(cfg, exp)
+    t0 = time.perf_counter()
+    if mode == "sync":
+        s = loop.train(cfg, setup)
+        curve = [{"update": e["iteration"], "env_steps": e["env_steps"], "success": e["mean_success"]}
+                 for e in s["evals"]]
+        extra = {"train_env_steps": s["env_steps"]}
+    else:
+        initial = setup.evaluate(jax.jit(setup.init_params)(jax.random.key(seed)), 0)
+        s = async_loop.train_async(cfg, setup)
+        if s["status"] != "done":
+            raise RuntimeError(f"async run ended with status {s['status']!r}")
+        curve = [{"update": 0, "env_steps": 0.0, "success": initial["mean_success"]}] + [
+            {"update": e["update"], "env_steps": float(e["update"] * exp.steps_per_update),
+             "success": e["mean_success"]} for e in s["evals"]]
+        stale = [int(v) for h in s["history"] for v in np.ravel(h["staleness"])]
+        summ = s["summary"]
+        extra = {"staleness_max": max(stale), "staleness_mean": float(np.mean(stale)),
+                 "version_span_max": max(int(v) for h in s["history"] for v in np.ravel(h["span"])),
+                 "staleness_hist": {str(k): stale.count(k) for k in sorted(set(stale))},
+                 "samples_produced": summ.get("counters/produced"), "samples_consumed": summ.get("counters/consumed"),
+                 "trainer_idle_ratio": summ.get("trainer/idle_ratio"),
+                 "rollouter_idle_ratio": summ.get("rollouter/idle_ratio")}
+    return {"mode": mode, "seed": seed, "curve": curve, "seconds": round(time.perf_counter() - t0, 1), **extra}
+
+
+def compare(runs: list[dict]) -> list[dict]:
+    """Per eval point: the sync seeds' min / mean / max, the async value, inside the band or by how much not."""
+    sync = [r for r in runs if r["mode"] == "sync"]
+    asyn = [r for r in runs if r["mode"] == "async"]
+    if len(asyn) != 1 or not sync:
+        raise ValueError("compare needs sync runs and exactly one async run")
+    steps = [p["env_steps"] for p in sync[0]["curve"]]
+    for r in runs:
+        if [p["env_steps"] for p in r["curve"]] != steps:
+            raise ValueError(f"{r['mode']} seed {r['seed']}: eval points {[p['env_steps'] for p in r['curve']]} "
+                             f"differ from {steps}")
+    rows = []
+    for i, x in enumerate(steps):
+        vals = [r["curve"][i]["success"] for r in sync]
+        a = asyn[0]["curve"][i]["success"]
+        lo, hi = min(vals), max(vals)
+        gap = a - hi if a > hi else (a - lo if a < lo else 0.0)
+        rows.append({"update": sync[0]["curve"][i]["update"], "env_steps": x, "sync": vals, "sync_min": lo,
+                     "sync_max": hi, "sync_mean": float(np.mean(vals)), "async": a, "inside": gap == 0.0,
+                     "gap": gap})
+    return rows
+
+
+def markdown(rows: list[dict], seeds: tuple[int, ...]) -> str:
+    head = ("| update | env steps | " + " | ".join(f"sync seed {s}" for s in seeds)
+            + " | sync min-max | sync mean | async | inside band |\n|" + "---|" * (6 + len(seeds)) + "\n")
+    body = "".join(
+        f"| {r['update']} | {r['env_steps']:,.0f} | " + " | ".join(f"{v:.3f}" for v in r["sync"])
+        + f" | {r['sync_min']:.3f}-{r['sync_max']:.3f} | {r['sync_mean']:.3f} | {r['async']:.3f} | "
+        + ("yes" if r["inside"] else f"no ({r['gap']:+.3f})") + " |\n" for r in rows)
+    return head + body
+
+
+def plot(rows: list[dict], runs: list[dict], exp: Experiment, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = np.asarray([r["env_steps"] for r in rows]) / 1e3
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    ax.fill_between(x, [r["sync_min"] for r in rows], [r["sync_max"] for r in rows], color="tab:blue", alpha=0.2,
+                    label=f"sync, {len(exp.sync_seeds)} seeds (min-max)")
+    for r in (r for r in runs if r["mode"] == "sync"):
+        ax.plot(x, [p["success"] for p in r["curve"]], color="tab:blue", lw=0.7, ls=":", alpha=0.8)
+    ax.plot(x, [r["sync_mean"] for r in rows], color="tab:blue", lw=1.8, label="sync mean")
+    ax.plot(x, [r["async"] for r in rows], color="tab:red", lw=1.8, marker="o", ms=3.5,
+            label=f"async (staleness thr. {exp.staleness_threshold:g}, {exp.slots} slots, partial rollout)")
+    ax.set_xlabel("env steps consumed by the learner (thousands)")
+    ax.set_ylabel(f"eval success ({exp.eval_episodes} episodes)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{exp.task}, state MLP PPO from a BC warm start", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def run(exp: Experiment, json_path: str, plot_path: str, work_dir: str, md_path: str) -> dict:
+    """Every run (sync seeds, then async), the comparison; writes JSON, markdown and the plot."""
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    _, bc = warm_start(exp)
+    runs = []
+    for mode, seed in [("sync", s) for s in exp.sync_seeds] + [("async", exp.async_seed)]:
+        print(f"== {mode} seed {seed}", flush=True)
+        runs.append(run_one(exp, mode, seed, work_dir))
+        print(json.dumps(runs[-1]), flush=True)
+    rows = compare(runs)
+    result = {"experiment": dataclasses.asdict(exp), "warm_start": bc, "runs": runs, "rows": rows,
+              "all_inside": all(r["inside"] for r in rows), "points_outside": sum(not r["inside"] for r in rows),
+              "seconds": round(time.perf_counter() - t0, 1), "loadavg_1m": [load0, os.getloadavg()[0]],
+              "command": " ".join(["experiments/async_sample_efficiency.py", *sys.argv[1:]])}
+    md = markdown(rows, exp.sync_seeds)
+    for p in (json_path, md_path):
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump(result, f, indent=1)
+    with open(md_path, "w") as f:
+        f.write(md)
+    plot(rows, runs, exp, plot_path)
+    print(md, end="")
+    print(f"async inside the sync band at {len(rows) - result['points_outside']}/{len(rows)} eval points", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--debug", action="store_true")
+    ap.add_argument("--json", default="runs/experiments/async_sample_efficiency.json")
+    ap.add_argument("--plot", default="runs/experiments/async_sample_efficiency.png")
+    ap.add_argument("--md", default="runs/experiments/async_sample_efficiency.md")
+    ap.add_argument("--work-dir", default="runs/experiments/async_sample_efficiency")
+    a = ap.parse_args()
+    from vlajax import compile_cache
+
+    compile_cache.enable()
+    run(get_config(a.debug), a.json, a.plot, a.work_dir, a.md)

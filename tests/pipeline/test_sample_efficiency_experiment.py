@@ -1,0 +1,109 @@
+"""experiments/async_sample_efficiency.py: configs, the band comparison, and a real debug-size run."""
+
+import dataclasses
+import importlib
+import json
+import math
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _module():
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("experiments.async_sample_efficiency")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_sync_and_async_runs_share_the_workload_and_eval_schedule(debug, tmp_path):
+    mod = _module()
+    exp = mod.get_config(debug)
+    assert len(exp.sync_seeds) == 3 and len(set(exp.sync_seeds)) == 3
+    assert exp.staleness_threshold <= 1 and exp.iterations % exp.eval_every == 0
+    sync = mod.train_config(exp, "sync", exp.async_seed, str(tmp_path / "s"))
+    asyn = mod.train_config(exp, "async", exp.async_seed, str(tmp_path / "a"))
+    assert not sync.pipeline.enabled and asyn.pipeline.enabled
+    # the only difference is the pipeline: same PPO, env, model, eval schedule and seed
+    assert sync.rl == asyn.rl and sync.env == asyn.env and sync.model == asyn.model and sync.seed == asyn.seed
+    assert asyn.pipeline.staleness_threshold == exp.staleness_threshold and asyn.pipeline.partial_rollout
+    assert not asyn.pipeline.streaming and asyn.pipeline.require_batches == asyn.pipeline.num_slots == exp.slots
+    assert sync.env.num_envs % exp.slots == 0
+    assert exp.steps_per_update % (sync.rl.num_minibatches * sync.rl.micro_batches) == 0
+    with pytest.raises(ValueError, match="mode"):
+        mod.train_config(exp, "other", 0, str(tmp_path))
+
+
+def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():
+    """The experiment trains on `rl.reward='success'`: the async slot path (`RLWorkload`) must build its envs
+    with it, as the sync loop's `collect` does (it used to build them with the shaped reward)."""
+    from vlajax.config import get_config
+    from vlajax.pipeline.rl_workload import RLWorkload
+    from vlajax.rl import loop
+
+    cfg = get_config("rl-debug")
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward="success"))
+    setup = loop.build(cfg)
+    slot_env = RLWorkload(cfg, setup)._env_fns(cfg.env.num_envs // 2)[0]
+    scales = dict(slot_env.unwrapped.config.reward_scales)
+    assert scales == dict(setup.env.unwrapped.config.reward_scales)
+    assert scales["success"] > 0 and all(v == 0.0 for k, v in scales.items() if k != "success")
+
+
+def _run(mode, seed, values, step=100):
+    return {"mode": mode, "seed": seed,
+            "curve": [{"update": i, "env_steps": float(i * step), "success": v} for i, v in enumerate(values)]}
+
+
+def test_compare_reports_the_band_and_the_gap_outside_it(tmp_path):
+    mod = _module()
+    runs = [_run("sync", 0, [0.1, 0.5, 0.6]), _run("sync", 1, [0.2, 0.3, 0.9]), _run("sync", 2, [0.1, 0.4, 0.7]),
+            _run("async", 0, [0.1, 0.25, 0.95])]
+    rows = mod.compare(runs)
+    assert [r["env_steps"] for r in rows] == [0.0, 100.0, 200.0]
+    assert [(r["sync_min"], r["sync_max"]) for r in rows] == [(0.1, 0.2), (0.3, 0.5), (0.6, 0.9)]
+    assert [r["inside"] for r in rows] == [True, False, False]
+    assert rows[1]["gap"] == pytest.approx(-0.05) and rows[2]["gap"] == pytest.approx(0.05)
+    assert rows[0]["sync_mean"] == pytest.approx(0.4 / 3)
+    md = mod.markdown(rows, (0, 1, 2))
+    assert md.count("\n") == 5 and "no (-0.050)" in md and "| yes |" in md
+    png = tmp_path / "p.png"
+    mod.plot(rows, runs, mod.get_config(True), str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="eval points"):
+        mod.compare(runs[:3] + [_run("async", 0, [0.1, 0.2, 0.3], step=50)])
+    with pytest.raises(ValueError, match="exactly one async"):
+        mod.compare(runs[:3])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_debug_run_measures_both_modes_on_the_same_env_step_grid(tmp_path):
+    mod = _module()
+    exp = mod.get_config(True)
+    out = tmp_path / "se.json"
+    result = mod.run(exp, str(out), str(tmp_path / "se.png"), str(tmp_path / "work"), str(tmp_path / "se.md"))
+    data = json.loads(out.read_text())
+    assert data["rows"] == json.loads(json.dumps(result["rows"]))
+    runs = data["runs"]
+    assert [(r["mode"], r["seed"]) for r in runs] == [("sync", s) for s in exp.sync_seeds] + [("async", exp.async_seed)]
+    grid = [float(u * exp.steps_per_update) for u in range(0, exp.iterations + 1, exp.eval_every)]
+    for r in runs:
+        steps = [p["env_steps"] for p in r["curve"]]
+        assert steps == grid and all(b > a for a, b in zip(steps, steps[1:]))
+        assert all(0.0 <= p["success"] <= 1.0 for p in r["curve"])
+    for r in runs[:-1]:  # the sync loop counts its env steps itself: the grid is what it really stepped
+        assert r["train_env_steps"] == exp.iterations * exp.steps_per_update
+    a = runs[-1]
+    assert a["staleness_max"] <= math.ceil(exp.staleness_threshold)
+    assert a["samples_consumed"] == exp.iterations * exp.steps_per_update
+    # same initial weights and eval episodes: the async run's update-0 eval equals sync seed 0's
+    assert a["curve"][0]["success"] == runs[0]["curve"][0]["success"]
+    assert data["warm_start"]["samples"] > 0 and 0.0 <= data["warm_start"]["expert_success"] <= 1.0
+    assert len(data["rows"]) == len(grid) and data["all_inside"] == all(r["inside"] for r in data["rows"])
+    assert (tmp_path / "se.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "se.md").read_text().count("\n") == len(grid) + 2
+    assert dataclasses.asdict(exp)["sync_seeds"] == list(exp.sync_seeds)
