@@ -319,7 +319,9 @@ class RLConfig:
     eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
     init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
     chunk_steps: int = 0  # actions of each predicted chunk executed per decision (0 = the whole chunk)
-    reward: Literal["shaped", "success"] = "shaped"  # env reward: shaped terms + success bonus, or success only
+    # env reward: 'shaped' = shaped terms every step + success bonus; 'success' = bonus only;
+    # 'progress' = bonus + the change of the shaped terms (potential-based: return = bonus + final terms)
+    reward: Literal["shaped", "success", "progress"] = "shaped"
 
     def __post_init__(self):
         _check(0.0 < self.gamma <= 1.0, "rl.gamma must be in (0, 1]")

@@ -65,3 +65,15 @@ def test_async_loop_with_slots_streaming_and_partial_rollout(tmp_path):
     assert out["summary"]["staleness/max"] <= 1
     lines = (tmp_path / "slots" / "async_metrics.jsonl").read_text().splitlines()
     assert len([ln for ln in lines if '"train"' in ln]) == 3
+
+
+@pytest.mark.slow
+def test_async_loop_equals_sync_loop_with_critic_warmup_and_value_lr(tmp_path):
+    """The critic warm-up (advantages zeroed for the first updates) and the critic's own learning
+    rate act identically in both loops."""
+    cfg = _cfg(tmp_path, "async")
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, critic_warmup_iterations=2, value_learning_rate=3e-3))
+    ref = loop.train(dataclasses.replace(cfg, output_dir=str(tmp_path / "sync")))
+    out = train_async(cfg, timeout=1800)
+    assert out["status"] == "done" and out["updates"] == 3
+    _assert_same(ref["state"].params, out["state"].params)

@@ -241,3 +241,29 @@ def test_make_env_success_only_reward():
     assert success["success"] == shaped["success"] > 0
     assert all(v == 0.0 for k, v in success.items() if k != "success") and shaped["place"] > 0
     assert ro.make_env(cfg, 2).task_ids == (8, 9, 10, 11)
+
+
+def test_progress_reward_is_potential_based():
+    """reward_t = bonus * success_t + Phi(s_t+1) - Phi(s_t), Phi = sum of the shaped terms (0 after reset):
+    an episode's return telescopes to bonus * success + Phi(s_T)."""
+    from vlajax.envs import registry
+    from vlajax.envs.wrappers import ProgressRewardWrapper
+
+    base = registry.load("goal/push_to_square", obs_mode="state")
+    env = ProgressRewardWrapper(base)
+    step, plain_step = jax.jit(env.step), jax.jit(base.step)
+    state = jax.jit(env.reset)(jax.random.key(3))
+    phi = lambda s: float(sum(v for k, v in s.metrics.items() if k.startswith("reward/")))
+    total, bonus = 0.0, base.config.reward_scales["success"]
+    for t in range(12):
+        action = jax.random.uniform(jax.random.key(t), (4,), minval=-1.0, maxval=1.0)
+        nxt, plain = step(state, action), plain_step(state, action)
+        np.testing.assert_allclose(float(nxt.reward), float(plain.reward) - phi(state), atol=1e-6)
+        np.testing.assert_allclose(float(nxt.reward), bonus * float(nxt.metrics["success"]) + phi(nxt) - phi(state),
+                                   atol=1e-5)
+        total += float(nxt.reward)
+        state = nxt
+    assert phi(state) > 0  # the shaped terms are live (push: reach/place closeness)
+    np.testing.assert_allclose(total, bonus * float(state.metrics["success"]) + phi(state), atol=1e-4)
+    with pytest.raises(ValueError, match="progress"):
+        ro.make_env(EnvConfig(suite="goal", obs_mode="state", num_envs=2), 2, reward="dense")

@@ -79,6 +79,30 @@ class EpisodeWrapper(Wrapper):
         return state.replace(done=jnp.where(out_of_time, 1.0, state.done), info=info)
 
 
+class ProgressRewardWrapper(Wrapper):
+    """Potential-based shaping (Ng et al. 1999): `reward = success part + Phi(s') - Phi(s)`.
+
+    `Phi(s)` is the sum of the env's shaped terms at `s` (the `reward/<term>` metrics, 0 after
+    reset), so an episode's return telescopes to `success bonus + Phi(s_T)`: progress counts once,
+    at the end, and hovering near the goal earns nothing (the plain shaped reward pays the terms at
+    every step, which can outpay finishing when success ends the episode). Wrap the bare env,
+    inside `EpisodeWrapper` / `ActionChunkWrapper`.
+    """
+
+    @staticmethod
+    def _potential(state: State) -> jax.Array:
+        terms = [v for k, v in state.metrics.items() if k.startswith("reward/")]
+        return sum(terms) if terms else jnp.zeros_like(state.reward)
+
+    def reset_task(self, rng: jax.Array, task_id: jax.Array, **kwargs) -> State:
+        return self.env.reset_task(rng, task_id, **kwargs)
+
+    def step(self, state: State, action: jax.Array, **kwargs) -> State:
+        nxt = self.env.step(state, action, **kwargs)
+        # env reward = success part + Phi(s'); subtract Phi(s)
+        return nxt.replace(reward=nxt.reward - self._potential(state))
+
+
 class AutoResetWrapper(Wrapper):
     """On `done`, the next `step` output is a fresh episode's first state.
 

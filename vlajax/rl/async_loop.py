@@ -44,7 +44,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from vlajax import checkpoint, compile_cache, distributed, sharding
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.metrics import Timeline, WindowReporter
@@ -110,9 +110,6 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     decisions = loop._check(cfg, setup, mesh)
     if p.streaming:
         check_streaming(cfg, p.require_batches)
-    if cfg.rl.critic_warmup_iterations:
-        raise ConfigError("rl.critic_warmup_iterations is implemented by the synchronous loop only "
-                          "(set it to 0 with --pipeline.enabled true)")
     tx = learner.make_optimizer(cfg.rl)
 
     def init(rng):

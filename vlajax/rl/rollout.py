@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from vlajax.envs import registry
 from vlajax.envs.base import Env, State
-from vlajax.envs.wrappers import ActionChunkWrapper, EpisodeWrapper, VmapWrapper, Wrapper
+from vlajax.envs.wrappers import ActionChunkWrapper, EpisodeWrapper, ProgressRewardWrapper, VmapWrapper, Wrapper
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl.actors import Actor
 from vlajax.rl.learner import flatten_decisions
@@ -73,7 +73,9 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
     """`EnvConfig` -> SuiteEnv -> EpisodeWrapper -> ActionChunkWrapper -> VmapWrapper (no auto-reset:
     `rollout` resets itself so it can read the final observation first). `reward='success'`
     zeroes the shaped terms: the reward is the success bonus alone (shaped terms paid at every
-    step can outweigh finishing, since success ends the episode)."""
+    step can outweigh finishing, since success ends the episode); `reward='progress'` pays the
+    success bonus plus the *change* of the shaped terms (`ProgressRewardWrapper`: an episode's
+    return is the bonus plus the shaped terms of its final state)."""
     names = registry.tasks_for(env_cfg)
     overrides = registry.config_from_env_config(env_cfg)
     n = num_envs or env_cfg.num_envs
@@ -81,9 +83,11 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
     if reward == "success":
         scales = registry.get_default_config().reward_scales
         overrides["reward_scales"] = {k: (v if k == "success" else 0.0) for k, v in scales.items()}
-    elif reward != "shaped":
-        raise ValueError(f"reward must be 'shaped' or 'success', got {reward!r}")
+    elif reward not in ("shaped", "progress"):
+        raise ValueError(f"reward must be 'shaped', 'success' or 'progress', got {reward!r}")
     base = registry.load(names[0], **overrides)
+    if reward == "progress":
+        base = ProgressRewardWrapper(base)
     suite = SuiteEnv(base, tuple(_task_index(t) for t in names))
     env = ActionChunkWrapper(EpisodeWrapper(suite, env_cfg.episode_length), action_horizon)
     return VmapWrapper(env, n)
