@@ -77,3 +77,12 @@ def test_async_loop_equals_sync_loop_with_critic_warmup_and_value_lr(tmp_path):
     out = train_async(cfg, timeout=1800)
     assert out["status"] == "done" and out["updates"] == 3
     _assert_same(ref["state"].params, out["state"].params)
+
+
+@pytest.mark.slow
+def test_async_loop_evaluates_the_starting_policy_first(tmp_path):
+    cfg = _cfg(tmp_path, "evals", iterations=2)
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, eval_every=2))
+    out = train_async(cfg, timeout=1800)
+    assert [e["update"] for e in out["evals"]] == [0, 2]
+    assert all(0.0 <= e["mean_success"] <= 1.0 and e["per_task"] for e in out["evals"])
