@@ -3,8 +3,10 @@
 Phases (each is the documented command, run as its own process):
   1. demos  scripted experts on the `goal` suite -> a LeRobot v3.0 dataset
   2. sft    `sft-small` (1.5M-param VLA, 32x32 pixels) on those demos
-  3. rl     PPO with the flow head (`rl-ppo-flow`) from the SFT checkpoint; its closed-loop
-            evaluations at iteration 0 (= the SFT policy) and at the end give before/after
+  3. rl     asynchronous RL (`--pipeline.enabled true`, staleness 1) from the SFT checkpoint
+            with the preset `rl-grpo-flow` (GRPO, flow head sampled by `flow_sde`, progress
+            reward); its closed-loop evaluations at update 0 (= the SFT policy) and at the end
+            give before/after
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
@@ -27,7 +29,7 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
 SIZES = {
     # episodes per task, SFT steps, RL iterations, eval episodes per task
-    "default": dict(episodes=40, sft_steps=800, rl_iterations=6, eval_episodes=10),
+    "default": dict(episodes=5, sft_steps=500, rl_iterations=12, eval_episodes=10),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
 }
 
@@ -110,11 +112,17 @@ def main() -> int:
                      "--logging.progress", "plain"], os.path.join(logs, "sft.log"))
     # ---- 3. RL from the SFT checkpoint (evaluated at iteration 0 and at the end) ----------
     iters = size["rl_iterations"]
-    _run("3/3 rl", ["rl", "--preset", "rl-ppo-flow", "--rl.init-from", os.path.join(sft, "checkpoints"),
-                    "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
-                    "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
-                    "--logging.progress", "plain"],
-         os.path.join(logs, "rl.log"))
+    rl_args = ["rl", "--preset", "rl-grpo-flow", "--rl.init-from", os.path.join(sft, "checkpoints"),
+               "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
+               "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
+               "--logging.progress", "plain",
+               # asynchronous: rollout runs up to one policy version ahead of training
+               "--pipeline.enabled", "true", "--pipeline.staleness-threshold", "1",
+               # the first collect compiles the pixel rollout (minutes on 2 cores): no queue timeout meanwhile
+               "--pipeline.queue-timeout-s", "3600", "--pipeline.watchdog-s", "3600"]
+    if smoke:
+        rl_args += ["--env.num-envs", "8", "--rl.group-size", "4", "--env.episode-length", "40"]
+    _run("3/3 rl", rl_args, os.path.join(logs, "rl.log"))
 
     # ---- 4. Report ------------------------------------------------------------------------
     before = _eval_table(os.path.join(rl, "eval", "iteration-0", "eval.json"))
@@ -129,7 +137,7 @@ def main() -> int:
     lines = [
         "# vlajax quickstart report", "",
         f"demos -> SFT -> RL -> eval on the goal suite in {minutes:.1f} minutes "
-        f"({size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} PPO iterations, "
+        f"({size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} asynchronous GRPO updates, "
         f"{size['eval_episodes']} evaluation episodes per task).", "",
         "| task | after SFT | after RL |", "|---|---:|---:|", *rows,
         f"| **mean** | **{before['mean_success'] * 100:.1f}%** | **{after['mean_success'] * 100:.1f}%** |", "",

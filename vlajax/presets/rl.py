@@ -4,9 +4,14 @@
 - `rl-mlp-state`: the state-observation MLP preset used for the brax peer comparison
   (`vlajax/bench/rl_peer.py`): one task, chunk of 1 (brax acts per step), 64x64 tanh MLPs.
 - `rl-grpo-tokens`: GRPO with the token head from pixels, started from an SFT checkpoint
-  (`--rl.init-from runs/<sft>/checkpoints`); no critic.
+  (`--rl.init-from runs/<sft>/checkpoints`); no critic; 32 envs in 4 groups of 8.
+- `rl-grpo-flow`: the same GRPO with the flow head (`flow_sde`); `make quickstart` runs it
+  asynchronously.
 - `rl-ppo-flow`: PPO with the flow head (`flow_sde`, one stochastic denoising step per chunk)
-  and an expert value head, from an SFT checkpoint.
+  and an expert value head (its own learning rate, 5 critic-only warm-up iterations), from an
+  SFT checkpoint.
+All three use the potential-based `progress` reward (success bonus + change of the shaped terms);
+docs/results.md has the runs and what they reached.
 The pixel presets take the model architecture from the SFT checkpoint (`sft-small`: H = 8, of
 which `rl.chunk_steps = 4` are executed per decision, as in its evaluation); their `model`
 section only sets the RL-specific head fields (sampler, noise level, value head).
@@ -55,15 +60,29 @@ def _pixels_env(num_envs: int) -> EnvConfig:
     return EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=32, episode_length=200)
 
 
-@register("rl-grpo-tokens", "GRPO, token head, pixels, from an SFT checkpoint (--rl.init-from)")
+@register("rl-grpo-tokens", "GRPO, token head, pixels, progress reward, from an SFT checkpoint (--rl.init-from)")
 def _rl_grpo_tokens() -> TrainConfig:
     return TrainConfig(
         output_dir="runs/rl-grpo-tokens",
         model=ModelConfig(action_head="tokens", value_head="none"),
-        env=_pixels_env(16),
-        rl=RLConfig(algo="grpo", group_size=8, num_iterations=60, num_minibatches=2, update_epochs=2,
-                    learning_rate=1e-5, normalize_advantages="none", dual_clip=0.0, eval_every=10,
-                    eval_episodes_per_task=20, chunk_steps=4),
+        env=_pixels_env(32),
+        rl=RLConfig(algo="grpo", group_size=8, num_iterations=200, num_minibatches=4, update_epochs=1,
+                    learning_rate=5e-5, normalize_advantages="none", dual_clip=0.0, eval_every=5,
+                    eval_episodes_per_task=20, chunk_steps=4, reward="progress"),
+        checkpoint=CheckpointConfig(every_steps=5),
+        logging=LoggingConfig(every_steps=1),
+    )
+
+
+@register("rl-grpo-flow", "GRPO, flow head (flow_sde), pixels, progress reward, from an SFT checkpoint")
+def _rl_grpo_flow() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/rl-grpo-flow",
+        model=ModelConfig(flow_sampler="flow_sde", noise_level=0.5, value_head="none"),
+        env=_pixels_env(32),
+        rl=RLConfig(algo="grpo", group_size=8, num_iterations=200, num_minibatches=4, update_epochs=1,
+                    learning_rate=1e-5, normalize_advantages="none", dual_clip=0.0, eval_every=5,
+                    eval_episodes_per_task=20, chunk_steps=4, reward="progress"),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
     )
@@ -74,9 +93,10 @@ def _rl_ppo_flow() -> TrainConfig:
     return TrainConfig(
         output_dir="runs/rl-ppo-flow",
         model=ModelConfig(flow_sampler="flow_sde", noise_level=0.5, value_head="expert"),
-        env=_pixels_env(16),
-        rl=RLConfig(algo="ppo", num_iterations=60, rollout_length=10, num_minibatches=2, update_epochs=2,
-                    learning_rate=1e-5, gamma=0.99, eval_every=10, eval_episodes_per_task=20, chunk_steps=4),
+        env=_pixels_env(32),
+        rl=RLConfig(algo="ppo", num_iterations=300, rollout_length=16, num_minibatches=4, update_epochs=1,
+                    learning_rate=3e-6, value_learning_rate=1e-3, critic_warmup_iterations=5, gamma=0.99,
+                    eval_every=10, eval_episodes_per_task=20, chunk_steps=4, reward="progress"),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
     )
