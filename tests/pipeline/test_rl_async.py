@@ -6,6 +6,7 @@ after several updates, bit for bit; an interrupted async run resumes to the same
 """
 
 import dataclasses
+import os
 
 import jax
 import numpy as np
@@ -86,3 +87,22 @@ def test_async_loop_evaluates_the_starting_policy_first(tmp_path):
     out = train_async(cfg, timeout=1800)
     assert [e["update"] for e in out["evals"]] == [0, 2]
     assert all(0.0 <= e["mean_success"] <= 1.0 and e["per_task"] for e in out["evals"])
+
+
+@pytest.mark.slow
+def test_async_grpo_equals_sync_and_runs_ahead_with_checkpoints(tmp_path):
+    """GRPO (episodic collect calls, no env state to carry): staleness 0 reduces to the sync loop;
+    with staleness 1 rollout runs ahead and every checkpoint save still finds what it needs."""
+    def grpo(c):
+        return dataclasses.replace(c, rl=dataclasses.replace(c.rl, algo="grpo", group_size=4))
+
+    cfg = grpo(_cfg(tmp_path, "async"))
+    ref = loop.train(dataclasses.replace(cfg, output_dir=str(tmp_path / "sync")))
+    out = train_async(cfg, timeout=1800)
+    assert out["status"] == "done" and out["updates"] == 3
+    _assert_same(ref["state"].params, out["state"].params)
+    ahead = grpo(_cfg(tmp_path, "ahead", iterations=4, staleness_threshold=1.0))
+    out = train_async(ahead, timeout=1800)
+    assert out["status"] == "done" and out["updates"] == 4
+    assert max(max(h["staleness"]) for h in out["history"]) <= 1
+    assert sorted(int(d) for d in os.listdir(tmp_path / "ahead" / "checkpoints") if d.isdigit())[-1] == 4

@@ -88,7 +88,8 @@ class _Collect:
         with self.lock:
             for c in [c for c in self.before if c < consumed]:
                 del self.before[c]
-            state = self.env_state if consumed >= self.calls else self.before[consumed]
+            # episodic (GRPO) collect calls reset their envs: no env state to keep
+            state = self.env_state if consumed >= self.calls or self.env_state is None else self.before[consumed]
             return consumed, None if state is None else jax.tree.map(jnp.copy, state)
 
 
