@@ -60,32 +60,29 @@ def _pixels_env(num_envs: int) -> EnvConfig:
     return EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=32, episode_length=200)
 
 
-@register("rl-grpo-tokens", "GRPO, token head, pixels, progress reward, from an SFT checkpoint (--rl.init-from)")
-def _rl_grpo_tokens() -> TrainConfig:
+def _grpo_pixels(output_dir: str, model: ModelConfig, learning_rate: float) -> TrainConfig:
+    """GRPO from pixels: 32 envs in 4 groups of 8 sharing an initial state, one episode each."""
     return TrainConfig(
-        output_dir="runs/rl-grpo-tokens",
-        model=ModelConfig(action_head="tokens", value_head="none"),
+        output_dir=output_dir,
+        model=model,
         env=_pixels_env(32),
         rl=RLConfig(algo="grpo", group_size=8, num_iterations=200, num_minibatches=4, update_epochs=1,
-                    learning_rate=5e-5, normalize_advantages="none", dual_clip=0.0, eval_every=5,
+                    learning_rate=learning_rate, normalize_advantages="none", dual_clip=0.0, eval_every=5,
                     eval_episodes_per_task=20, chunk_steps=4, reward="progress"),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
     )
+
+
+@register("rl-grpo-tokens", "GRPO, token head, pixels, progress reward, from an SFT checkpoint (--rl.init-from)")
+def _rl_grpo_tokens() -> TrainConfig:
+    return _grpo_pixels("runs/rl-grpo-tokens", ModelConfig(action_head="tokens", value_head="none"), 5e-5)
 
 
 @register("rl-grpo-flow", "GRPO, flow head (flow_sde), pixels, progress reward, from an SFT checkpoint")
 def _rl_grpo_flow() -> TrainConfig:
-    return TrainConfig(
-        output_dir="runs/rl-grpo-flow",
-        model=ModelConfig(flow_sampler="flow_sde", noise_level=0.5, value_head="none"),
-        env=_pixels_env(32),
-        rl=RLConfig(algo="grpo", group_size=8, num_iterations=200, num_minibatches=4, update_epochs=1,
-                    learning_rate=1e-5, normalize_advantages="none", dual_clip=0.0, eval_every=5,
-                    eval_episodes_per_task=20, chunk_steps=4, reward="progress"),
-        checkpoint=CheckpointConfig(every_steps=5),
-        logging=LoggingConfig(every_steps=1),
-    )
+    return _grpo_pixels("runs/rl-grpo-flow", ModelConfig(flow_sampler="flow_sde", noise_level=0.5, value_head="none"),
+                        1e-5)
 
 
 @register("rl-ppo-flow", "PPO, flow head (flow_sde) + expert value head, pixels, from an SFT checkpoint")
