@@ -18,6 +18,9 @@ def test_batch_time_is_the_slowest_env_and_grows_with_the_batch():
     assert e1 < e8 < e32  # a bigger synchronous batch waits for a worse straggler
     no_tail = LatencyModel(median_s=0.01, sigma=0.0, tail_prob=0.0)
     assert no_tail.batch_seconds(rng, 32) == pytest.approx(0.01)
+    assert no_tail.batch_seconds(rng, 32, steps=4) == pytest.approx(0.04)  # a chunk of 4 control steps per env
+    # the sum over a chunk's steps averages the tail out per env: 4 steps take less than 4 single-step maxima
+    assert m.expected_batch_seconds(8, draws=2000, steps=4) < 4 * e8
     with pytest.raises(ValueError):
         LatencyModel(tail_prob=2.0)
 
@@ -30,4 +33,8 @@ def test_with_latency_takes_the_drawn_wall_time_per_slot():
     t0 = time.monotonic()
     assert step(0, 1, 2) == 3
     assert time.monotonic() - t0 >= 0.02
+    chunk = with_latency(lambda slot, s, a: s + a, m, envs_per_slot=4, seed=1, steps_per_call=3)
+    t0 = time.monotonic()
+    assert chunk(1, 1, 2) == 3
+    assert time.monotonic() - t0 >= 0.06
     assert calls == [0]

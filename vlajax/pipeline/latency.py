@@ -41,25 +41,30 @@ class LatencyModel:
         base = self.median_s * np.exp(self.sigma * rng.standard_normal(n))
         return base * np.where(rng.random(n) < self.tail_prob, self.tail_scale, 1.0)
 
-    def batch_seconds(self, rng: np.random.Generator, n: int) -> float:
-        """Wall time of stepping n envs in parallel: the slowest of them."""
-        return float(self.env_seconds(rng, n).max()) if n else 0.0
+    def batch_seconds(self, rng: np.random.Generator, n: int, steps: int = 1) -> float:
+        """Wall time of stepping n envs in parallel by `steps` control steps each (an action chunk):
+        each env takes the sum of its `steps` step latencies; the batch takes the slowest env."""
+        if not n:
+            return 0.0
+        return float(self.env_seconds(rng, n * steps).reshape(n, steps).sum(axis=1).max())
 
-    def expected_batch_seconds(self, n: int, draws: int = 4000, seed: int = 0) -> float:
+    def expected_batch_seconds(self, n: int, draws: int = 4000, seed: int = 0, steps: int = 1) -> float:
         """Monte-Carlo mean of `batch_seconds` (grows with n: the tail effect)."""
         rng = np.random.default_rng(seed)
-        return float(np.mean([self.batch_seconds(rng, n) for _ in range(draws)]))
+        return float(np.mean([self.batch_seconds(rng, n, steps) for _ in range(draws)]))
 
 
-def with_latency(step: Callable, model: LatencyModel, envs_per_slot: int, seed: int = 0) -> Callable:
-    """`step(slot, state, action)` that also takes the simulated wall time of its env batch."""
+def with_latency(step: Callable, model: LatencyModel, envs_per_slot: int, seed: int = 0,
+                 steps_per_call: int = 1) -> Callable:
+    """`step(slot, state, action)` that also takes the simulated wall time of its env batch
+    (`steps_per_call` control steps per env: the chunk of H actions one call executes)."""
     rngs: dict[int, np.random.Generator] = {}
     lock = threading.Lock()
 
     def timed(slot, state, action):
         with lock:
             rng = rngs.setdefault(slot, np.random.default_rng([seed, slot]))
-            delay = model.batch_seconds(rng, envs_per_slot)
+            delay = model.batch_seconds(rng, envs_per_slot, steps_per_call)
         t0 = time.monotonic()
         out = step(slot, state, action)
         left = delay - (time.monotonic() - t0)

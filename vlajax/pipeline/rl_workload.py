@@ -151,7 +151,7 @@ class RLWorkload:
                     for i in range(len(payloads))]
 
         if latency is not None:
-            step = with_latency(step, latency, per, self.cfg.seed)
+            step = with_latency(step, latency, per, self.cfg.seed, steps_per_call=self.setup.action_horizon)
         return reset, step, infer
 
     # -- training ---------------------------------------------------------------------------
