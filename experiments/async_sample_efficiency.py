@@ -24,8 +24,10 @@ updates plus update 0, `eval_episodes` deterministic episodes each, the loop's c
   (`use_rollout_log_probs=False`: behaviour = rollout log-probs, proximal = recomputed).
 
 The x-axis is env steps *consumed by the learner* (update u has learned from u x steps-per-update
-env steps in both modes; async rollout has produced at most one sync window more). The async point
-at update 0 is the eval of its initial weights (`train_async` evaluates from update 1 on).
+env steps in both modes; async rollout may have produced up to (1 + staleness_threshold) sync
+windows more, since it reserves ahead of the learner). The async point
+at update 0 is `train_async`'s eval of its starting policy (before commit 4d6753d, which added it to
+`train_async`, this experiment evaluated the same initial weights itself; the committed result is from then).
 Writes JSON (every run's curve, the band, the verdict), a markdown table and a PNG plot.
 """
 
@@ -194,13 +196,13 @@ def run_one(exp: Experiment, mode: str, seed: int, work_dir: str) -> dict:
                  for e in s["evals"]]
         extra = {"train_env_steps": s["env_steps"]}
     else:
-        initial = setup.evaluate(jax.jit(setup.init_params)(jax.random.key(seed)), 0)
         s = async_loop.train_async(cfg, setup)
         if s["status"] != "done":
             raise RuntimeError(f"async run ended with status {s['status']!r}")
-        curve = [{"update": 0, "env_steps": 0.0, "success": initial["mean_success"]}] + [
-            {"update": e["update"], "env_steps": float(e["update"] * exp.steps_per_update),
-             "success": e["mean_success"]} for e in s["evals"]]
+        if not s["evals"] or s["evals"][0]["update"] != 0:
+            raise RuntimeError("train_async did not evaluate its starting policy at update 0")
+        curve = [{"update": e["update"], "env_steps": float(e["update"] * exp.steps_per_update),
+                  "success": e["mean_success"]} for e in s["evals"]]
         stale = [int(v) for h in s["history"] for v in np.ravel(h["staleness"])]
         summ = s["summary"]
         extra = {"staleness_max": max(stale), "staleness_mean": float(np.mean(stale)),
