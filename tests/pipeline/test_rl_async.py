@@ -87,6 +87,7 @@ def test_async_loop_evaluates_the_starting_policy_first(tmp_path):
     out = train_async(cfg, timeout=1800)
     assert [e["update"] for e in out["evals"]] == [0, 2]
     assert all(0.0 <= e["mean_success"] <= 1.0 and e["per_task"] for e in out["evals"])
+    assert out["evals"][0]["env_steps"] == 0 and out["evals"][1]["env_steps"] > 0
 
 
 @pytest.mark.slow

@@ -198,7 +198,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
             f.write(json.dumps({"update": u, "train": m}) + "\n")
         save(runner, force=u in (total, end))
         if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
-            _log_eval(logger, evals, u, setup.evaluate(runner.state.params, u))
+            _log_eval(logger, evals, u, setup.evaluate(runner.state.params, u), steps_box[0])
         if u >= end:
             runner.lifetime.stop()
 
@@ -214,7 +214,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
                          rollout=rollout_lanes, timeline=timeline)
     t0 = time.perf_counter()
     if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 of the curve (as in sync)
-        _log_eval(logger, evals, 0, setup.evaluate(state.params, 0))
+        _log_eval(logger, evals, 0, setup.evaluate(state.params, 0), env_steps)
     try:
         status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
         ckpt.wait()
@@ -226,8 +226,8 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
             "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state}
 
 
-def _log_eval(logger: MetricsLogger, evals: list, update: int, ev: dict) -> None:
-    evals.append({"update": update} | ev)
+def _log_eval(logger: MetricsLogger, evals: list, update: int, ev: dict, env_steps: float) -> None:
+    evals.append({"update": update, "env_steps": env_steps} | ev)
     logger.scalars(update, {"mean_success": ev["mean_success"],
                             **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
     log.info("rl async: update %d eval mean success %.3f %s", update, ev["mean_success"], ev["per_task"])
