@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import statistics
 from typing import Any
 
 import jax
+
+from experiments.outputs import write_results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +57,7 @@ def run_sweep(sweep: Sweep, json_path: str) -> list[dict]:
     base = rows[0]["env_steps_per_s"]
     for row in rows:
         row["ratio_to_first"] = row["env_steps_per_s"] / base
-    os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-    with open(json_path, "w") as f:
-        json.dump({"workload": spec, "sweep": dataclasses.asdict(sweep), "rows": rows}, f, indent=1)
-    md = markdown(rows)
-    with open(os.path.splitext(json_path)[0] + ".md", "w") as f:
-        f.write(md)
-    print(md, end="")
+    write_results({"workload": spec, "sweep": dataclasses.asdict(sweep), "rows": rows}, markdown(rows), json_path)
     return rows
 
 

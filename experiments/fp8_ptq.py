@@ -19,7 +19,11 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 import tempfile
+
+sys.path.insert(0, __file__.rsplit("/", 2)[0])
+from experiments.outputs import write_results  # noqa: E402
 
 SFT_CHECKPOINT = "runs/sft-small/checkpoints"
 
@@ -98,13 +102,7 @@ def run(cfg: Config, json_path: str) -> dict:
             results.append({"label": label, "args": list(args), "result": r})
             rows.append(row(label, r))
     out = {"experiment": "fp8_ptq", "config": dataclasses.asdict(cfg), "rows": rows, "cells": results}
-    os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-    with open(json_path, "w") as f:
-        json.dump(out, f, indent=1)
-    md = markdown(rows)
-    with open(os.path.splitext(json_path)[0] + ".md", "w") as f:
-        f.write(md)
-    print(md, end="", flush=True)
+    write_results(out, markdown(rows), json_path)
     return out
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
-import os
+import sys
 from typing import Any
 from unittest import mock
+
+sys.path.insert(0, __file__.rsplit("/", 2)[0])
+from experiments.outputs import write_results  # noqa: E402
 
 MODES = ("fixed", "dynamic", "packed")
 
@@ -91,13 +93,7 @@ def run(cfg: Config, json_path: str) -> dict:
         result = bench.run_bench(cfg.batches, cfg.repeats)
     out = {"experiment": "packing_ablation", "config": dataclasses.asdict(cfg), "rows": rows(result),
            "bench": result}
-    os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-    with open(json_path, "w") as f:
-        json.dump(out, f, indent=1)
-    md = markdown(result)
-    with open(os.path.splitext(json_path)[0] + ".md", "w") as f:
-        f.write(md)
-    print(md, end="", flush=True)
+    write_results(out, markdown(result), json_path)
     return out
 
 
