@@ -89,9 +89,10 @@ def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: ja
 
     GRPO: reset `num_envs` envs in groups of `rl.group_size` from `rng` and play one episode;
     PPO: `rl.rollout_length` decisions from `env_state`. Advantages by `rl.advantage`. The
-    recorded log-probs come from the actor's `logp_value` (the learner's function) on [B] rows;
-    with micro-batches of B rows the first update's ratio is exactly 1, otherwise 1 to float32
-    rounding (XLA may round another row count differently, ~1e-6 in a log-prob).
+    recorded log-probs come from the actor's `logp_value` (the learner's function) on [B] rows,
+    so the first update's ratio is 1: exactly for the MLP policy, to float32 rounding for the
+    VLA heads (the learner's program rounds differently, ~1e-6 in a log-prob; measured in
+    `tests/rl/test_rollout.py::test_first_update_on_fresh_data_has_ratio_exactly_one`).
     """
     k_reset, k_roll = jax.random.split(rng)
     if episodic(cfg):
