@@ -110,7 +110,14 @@ def test_sigterm_checkpoints_and_exits_cleanly():
 
 @pytest.mark.timeout(30)
 def test_ctrl_c_checkpoints_and_exits_cleanly():
-    status, saved, group = _run_until_signal(_thread.interrupt_main)
+    # `interrupt_main` acts only while Python's own SIGINT handler is installed; in the full suite
+    # an earlier test's library code left another one in place once (CI run of 2026-11-21), so
+    # install it for this test.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status, saved, group = _run_until_signal(_thread.interrupt_main)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert status == "interrupted" and len(saved) == 1
     assert group.alive == []
 
