@@ -29,7 +29,7 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
 SIZES = {
     # episodes per task, SFT steps, RL iterations, eval episodes per task
-    "default": dict(episodes=5, sft_steps=500, rl_iterations=12, eval_episodes=10),
+    "default": dict(episodes=5, sft_steps=500, rl_iterations=12, eval_episodes=20),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
 }
 
