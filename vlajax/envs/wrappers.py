@@ -94,9 +94,6 @@ class ProgressRewardWrapper(Wrapper):
         terms = [v for k, v in state.metrics.items() if k.startswith("reward/")]
         return sum(terms) if terms else jnp.zeros_like(state.reward)
 
-    def reset_task(self, rng: jax.Array, task_id: jax.Array, **kwargs) -> State:
-        return self.env.reset_task(rng, task_id, **kwargs)
-
     def step(self, state: State, action: jax.Array, **kwargs) -> State:
         nxt = self.env.step(state, action, **kwargs)
         # env reward = success part + Phi(s'); subtract Phi(s)

@@ -213,9 +213,7 @@ class Trainer:
         if self.device is not None:
             data = jax.device_put(data, self.device)
         data = self.prepare(data) if self.prepare is not None else data
-        if self.updates < self.cfg.rl.critic_warmup_iterations:  # critic only, as in the synchronous loop
-            data = data | {"advantages": jnp.zeros_like(data["advantages"])}
-        return data
+        return learner.critic_warmup(self.cfg.rl, self.updates, data)  # as in the synchronous loop
 
     def __call__(self, state: TrainState, micro_batches) -> tuple[TrainState, dict]:
         k_update = iteration_keys(self.cfg.seed, self.updates)[1]

@@ -198,7 +198,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
             f.write(json.dumps({"update": u, "train": m}) + "\n")
         save(runner, force=u in (total, end))
         if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
-            _log_eval(logger, evals, u, setup.evaluate(runner.state.params, u), steps_box[0])
+            evals.append(loop._log_eval(setup, logger, runner.state.params, u, steps_box[0], step_name="update"))
         if u >= end:
             runner.lifetime.stop()
 
@@ -214,7 +214,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
                          rollout=rollout_lanes, timeline=timeline)
     t0 = time.perf_counter()
     if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 of the curve (as in sync)
-        _log_eval(logger, evals, 0, setup.evaluate(state.params, 0), env_steps)
+        evals.append(loop._log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
     try:
         status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
         ckpt.wait()
@@ -226,27 +226,15 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
             "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state}
 
 
-def _log_eval(logger: MetricsLogger, evals: list, update: int, ev: dict, env_steps: float) -> None:
-    evals.append({"update": update, "env_steps": env_steps} | ev)
-    logger.scalars(update, {"mean_success": ev["mean_success"],
-                            **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
-    log.info("rl async: update %d eval mean success %.3f %s", update, ev["mean_success"], ev["per_task"])
+def _short(summary: dict) -> dict:
+    """The one-line JSON the `rl` command prints for an async run."""
+    short = {k: v for k, v in summary.items() if k in ("status", "updates", "version", "seconds", "evals")}
+    return short | {"summary": {k: v for k, v in summary["summary"].items() if "/" in k}}
 
 
 def run_async(cfg: TrainConfig) -> int:
     """The `rl` command with `--pipeline.enabled true`; 0 on success, 1 on a non-finite update."""
-    try:
-        summary = train_async(cfg)
-    except learner.NonFiniteError as e:
-        print(f"error: {e}", flush=True)
-        distributed.shutdown()
-        return 1
-    if distributed.is_main_process():
-        short = {k: v for k, v in summary.items() if k in ("status", "updates", "version", "seconds", "evals")}
-        short["summary"] = {k: v for k, v in summary["summary"].items() if "/" in k}
-        print(json.dumps(short, default=float), flush=True)
-    distributed.shutdown()
-    return 0
+    return loop.run_and_report(cfg, train_async, _short)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from vlajax.rl.losses import masked_mean, rl_loss
 from vlajax.train_state import TrainState
 
 __all__ = [
-    "LogpValueFn", "NonFiniteError", "make_optimizer", "flatten_decisions", "normalize_advantages",
+    "LogpValueFn", "NonFiniteError", "make_optimizer", "critic_warmup", "flatten_decisions", "normalize_advantages",
     "explained_variance", "compute_gradients", "accumulate_gradients", "apply_gradients", "update",
     "recompute_log_probs", "check_finite",
 ]
@@ -92,6 +92,14 @@ def make_optimizer(config: RLConfig) -> optax.GradientTransformation:
 
     # (optax.multi_transform would give the same updates, but its masked states do not shard)
     return optax.chain(*parts, optax.scale_by_adam(), optax.stateless(per_leaf_rate))
+
+
+def critic_warmup(config: RLConfig, update: int, batch: dict) -> dict:
+    """`batch` for the `update`-th update (0-based): during the first `critic_warmup_iterations`
+    its advantages are zeroed, so the policy gets no gradient and only the critic learns."""
+    if update < config.critic_warmup_iterations:
+        return batch | {"advantages": jnp.zeros_like(batch["advantages"])}
+    return batch
 
 
 # ----------------------------------------------------------------------------------------

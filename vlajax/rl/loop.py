@@ -357,9 +357,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                 t0 = time.perf_counter()
                 k_collect, k_update = iteration_keys(cfg.seed, it)
                 env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
-                if it < cfg.rl.critic_warmup_iterations:  # critic only: zero advantages, zero policy gradient
-                    batch = batch | {"advantages": jnp.zeros_like(batch["advantages"])}
-                state, metrics = update_fn(k_update, state, batch)
+                state, metrics = update_fn(k_update, state, learner.critic_warmup(cfg.rl, it, batch))
                 host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
                 learner.check_finite(host, it + 1)  # raises before this iteration is saved
                 done = it + 1
@@ -384,13 +382,16 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             "evals": evals, "checkpoint_dir": ckpt_dir, "state": state}
 
 
-def _log_eval(setup: Setup, logger: MetricsLogger, params: Any, iteration: int, env_steps: float) -> dict:
+def _log_eval(setup: Setup, logger: MetricsLogger, params: Any, iteration: int, env_steps: float,
+              step_name: str = "iteration") -> dict:
+    """Closed-loop evaluation at `iteration` (the async loop counts updates: `step_name='update'`),
+    logged to TensorBoard and the log. -> the record {step_name, env_steps, seconds, ...evaluate's}."""
     t0 = time.perf_counter()
     ev = setup.evaluate(params, iteration)
     logger.scalars(iteration, {"mean_success": ev["mean_success"],
                                **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
-    log.info("rl: iteration %d eval mean success %.3f %s", iteration, ev["mean_success"], ev["per_task"])
-    return {"iteration": iteration, "env_steps": env_steps, "seconds": round(time.perf_counter() - t0, 1)} | ev
+    log.info("rl: %s %d eval mean success %.3f %s", step_name, iteration, ev["mean_success"], ev["per_task"])
+    return {step_name: iteration, "env_steps": env_steps, "seconds": round(time.perf_counter() - t0, 1)} | ev
 
 
 def run(cfg: TrainConfig) -> int:
@@ -399,14 +400,20 @@ def run(cfg: TrainConfig) -> int:
         from vlajax.rl.async_loop import run_async
 
         return run_async(cfg)
+    return run_and_report(cfg, train, lambda s: {k: v for k, v in s.items() if k not in ("history", "state")})
+
+
+def run_and_report(cfg: TrainConfig, train_fn: Callable[[TrainConfig], dict],
+                   short: Callable[[dict], dict]) -> int:
+    """The `rl` commands' ending: run `train_fn`; a non-finite update prints one `error:` line and
+    returns 1; otherwise process 0 prints `short(summary)` as one JSON line and 0 is returned."""
     try:
-        summary = train(cfg)
+        summary = train_fn(cfg)
     except learner.NonFiniteError as e:
         print(f"error: {e}", flush=True)
         distributed.shutdown()
         return 1
     if distributed.is_main_process():
-        short = {k: v for k, v in summary.items() if k not in ("history", "state")}
-        print(json.dumps(short), flush=True)
+        print(json.dumps(short(summary), default=float), flush=True)
     distributed.shutdown()
     return 0
