@@ -76,7 +76,8 @@ def test_demos_sft_eval_chain_tiny(tmp_path):
     data = LeRobotData(demos)
     assert data.info["total_episodes"] == 8 and len(data.tasks) >= 1
     per_task = _summary(r.stdout)["tasks"]  # expert success counts every tried episode, not the kept ones
-    assert all(t["episodes"] == 2 and t["tried"] >= 2 and t["expert_success"] >= 2 / t["tried"] for t in per_task.values())
+    assert all(t["episodes"] == 2 and t["tried"] >= 2 and t["expert_success"] >= 2 / t["tried"]
+               for t in per_task.values())
     assert max(t["expert_success"] for t in per_task.values()) > 2 / min(t["tried"] for t in per_task.values())
     r = subprocess.run(_cmd("sft", "--data.dataset-dir", demos, *common), cwd=REPO, env=_env(),
                        capture_output=True, text=True, timeout=900)
