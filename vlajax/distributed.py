@@ -33,6 +33,7 @@ __all__ = [
     "to_local",
     "allgather",
     "sync",
+    "barrier",
     "broadcast_from_main",
 ]
 
@@ -127,6 +128,24 @@ def sync(name: str) -> None:
     """Barrier across all processes (no-op with one process)."""
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+def barrier(name: str, timeout_s: float) -> None:
+    """Wait until every process reached the barrier `name` (no-op with one process).
+
+    Unlike `sync` this is the coordination service's barrier (gRPC), not a device collective:
+    it waits up to `timeout_s` (gloo, the CPU collectives, gives up on a late peer after 30 s),
+    so a process can wait here for a peer that is still compiling or still producing its data
+    before both enter a collective. Every name may be used once per run.
+    """
+    if jax.process_count() == 1:
+        return
+    from jax._src import distributed as jax_distributed
+
+    client = jax_distributed.global_state.client
+    if client is None:
+        raise RuntimeError("distributed.barrier: jax.distributed is not initialized")
+    client.wait_at_barrier(name, int(timeout_s * 1000))
 
 
 def broadcast_from_main(tree: Any) -> Any:

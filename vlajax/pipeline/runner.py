@@ -16,7 +16,11 @@ The runner knows nothing about envs, models or losses; it drives three callables
 
 `rollout_shardings` places published weights on the rollout sub-mesh; multi-host,
 `publish_sharding` (replicated on the train mesh) gathers them first so each host's control
-plane can move its own replica onto its host-local rollout mesh.
+plane can move its own replica onto its host-local rollout mesh, and `sync_peers(name)` (e.g.
+`vlajax.distributed.barrier`) is called after each micro-batch arrives, before `train_step`
+sees it: the trainer lanes of all processes then enter the global step together (a process
+whose rollout is slower would otherwise leave its peers waiting inside a collective; the
+trainer is recorded idle, `wait_peers`, meanwhile).
 
 Lanes (one `LaneGroup`, shared lifetime, watchdog): `rollouter` (reserve samples under pacing
 -> newest weights -> `sample_step` -> buffer), `trainer` (pull micro-batches -> `train_step`;
@@ -78,7 +82,7 @@ class AsyncRunner:
                  on_update: Callable[[AsyncRunner, dict], None] | None = None,
                  extra_lanes: Sequence[tuple[str, Callable[[Lane], bool | None]]] = (),
                  rollout: Callable[[AsyncRunner], Sequence[tuple[str, Callable[[Lane], bool | None]]]] | None = None,
-                 timeline: Timeline | None = None):
+                 timeline: Timeline | None = None, sync_peers: Callable[[str], None] | None = None):
         self.cfg = cfg
         self.window = _check_sizes(cfg, samples_per_step, mini_batch)
         self.sample_step, self.train_step, self.get_params = sample_step, train_step, get_params
@@ -86,6 +90,8 @@ class AsyncRunner:
         self.samples_per_step, self.mini_batch = samples_per_step, mini_batch
         self.counters = dataclasses.replace(counters) if counters else RunnerCounters()
         self.on_update = on_update
+        self.sync_peers = sync_peers
+        self._peer_syncs = 0
         self.timeline = timeline or Timeline()
         self.lifetime = Lifetime()
         self.buffer = TrajectoryBuffer(self.window, cfg.staleness_threshold, timeout_s=cfg.queue_timeout_s,
@@ -129,6 +135,10 @@ class AsyncRunner:
         for _ in range(self.cfg.require_batches):
             with lane.waiting("samples"):
                 item = self.buffer.get()
+            if self.sync_peers is not None:  # every process takes the same number of micro-batches
+                with lane.waiting("peers"):
+                    self.sync_peers(f"vlajax-trainer-{self.counters.updates}-{self._peer_syncs}")
+                self._peer_syncs += 1
             taken.append(item)
             yield item
 
@@ -152,7 +162,7 @@ class AsyncRunner:
         self.counters.updates += 1
         record = {"update": self.counters.updates, "version": version,
                   "staleness": [version - t.version_min for t in taken], "span": [t.span for t in taken],
-                  "metrics": metrics}
+                  "env_steps": sum(t.env_steps for t in taken), "metrics": metrics}
         if self.counters.updates % self.cfg.trigger_parameter_sync_step == 0:
             self.counters.version += 1
             self.buffer.record_publish(self.counters.version)

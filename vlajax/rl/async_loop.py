@@ -18,6 +18,21 @@ Mesh: the train state lives on the loop's mesh (`cfg.mesh`); every lane enters t
 context, so the jitted steps compile exactly as in the loop. Published weights are replicated
 on the placement's rollout sub-mesh (`pipeline.placement`).
 
+Multi-process (DESIGN.md "Multi-host shape": rollout host-local, training global): each
+process runs its own rollout lanes on its own devices (`placement.rollout_mesh`, also when
+colocated) with `env.num_envs / process_count` envs, its own env keys (the seed offset by the
+process index) and a host-local replica of the weights; `env.num_envs` stays the global count,
+as in the synchronous loop. Each micro-batch becomes this process's rows of one global batch
+over the train mesh (`jax.make_array_from_process_local_data`, dim 0 over `dp`), and the
+trainer lanes of all processes run the same jitted update in the same order: every process
+takes `require_batches` micro-batches per update and waits at a coordination-service barrier
+(`distributed.barrier`) before each, so none enters the step's collectives long before its
+peers. Publication gathers the params replicated on the train mesh (a collective in the
+trainer lanes, in lockstep) and each process's control plane copies its own replica onto its
+rollout mesh (no cross-host transfer). Orbax checkpoints are written by all processes; the
+collect path's env state is saved as a global `[process_count, ...]` array (row p = process
+p's envs). Env steps in metrics, evaluations and the summary are summed over processes.
+
 Checkpoints (Orbax, `checkpoint.every_steps` updates, at the end, and on SIGTERM / Ctrl-C):
 the train state, the collect path's env state, and `extra` = runner counters (updates,
 version, sample calls), env steps and the RNG seed; every key is derived from these counters,
@@ -30,6 +45,7 @@ Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window m
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -41,14 +57,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from vlajax import checkpoint, compile_cache, distributed, sharding
-from vlajax.config import TrainConfig
+from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import MetricsLogger
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.metrics import Timeline, WindowReporter
-from vlajax.pipeline.placement import make_placement
+from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.rl_workload import RLWorkload, Trainer, check_streaming
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
@@ -56,6 +72,53 @@ from vlajax.rl import learner, loop
 from vlajax.train_state import TrainState
 
 log = logging.getLogger(__name__)
+
+_SEED_STRIDE = 1_000_003  # process p's rollout seed is seed + p * stride (process 0 keeps the run's seed)
+
+
+class _Hosts:
+    """Multi-process helpers: per-process rollout config, global batches, global env-state checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, train_mesh):
+        self.count, self.index = jax.process_count(), jax.process_index()
+        if cfg.env.num_envs % self.count:
+            raise ConfigError(f"env.num_envs={cfg.env.num_envs} does not split over {self.count} processes")
+        env = dataclasses.replace(cfg.env, num_envs=cfg.env.num_envs // self.count)
+        self.seed = (cfg.seed + self.index * _SEED_STRIDE) % (2**31 - 1)
+        self.cfg = dataclasses.replace(cfg, env=env)  # the run's seed: the same init and eval everywhere
+        self.batch = NamedSharding(train_mesh, PartitionSpec(sharding.DP))
+        self.repl = NamedSharding(train_mesh, PartitionSpec())
+        firsts = [min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                  for p in range(self.count)]
+        self.rows = NamedSharding(Mesh(np.asarray(firsts), ("process",)), PartitionSpec("process"))
+        self.timeout = cfg.pipeline.queue_timeout_s
+
+    def to_global(self, data: Any) -> Any:
+        """This process's flat learner batch -> its rows of the global batch (via host memory)."""
+        local = jax.device_get(data)
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(
+            self.batch if np.ndim(x) else self.repl, np.asarray(x)), local)
+
+    def barrier(self, name: str) -> None:
+        distributed.barrier(name, self.timeout)
+
+    def stack(self, leaves: list) -> list:
+        """Host-local env-state leaves -> global `[process_count, ...]` arrays (Orbax writes each row)."""
+        return [jax.make_array_from_process_local_data(self.rows, np.asarray(jax.device_get(x))[None])
+                for x in leaves]
+
+    def abstract_stack(self, leaves: list) -> list:
+        return [jax.ShapeDtypeStruct((self.count, *x.shape), x.dtype, sharding=self.rows) for x in leaves]
+
+    def unstack(self, leaves: list) -> list:
+        """Inverse of `stack`: this process's row of each restored leaf."""
+        return [np.asarray(x.addressable_data(0))[0] for x in leaves]
+
+    def sum(self, values: list[int]) -> list[int]:
+        """Each integer summed over the processes (a collective: call in lockstep)."""
+        hi_lo = np.asarray([[v >> 20, v & (2**20 - 1)] for v in values], np.int32)
+        out = np.asarray(distributed.allgather(hi_lo[None])).reshape(self.count, len(values), 2).astype(np.int64)
+        return [int(v) for v in (out[..., 0] * 2**20 + out[..., 1]).sum(0)]
 
 __all__ = ["run_async", "train_async"]
 
@@ -105,10 +168,16 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     placement = make_placement(p, cfg.mesh)
     colocated = placement.kind == "colocated"
     mesh = sharding.make_mesh(cfg.mesh) if colocated else placement.train_mesh  # the train state's mesh
-    roll_mesh = mesh if colocated else placement.rollout_mesh  # the collect path's env state and scan
+    hosts = _Hosts(cfg, mesh) if jax.process_count() > 1 else None
+    # the collect path's env state and scan; multi-process rollout stays on this host's devices
+    roll_mesh = placement.rollout_mesh if hosts is not None or not colocated else mesh
+    roll_cfg = cfg if hosts is None else dataclasses.replace(hosts.cfg, seed=hosts.seed)  # this host's envs
     rules = cfg.mesh.logical_rules
-    setup = setup or loop.build(cfg, mesh)
-    decisions = loop._check(cfg, setup, mesh)
+    setup = setup or loop.build(cfg if hosts is None else hosts.cfg, mesh)
+    decisions = loop._check(roll_cfg, setup, mesh)  # per process
+    log.info("rl async: process %d/%d, %d envs here; placement %s (rollout on this host's devices)",
+             jax.process_index(), jax.process_count(), roll_cfg.env.num_envs,
+             Placement(placement.kind, roll_mesh, mesh).describe())
     if p.streaming:
         check_streaming(cfg, p.require_batches)
     tx = learner.make_optimizer(cfg.rl)
@@ -123,41 +192,52 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     slots = p.num_slots > 1
     with sharding.use_mesh(roll_mesh, rules):
         env_state = None if slots else loop._place(
-            jax.jit(functools.partial(loop.initial_env_state, cfg, setup.env))(), roll_mesh)
+            jax.jit(functools.partial(loop.initial_env_state, roll_cfg, setup.env))(), roll_mesh)
 
     # ---- Checkpoint and resume -------------------------------------------------------------
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
                                    save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
     pack = lambda s, e: {"train": s} | ({} if e is None else {"env": loop._env_leaves(e)})
+    if hosts is not None:  # each process's env state is one row of a global array
+        pack = lambda s, e: {"train": s} | ({} if e is None else {"env": hosts.stack(loop._env_leaves(e))})
     counters, env_steps = RunnerCounters(), 0.0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-        restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
+        if hosts is None:
+            target = checkpoint.abstract_state(pack(state, env_state))
+        else:
+            target = {"train": checkpoint.abstract_state(state)} | (
+                {} if env_state is None else {"env": hosts.abstract_stack(loop._env_leaves(env_state))})
+        restored, extra = ckpt.restore(target)
         state = restored["train"]
-        env_state = None if env_state is None else loop._env_unleaves(env_state, restored["env"])
+        if env_state is not None and hosts is None:
+            env_state = loop._env_unleaves(env_state, restored["env"])
+        elif env_state is not None:
+            env_state = loop._place(loop._env_unleaves(env_state, hosts.unstack(restored["env"])), roll_mesh)
         counters = RunnerCounters(**extra["counters"])
         env_steps = float(extra["env_steps"])
         log.info("rl async: resumed at update %d (version %d)", counters.updates, counters.version)
 
     # ---- Rollout: placement, the collect path or env slots ---------------------------------
-    # colocated: the loop's own param shardings (so collect compiles as in the loop); else replicated
-    rollout_sharding = (state_shardings.params if placement.kind == "colocated"
+    # colocated: the loop's own param shardings (so collect compiles as in the loop); else replicated.
+    # Multi-process: replicated on this host's rollout mesh, gathered replicated on the train mesh first.
+    rollout_sharding = (state_shardings.params if colocated and hosts is None
                         else NamedSharding(placement.rollout_mesh, PartitionSpec()))
     trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
-                      prepare=None, update_fn=update_fn)
+                      prepare=None if hosts is None else hosts.to_global, update_fn=update_fn)
     trainer.updates = counters.updates
     if slots:
-        work = RLWorkload(cfg, setup)
+        work = RLWorkload(roll_cfg, setup)
         reset, step, infer = work.env(p.num_slots, None)
-        per = cfg.env.num_envs // p.num_slots
+        per = roll_cfg.env.num_envs // p.num_slots
         slot_rollout = SlotRollout(p, reset=reset, step=step, infer=infer, horizon=cfg.rl.rollout_length,
                                    samples_per_slot=per * cfg.rl.rollout_length,
                                    env_steps_per_decision=per * setup.action_horizon)
-        trainer.prepare = work._prepare
+        trainer.prepare = work._prepare if hosts is None else (lambda d: hosts.to_global(work._prepare(d)))
         sample_step, rollout_lanes, mini = slot_rollout.sample_step, slot_rollout.lanes, per * cfg.rl.rollout_length
         collect = None
     else:
-        collect = _Collect(cfg, setup, roll_mesh, env_state, counters.sample_calls)
+        collect = _Collect(roll_cfg, setup, roll_mesh, env_state, counters.sample_calls)
         sample_step, rollout_lanes, mini = collect, None, decisions
 
     def train_step(s, micro_batches):
@@ -167,13 +247,15 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     # ---- Logging, saving -------------------------------------------------------------------
     logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
     os.makedirs(cfg.output_dir, exist_ok=True)
+    main = distributed.is_main_process()
     json_path = os.path.join(cfg.output_dir, "async_metrics.jsonl")
     timeline = Timeline()
-    reporter = WindowReporter(timeline, logger, every=cfg.logging.every_steps, json_path=json_path)
+    reporter = WindowReporter(timeline, logger, every=cfg.logging.every_steps, json_path=json_path if main else None)
     total = cfg.rl.num_iterations
     end = total if stop_at is None else min(stop_at, total)
     evals: list[dict] = []
     steps_box = [env_steps]
+    consumed = [0]  # env steps of the samples trained on in this run (all processes)
 
     def save(runner: AsyncRunner, force: bool) -> None:
         c = runner.counters
@@ -190,12 +272,18 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
         m = dict(record["metrics"])
         if collect is not None:
             m |= collect.rollout_metrics
-        steps_box[0] = env_steps + float(sum(n for _, n in list(timeline.env_steps)))  # produced so far
+        produced = int(sum(n for _, n in list(timeline.env_steps)))  # by this process so far
+        used = int(record["env_steps"])
+        if hosts is not None:  # every process's trainer is here after the same update: sum over them
+            produced, used = hosts.sum([produced, used])
+        steps_box[0] = env_steps + float(produced)  # produced so far
+        consumed[0] += used
         m |= {"staleness_max": float(max(record["staleness"])), "version": float(record["version"])}
         logger.scalars(u, m, prefix="train/")
         reporter(u)
-        with open(json_path, "a") as f:
-            f.write(json.dumps({"update": u, "train": m}) + "\n")
+        if main:
+            with open(json_path, "a") as f:
+                f.write(json.dumps({"update": u, "train": m}) + "\n")
         save(runner, force=u in (total, end))
         if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
             evals.append(loop._log_eval(setup, logger, runner.state.params, u, steps_box[0], step_name="update"))
@@ -211,7 +299,9 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     runner = AsyncRunner(p, sample_step=sample_step, train_step=train_step, get_params=lambda s: s.params,
                          state=state, num_updates=total, samples_per_step=mini, mini_batch=mini,
                          rollout_shardings=rollout_sharding, counters=counters, on_update=on_update,
-                         rollout=rollout_lanes, timeline=timeline)
+                         rollout=rollout_lanes, timeline=timeline,
+                         publish_sharding=None if hosts is None else hosts.repl,
+                         sync_peers=None if hosts is None else hosts.barrier)
     t0 = time.perf_counter()
     if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 of the curve (as in sync)
         evals.append(loop._log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
@@ -221,14 +311,22 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     finally:
         ckpt.close()
         logger.close()
+    version, rollout_params = runner.weights.latest()
+    checksum = float(sum(np.abs(np.asarray(x, np.float64)).sum() for x in jax.tree.leaves(rollout_params)))
+    log.info("rl async: process %d: %s after %d updates; rollout weights version %d (checksum %.9g); "
+             "env steps trained on: %d by this process, %d by all", jax.process_index(), status,
+             runner.counters.updates, version, checksum,
+             sum(r["env_steps"] for r in runner.history), consumed[0])
     return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
             "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
-            "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state}
+            "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
+            "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
 
 
 def _short(summary: dict) -> dict:
     """The one-line JSON the `rl` command prints for an async run."""
-    short = {k: v for k, v in summary.items() if k in ("status", "updates", "version", "seconds", "evals")}
+    keep = ("status", "updates", "version", "seconds", "evals", "env_steps", "consumed_env_steps", "processes")
+    short = {k: v for k, v in summary.items() if k in keep}
     return short | {"summary": {k: v for k, v in summary["summary"].items() if "/" in k}}
 
 
