@@ -292,6 +292,9 @@ class RLConfig:
     num_iterations: int = 100  # collect -> update iterations
     rollout_length: int = 16  # chunk decisions collected per env per iteration
     group_size: int = 8  # GRPO: rollouts per initial state (divides env.num_envs)
+    # GRPO: 'balanced' deals the suite's tasks to the groups in turn (every task gets its share of
+    # groups each iteration); 'random' draws each group's task uniformly
+    group_tasks: Literal["balanced", "random"] = "balanced"
     gamma: float = 0.99  # discount per chunk decision
     gae_lambda: float = 0.95  # GAE lambda
     clip_low: float = 0.2  # PPO ratio clip below 1

@@ -107,6 +107,19 @@ def test_grpo_groups_share_initial_states_and_play_one_episode():
         learner.flatten_decisions(traj["valid"])))
 
 
+def test_balanced_task_ids_deal_every_task_its_share_of_groups():
+    env = toy.make_env(12, H, task_ids=(0, 3, 5))
+    for seed in range(4):
+        ids = np.asarray(ro.balanced_task_ids(env, jax.random.key(seed), 12, group_size=2))
+        groups = ids.reshape(6, 2)
+        assert (groups[:, 0] == groups[:, 1]).all()  # one task per group
+        assert sorted(np.bincount(groups[:, 0], minlength=6)[[0, 3, 5]]) == [2, 2, 2]
+    starts = {int(ro.balanced_task_ids(env, jax.random.key(s), 12, 4)[0]) for s in range(20)}
+    assert starts == {0, 3, 5}  # the first group's task rotates with the key
+    with pytest.raises(ValueError, match="groups of 5"):
+        ro.balanced_task_ids(env, jax.random.key(0), 12, 5)
+
+
 def test_rollout_traces_once():
     actor, params = mlp()
     env = toy.make_env(B, H)

@@ -87,7 +87,8 @@ def initial_env_state(cfg: TrainConfig, env: Env):
 def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: jax.Array, version: jax.Array):
     """One iteration's data. -> (env_state, learner batch [N, ...], metrics).
 
-    GRPO: reset `num_envs` envs in groups of `rl.group_size` from `rng` and play one episode;
+    GRPO: reset `num_envs` envs in groups of `rl.group_size` from `rng` (tasks dealt to the
+    groups in turn with `rl.group_tasks='balanced'`, else drawn per group) and play one episode;
     PPO: `rl.rollout_length` decisions from `env_state`. Advantages by `rl.advantage`. The
     recorded log-probs come from the actor's `logp_value` (the learner's function) on [B] rows,
     so the first update's ratio is 1: exactly for the MLP policy, to float32 rounding for the
@@ -96,7 +97,11 @@ def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: ja
     """
     k_reset, k_roll = jax.random.split(rng)
     if episodic(cfg):
-        env_state = ro.reset(setup.env, ro.group_keys(k_reset, cfg.env.num_envs, cfg.rl.group_size))
+        n, g = cfg.env.num_envs, cfg.rl.group_size
+        tasks = None
+        if cfg.rl.group_tasks == "balanced":
+            tasks = ro.balanced_task_ids(setup.env, jax.random.fold_in(k_reset, 1), n, g)
+        env_state = ro.reset(setup.env, ro.group_keys(k_reset, n, g), tasks)
         length, auto = setup.episode_decisions, False
     else:
         length, auto = cfg.rl.rollout_length, True
