@@ -60,12 +60,15 @@ def instruction_table(max_len: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
+_STATS = ("mean", "std", "q01", "q99", "min", "max")  # min/max optional (older policy.json lack them)
+
+
 def _stats_to_json(s: NormStats) -> dict[str, list[float]]:
-    return {k: np.asarray(getattr(s, k), np.float64).tolist() for k in ("mean", "std", "q01", "q99")}
+    return {k: np.asarray(getattr(s, k), np.float64).tolist() for k in _STATS if getattr(s, k) is not None}
 
 
 def _stats_from_json(d: dict) -> NormStats:
-    return NormStats(**{k: np.asarray(d[k], np.float32) for k in ("mean", "std", "q01", "q99")})
+    return NormStats(**{k: np.asarray(d[k], np.float32) for k in _STATS if k in d})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

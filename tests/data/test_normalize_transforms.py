@@ -37,6 +37,30 @@ def test_stats_from_the_fixture_and_exact_inverses():
     np.testing.assert_allclose(normalize(a.mean + a.std, a, "mean_std"), 1, atol=1e-3)
 
 
+def test_min_max_mode_covers_the_whole_range_and_needs_min_max():
+    # the lerobot fixture's stats.json has min/max: every recorded action maps into [-1, 1]
+    a = load_norm_stats(FIXTURE, ("action",))["action"]
+    assert a.min is not None and np.all(a.min <= a.q01) and np.all(a.max >= a.q99)
+    np.testing.assert_allclose(normalize(a.min, a, "min_max"), -1, atol=1e-4)
+    np.testing.assert_allclose(normalize(a.max, a, "min_max"), 1, atol=1e-4)
+    x = np.random.default_rng(1).uniform(a.min, a.max, size=(6, 7)).astype(np.float32)
+    np.testing.assert_allclose(unnormalize(normalize(x, a, "min_max"), a, "min_max"), x, atol=1e-5)
+    # what quantile loses: the action minimum lies below -1 there (outside the token bins)
+    assert np.any(normalize(a.min, a, "quantile") < -1.001) or np.allclose(a.min, a.q01)
+    no_minmax = NormStats(a.mean, a.std, a.q01, a.q99)
+    with pytest.raises(ValueError, match="min_max"):
+        normalize(x, no_minmax, "min_max")
+
+
+def test_min_max_must_be_well_formed(root):
+    path = os.path.join(root, "meta", "stats.json")
+    stats = load_json(path)
+    stats["action"]["max"] = [v - 10.0 for v in stats["action"]["min"]]  # max < min
+    save_json(path, stats)
+    with pytest.raises(DatasetError, match="min/max"):
+        load_norm_stats(root, ("action",))
+
+
 def test_constant_dimension_stays_finite():
     s = NormStats(*(np.array(v, np.float32) for v in ([1, 2], [0, 1], [1, 0], [1, 3])))
     y = normalize(np.array([1.0, 2.0]), s, "quantile")
