@@ -56,13 +56,16 @@ _API: dict[str, str] = {
     "rl_update": "vlajax.rl",
     "rollout": "vlajax.rl.rollout",
     "actor_step": "vlajax.rl.rollout",
+    "rl_train": "vlajax.rl.loop",
     # The asynchronous pipeline
     "AsyncRunner": "vlajax.pipeline",
     "run_sync": "vlajax.pipeline",
     "make_placement": "vlajax.pipeline",
     "run_async": "vlajax.rl.async_loop",
+    "rl_train_async": "vlajax.rl.async_loop",
     # Evaluation
     "evaluate": "vlajax.evaluate",
+    "load_policy": "vlajax.evaluate",
 }
 _RENAMES = {
     "initialize_distributed": "initialize",
@@ -72,6 +75,8 @@ _RENAMES = {
     "sft_train": "train",
     "sft_train_step": "train_step",
     "rl_update": "update",
+    "rl_train": "train",
+    "rl_train_async": "train_async",
 }
 
 __all__ = sorted(_API)
