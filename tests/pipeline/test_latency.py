@@ -38,3 +38,20 @@ def test_with_latency_takes_the_drawn_wall_time_per_slot():
     assert chunk(1, 1, 2) == 3
     assert time.monotonic() - t0 >= 0.06
     assert calls == [0]
+
+
+def test_reset_latency_is_added_per_env_call_with_its_probability():
+    rng = np.random.default_rng(0)
+    plain = LatencyModel(median_s=0.01, sigma=0.0, tail_prob=0.0)
+    always = LatencyModel(median_s=0.01, sigma=0.0, tail_prob=0.0, reset_prob=1.0, reset_s=0.1)
+    assert always.batch_seconds(rng, 4, steps=2) == pytest.approx(0.12)  # 2 steps + one reset per call
+    assert plain.batch_seconds(rng, 4, steps=2) == pytest.approx(0.02)
+    some = LatencyModel(median_s=0.01, sigma=0.0, tail_prob=0.0, reset_prob=0.05, reset_s=0.1)
+    # the batch waits for a reset when any of its n envs resets: probability 1 - 0.95^n
+    for n in (1, 4, 16):
+        expected = 0.02 + 0.1 * (1 - 0.95**n)
+        assert some.expected_batch_seconds(n, draws=4000, steps=2) == pytest.approx(expected, rel=0.08)
+    with pytest.raises(ValueError):
+        LatencyModel(reset_prob=1.5)
+    with pytest.raises(ValueError):
+        LatencyModel(reset_s=-1.0)

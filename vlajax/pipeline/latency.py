@@ -9,6 +9,12 @@ the per-env latencies: the long tail that env slots and dynamic batching are mea
 around `median_s` mixed with stragglers (`tail_prob` of steps take `tail_scale` times longer).
 `with_latency(step, model)` wraps a slot's `step` so that it also takes that wall time
 (sleeping releases the GIL and the CPU, like waiting on worker processes would).
+
+Resets. A chunk call of an env can also end an episode and reset the simulator, which costs
+far more than a step (LIBERO-style: re-place the scene, then a few no-op steps for the objects
+to settle). `reset_prob` is the probability that one env's chunk call includes a reset
+(about H / episode length when episodes end at independent times) and `reset_s` its extra
+wall time. Both are 0 by default (no reset latency).
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ class LatencyModel:
     sigma: float = 0.25  # log-normal shape (spread around the median)
     tail_prob: float = 0.02  # probability that a step is a straggler
     tail_scale: float = 6.0  # a straggler takes this many times longer
+    reset_prob: float = 0.0  # probability that one env's chunk call also resets its episode
+    reset_s: float = 0.0  # extra wall time of such a reset
 
     def __post_init__(self):
-        if self.median_s < 0 or self.sigma < 0 or not 0 <= self.tail_prob <= 1 or self.tail_scale < 1:
+        if (self.median_s < 0 or self.sigma < 0 or not 0 <= self.tail_prob <= 1 or self.tail_scale < 1
+                or not 0 <= self.reset_prob <= 1 or self.reset_s < 0):
             raise ValueError(f"invalid latency model {self}")
 
     def env_seconds(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -43,10 +52,14 @@ class LatencyModel:
 
     def batch_seconds(self, rng: np.random.Generator, n: int, steps: int = 1) -> float:
         """Wall time of stepping n envs in parallel by `steps` control steps each (an action chunk):
-        each env takes the sum of its `steps` step latencies; the batch takes the slowest env."""
+        each env takes the sum of its `steps` step latencies (plus `reset_s` if its call resets,
+        probability `reset_prob`); the batch takes the slowest env."""
         if not n:
             return 0.0
-        return float(self.env_seconds(rng, n * steps).reshape(n, steps).sum(axis=1).max())
+        per_env = self.env_seconds(rng, n * steps).reshape(n, steps).sum(axis=1)
+        if self.reset_prob > 0:
+            per_env = per_env + self.reset_s * (rng.random(n) < self.reset_prob)
+        return float(per_env.max())
 
     def expected_batch_seconds(self, n: int, draws: int = 4000, seed: int = 0, steps: int = 1) -> float:
         """Monte-Carlo mean of `batch_seconds` (grows with n: the tail effect)."""
