@@ -204,10 +204,16 @@ class Trainer:
         return state, {}
 
 
-def rl_workload(preset: str, *, envs: int, horizon: int, width: int):
+def rl_workload(preset: str, *, envs: int, horizon: int, width: int, update_epochs: int = 1, minibatches: int = 1):
     """The RL core as a bench workload: `preset` with `envs` envs, `horizon` decisions per segment,
-    an MLP of `width`, one PPO epoch over one minibatch per update (so streaming, which is one
-    optimizer update per global batch, runs the same update as the other modes). -> (workload, spec)."""
+    an MLP of `width`, `update_epochs` PPO epochs over `minibatches` minibatches per update.
+
+    With one epoch over one minibatch (the default) the streaming modes run the RL core's
+    gradient-on-arrival update, which is the same optimizer update as the other modes'. With more
+    (`spec['grad_streaming']` False) that update does not exist (epoch 2 needs the whole batch):
+    the streaming modes then prepare each micro-batch (device transfer, advantages) as it
+    arrives and run the same epochs x minibatches update as every other mode once the window is
+    complete (verl's streaming: samples flow to the trainer one by one). -> (workload, spec)."""
     import vlajax.presets  # noqa: F401  (registers the presets)
     from vlajax import compile_cache
     from vlajax.config import get_config
@@ -219,11 +225,13 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int):
     cfg = dataclasses.replace(
         cfg, env=dataclasses.replace(cfg.env, num_envs=envs),
         model=dataclasses.replace(cfg.model, width=width),
-        rl=dataclasses.replace(cfg.rl, rollout_length=horizon, update_epochs=1, num_minibatches=1, micro_batches=1,
+        rl=dataclasses.replace(cfg.rl, rollout_length=horizon, update_epochs=update_epochs,
+                               num_minibatches=minibatches, micro_batches=1,
                                normalize_advantages="batch"))
     spec = {"preset": preset, "task": cfg.env.task or cfg.env.suite, "obs_mode": cfg.env.obs_mode, "envs": envs,
             "horizon": horizon, "action_horizon": cfg.model.action_horizon, "width": width, "depth": cfg.model.depth,
-            "episode_length": cfg.env.episode_length, "algo": cfg.rl.algo}
+            "episode_length": cfg.env.episode_length, "algo": cfg.rl.algo, "update_epochs": update_epochs,
+            "minibatches": minibatches, "grad_streaming": update_epochs * minibatches == 1}
     return RLWorkload(cfg, loop.build(cfg)), spec
 
 
@@ -232,7 +240,8 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int):
 # ----------------------------------------------------------------------------------------
 
 
-def mode_config(mode: str, slots: int, placement: str, ratio: str) -> tuple[AsyncConfig, int]:
+def mode_config(mode: str, slots: int, placement: str, ratio: str, max_wait_ms: float = 2.0
+                ) -> tuple[AsyncConfig, int]:
     """(config, num_slots) of a mode."""
     async_rollout = mode not in ("sync", "train_async")
     n = slots if async_rollout else 1
@@ -240,14 +249,18 @@ def mode_config(mode: str, slots: int, placement: str, ratio: str) -> tuple[Asyn
         enabled=mode != "sync", placement=placement, placement_ratio=ratio, num_slots=n, require_batches=n,
         staleness_threshold=0.0 if mode in ("sync", "rollout_async") else 1.0,
         streaming=mode in ("+streaming", "+partial_rollout"), partial_rollout=mode == "+partial_rollout",
-        max_batch=n, max_wait_ms=2.0, queue_timeout_s=300.0, watchdog_s=600.0)
+        max_batch=n, max_wait_ms=max_wait_ms, queue_timeout_s=300.0, watchdog_s=600.0)
     return cfg, n
 
 
 def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, updates: int,
-            latency: LatencyModel, ratio: str, **overrides: Any) -> dict[str, Any]:
-    """One (regime, placement, mode) run; `overrides` replace `AsyncConfig` fields of the mode."""
-    cfg, n = mode_config(mode, slots, placement, ratio)
+            latency: LatencyModel, ratio: str, max_wait_ms: float = 2.0, grad_streaming: bool = True,
+            **overrides: Any) -> dict[str, Any]:
+    """One (regime, placement, mode) run; `overrides` replace `AsyncConfig` fields of the mode.
+
+    grad_streaming=False: the streaming modes hand the trainer its micro-batches as they arrive
+    (`AsyncConfig.streaming`) but the trainer runs the non-streaming update (see `rl_workload`)."""
+    cfg, n = mode_config(mode, slots, placement, ratio, max_wait_ms)
     cfg = dataclasses.replace(cfg, **overrides)
     p = make_placement(cfg, MeshConfig())
     train_dev, roll_dev = p.train_devices[0], p.rollout_devices[0]  # colocated: the same device, time-shared
@@ -256,7 +269,7 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
                           env_steps_per_decision=w.envs // n * w.steps_per_decision)
     timeline = Timeline()
     state = jax.device_put(w.init_state(0), train_dev)
-    trainer = w.trainer(train_dev, cfg.streaming, cfg.require_batches)
+    trainer = w.trainer(train_dev, cfg.streaming and grad_streaming, cfg.require_batches)
     marks: list[float] = []
     mark = lambda *_: marks.append(time.monotonic())
     kw = dict(train_step=trainer, get_params=w.get_params, num_updates=updates + 1,
@@ -277,10 +290,12 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
             "mode": mode, "slots": n, "updates_timed": updates,
             "env_steps_per_s": m["env/steps_per_s"], "trainer_idle_ratio": m.get("trainer/idle_ratio", 0.0),
             "rollouter_idle_ratio": m.get("rollouter/idle_ratio", 0.0),
+            "rollouter_wait_inference_ratio": m.get("rollouter/wait_inference_ratio", 0.0),
             "staleness_mean": m.get("staleness/mean", 0.0), "staleness_max": m.get("staleness/max", 0.0),
             "version_span_max": m.get("partial/version_span_max", 0.0),
             "inference_batch_mean": m.get("inference/batch_mean", float(w.envs)),
-            "staleness_threshold": cfg.staleness_threshold, "wall_s": t_end - t_start,
+            "staleness_threshold": cfg.staleness_threshold, "max_wait_ms": cfg.max_wait_ms,
+            "grad_streaming": grad_streaming if cfg.streaming else None, "wall_s": t_end - t_start,
             "loadavg_1m": os.getloadavg()[0]}
 
 
@@ -303,6 +318,8 @@ def main(argv: list[str]) -> int:
                     help="rl: the RL core (MLP PPO, tabletop MJX envs); standin: point-mass + MLP REINFORCE")
     ap.add_argument("--preset", default="rl-debug", help="rl workload: the TrainConfig preset it starts from")
     ap.add_argument("--width", type=int, default=256, help="rl workload: MLP width (actor and critic)")
+    ap.add_argument("--update-epochs", type=int, default=1, help="rl workload: PPO epochs per update")
+    ap.add_argument("--minibatches", type=int, default=1, help="rl workload: PPO minibatches per epoch")
     ap.add_argument("--regimes", default="cpu_longtail,mjx")
     ap.add_argument("--placements", default="colocated,disaggregated")
     ap.add_argument("--ratio", default="1:1", help="disaggregated rollout:train device ratio")
@@ -314,8 +331,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--epochs", type=int, default=32)
     ap.add_argument("--median-ms", type=float, default=10.0, help="cpu_longtail: median env step")
+    ap.add_argument("--sigma", type=float, default=0.25, help="cpu_longtail: log-normal shape of a step")
     ap.add_argument("--tail-prob", type=float, default=0.02)
     ap.add_argument("--tail-scale", type=float, default=6.0)
+    ap.add_argument("--reset-prob", type=float, default=0.0,
+                    help="cpu_longtail: probability that an env's chunk call also resets its episode")
+    ap.add_argument("--reset-steps", type=float, default=0.0,
+                    help="cpu_longtail: a reset's extra wall time, in median steps")
+    ap.add_argument("--max-wait-ms", type=float, default=2.0, help="dynamic batching: max_wait_ms of the slot modes")
     ap.add_argument("--render", default="", help="print the markdown table of an existing JSON and exit")
     ap.add_argument("--repeats", type=int, default=1, help="runs per row; the row is the median run")
     ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices when running on CPU")
@@ -327,11 +350,14 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(RuntimeError):  # only possible before the backend starts (tests set it themselves)
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
     if a.workload == "rl":
-        w, spec = rl_workload(a.preset, envs=a.envs, horizon=a.horizon, width=a.width)
+        w, spec = rl_workload(a.preset, envs=a.envs, horizon=a.horizon, width=a.width,
+                              update_epochs=a.update_epochs, minibatches=a.minibatches)
+        grad_streaming = spec["grad_streaming"]
     else:
         spec = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
-        w = StandInWorkload(spec)
-    latency = LatencyModel(median_s=a.median_ms / 1e3, tail_prob=a.tail_prob, tail_scale=a.tail_scale)
+        w, grad_streaming = StandInWorkload(spec), True
+    latency = LatencyModel(median_s=a.median_ms / 1e3, sigma=a.sigma, tail_prob=a.tail_prob, tail_scale=a.tail_scale,
+                           reset_prob=a.reset_prob, reset_s=a.reset_steps * a.median_ms / 1e3)
     rows = []
     placements, modes = a.placements.split(","), a.modes.split(",")
     for regime in a.regimes.split(","):
@@ -341,7 +367,7 @@ def main(argv: list[str]) -> int:
                 for mode in modes:
                     runs.setdefault((placement, mode), []).append(run_one(
                         w, regime, placement, mode, slots=a.slots, updates=a.updates, latency=latency,
-                        ratio=a.ratio))
+                        ratio=a.ratio, max_wait_ms=a.max_wait_ms, grad_streaming=grad_streaming))
         base = None
         for placement in placements:
             for mode in modes:
@@ -355,7 +381,9 @@ def main(argv: list[str]) -> int:
                 print(json.dumps(row), flush=True)
     spec_dict = spec if isinstance(spec, dict) else dataclasses.asdict(spec)
     meta = {"workload": spec_dict | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
-            "devices": jax.device_count(), "cpu_count": os.cpu_count(), "argv": sys.argv[1:]}
+            "devices": jax.device_count(), "cpu_count": os.cpu_count(), "argv": sys.argv[1:],
+            "expected_batch_ms": {f"{k} envs x {w.steps_per_decision} steps": 1e3 * latency.expected_batch_seconds(
+                k, steps=w.steps_per_decision) for k in sorted({w.envs, w.envs // a.slots})}}
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
