@@ -229,6 +229,13 @@ class EnvConfig:
         )
 
 
+def action_norm(cfg: TrainConfig) -> str:
+    """The action normalization mode `cfg.data.action_norm` selects ('auto' resolved by head)."""
+    if cfg.data.action_norm != "auto":
+        return cfg.data.action_norm
+    return "min_max" if cfg.model.action_head == "tokens" else "quantile"
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Demonstration data and the input pipeline."""
@@ -244,9 +251,10 @@ class DataConfig:
     pack_rows: int = 0  # packed: prefix rows per global batch (0 = from the data's mean prefix length)
     pack_row_len: int = 0  # packed: tokens per row (0 = 2 x model.prefix_len)
     max_segments_per_row: int = 0  # packed: samples per row at most (0 = no limit)
-    # actions: q01/q99 -> [-1, 1], z-score, or min/max -> [-1, 1] (use min_max for the token head:
-    # its bins cover [-1, 1], so quantile would cut off each dim's rarest 1%, e.g. gripper opening)
-    action_norm: Literal["quantile", "mean_std", "min_max"] = "quantile"
+    # actions: q01/q99 -> [-1, 1], z-score, or min/max -> [-1, 1]; 'auto' = quantile for the flow
+    # head, min_max for the token head (its bins cover [-1, 1]: quantile would put each dim's
+    # rarest 1%, e.g. the gripper's opening commands, outside every bin). See `action_norm(cfg)`.
+    action_norm: Literal["auto", "quantile", "mean_std", "min_max"] = "auto"
     state_norm: Literal["quantile", "mean_std"] = "mean_std"  # proprioceptive state normalization
     camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
     episodes_per_task: int = 50  # demos: successful expert episodes written per task

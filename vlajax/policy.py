@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.config import ModelConfig
+from vlajax.config import ModelConfig, action_norm
 from vlajax.data.normalize import NormStats, unnormalize
 from vlajax.models import heads
 from vlajax.models.observation import Observation
@@ -96,7 +96,7 @@ class Bridge:
     @classmethod
     def from_data(cls, cfg, info) -> Bridge:
         """From a `TrainConfig` and the `DataInfo` of its loader (`vlajax.data.make_loader`)."""
-        return cls(cfg.model, tuple(info.cameras), dict(info.norm), cfg.data.action_norm, cfg.data.state_norm,
+        return cls(cfg.model, tuple(info.cameras), dict(info.norm), action_norm(cfg), cfg.data.state_norm,
                    env_action_dim=min(cfg.model.action_dim, 4))
 
     def to_json(self) -> dict[str, Any]:

@@ -157,3 +157,12 @@ def test_group_outputs_undo_inputs(root):
     np.testing.assert_allclose(back["actions"], s["actions"], atol=1e-5)
     np.testing.assert_allclose(back["state"], s["state"], atol=1e-5)
     assert g.push(outputs=(Compose(),)).outputs[0] == Compose()  # pushed outputs run first
+
+
+def test_action_norm_auto_follows_the_head():
+    from vlajax.config import DataConfig, ModelConfig, TrainConfig, action_norm
+
+    assert action_norm(TrainConfig(model=ModelConfig(action_head="flow"))) == "quantile"
+    assert action_norm(TrainConfig(model=ModelConfig(action_head="tokens"))) == "min_max"
+    explicit = TrainConfig(model=ModelConfig(action_head="tokens"), data=DataConfig(action_norm="quantile"))
+    assert action_norm(explicit) == "quantile"

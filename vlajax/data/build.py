@@ -2,7 +2,7 @@
 
     loader, info = make_loader(cfg, mesh)     # checks the dataset against the model first
     batch = next(loader)                      # global arrays, keys in vlajax.data.packing
-    actions = unnormalize(pred, info.norm["actions"], cfg.data.action_norm)
+    actions = unnormalize(pred, info.norm["actions"], action_norm(cfg))
 
 Order of the per-sample transforms: camera selection (`data.drop_cameras`) -> resize to
 `model.image_size` -> camera dropout (`data.camera_dropout`; training only, never the first
@@ -22,7 +22,7 @@ import os
 import jax
 import numpy as np
 
-from vlajax.config import TrainConfig
+from vlajax.config import TrainConfig, action_norm
 from vlajax.data.lerobot import DatasetError, LeRobotData
 from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.normalize import NormStats, load_norm_stats
@@ -97,8 +97,9 @@ def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, N
         steps += [RandomDropCamera(c, p, seed=cfg.seed + 1 + k) for k, c in enumerate(cameras[1:])]
     if train and cfg.data.augment:
         steps.append(AugmentImages(seed=cfg.seed))
-    steps += [Tokenize(cfg.model.max_text_len), Normalize(norm, cfg.data.state_norm, cfg.data.action_norm)]
-    return Group(tuple(steps), (Unnormalize(norm, cfg.data.state_norm, cfg.data.action_norm),))
+    mode = action_norm(cfg)
+    steps += [Tokenize(cfg.model.max_text_len), Normalize(norm, cfg.data.state_norm, mode)]
+    return Group(tuple(steps), (Unnormalize(norm, cfg.data.state_norm, mode),))
 
 
 def packed_rows(mean_tokens: float, slots: int, row_len: int, multiple: int) -> int:
