@@ -145,6 +145,9 @@ class ModelConfig:
     num_denoise_steps: int = 4  # Euler steps of the flow sampler
     flow_sampler: Literal["ode", "flow_sde", "flow_noise"] = "ode"  # stochastic variants give log-probs
     noise_level: float = 0.5  # flow_sde noise scale (sigma_t = noise_level * sqrt(t / (1 - t)))
+    # flow sampler's start x_1: 'normal' = N(0, I) per chunk (pi0); 'zeros' = x_1 = 0, so the ODE
+    # policy is deterministic and flow_sde's credited step noise is all of a chunk's randomness
+    flow_x1: Literal["normal", "zeros"] = "normal"
     noise_std_min: float = 0.08  # flow_noise: lower bound of the learned per-step std
     noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
     num_bins: int = 256  # token head: bins per action dim

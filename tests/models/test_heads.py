@@ -53,6 +53,19 @@ def test_ode_sampler_is_deterministic(sde):
     assert not np.allclose(a.chain, sample(variables, obs, jax.random.key(6)).chain)  # noise depends on rng
 
 
+def test_zero_start_makes_the_ode_policy_deterministic_and_sde_noise_the_only_randomness(sde):
+    model, variables, obs = sde
+    zeros = VLA(dataclasses.replace(model.cfg, flow_x1="zeros"))  # same parameters, x_1 = 0
+    ode = jax.jit(lambda v, o, r: heads.flow_sample(zeros, v, o, r, sampler="ode"))
+    a, b = ode(variables, obs, jax.random.key(5)), ode(variables, obs, jax.random.key(6))
+    np.testing.assert_array_equal(a.chain, b.chain)  # any rng: the same chunk
+    assert np.all(np.asarray(a.chain[:, 0]) == 0)
+    s = jax.jit(lambda v, o, r: heads.flow_sample(zeros, v, o, r))(variables, obs, jax.random.key(7))
+    assert np.all(np.asarray(s.chain[:, 0]) == 0) and not np.allclose(s.actions, a.actions)
+    re = jax.jit(lambda v, o, c, j: heads.flow_chain_log_prob(zeros, v, o, c, j))(variables, obs, s.chain, s.sde_step)
+    np.testing.assert_allclose(re["log_prob"], s.log_prob, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("which", ["sde", "noise"])
 def test_recomputed_log_prob_equals_sampling_log_prob(which, request):
     model, variables, obs = request.getfixturevalue(which)

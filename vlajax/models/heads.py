@@ -2,7 +2,8 @@
 
 Flow matching (pi0 convention, t = 1 is noise; see shared ALGORITHMS.md):
   flow_loss         t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t eps + (1 - t) a, target u = eps - a.
-  flow_sample       prefix encoded once (KV cache), K Euler steps of the expert from t = 1 to 0.
+  flow_sample       prefix encoded once (KV cache), K Euler steps of the expert from t = 1 to 0,
+                    starting at x_1 ~ N(0, I) (cfg.flow_x1 = 'normal') or x_1 = 0 ('zeros').
                     `ode`: deterministic. `flow_sde`: one uniformly drawn step j per sample is an
                     SDE step (std sqrt(d) * sigma_t), every other step is the ODE step; the
                     log-prob is that step's Gaussian log-density. `flow_noise`: every step adds
@@ -110,7 +111,7 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     shape = (b, cfg.action_horizon, cfg.action_dim)
     k_x, k_j, k_steps = jax.random.split(rng, 3)
     hidden, cache = model.apply(variables, obs, method=VLA.prefix)
-    x1 = jax.random.normal(k_x, shape)
+    x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
     j = jax.random.randint(k_j, (b,), 0, K) if sampler == "flow_sde" else jnp.full((b,), -1, jnp.int32)
     ts, d = _times(K)
     m = _mask(logp_mask, shape)
