@@ -2,11 +2,12 @@
 
 Phases (each is the documented command, run as its own process):
   1. demos  scripted experts on the `goal` suite -> a LeRobot v3.0 dataset
-  2. sft    `sft-small` (1.5M-param VLA, 32x32 pixels) on those demos
-  3. rl     asynchronous RL (`--pipeline.enabled true`, staleness 1) from the SFT checkpoint
-            with the preset `rl-grpo-flow` (GRPO, flow head sampled by `flow_sde`, progress
-            reward); its closed-loop evaluations at update 0 (= the SFT policy) and at the end
-            give before/after
+  2. sft    `sft-small` (1.5M-param VLA, 32x32 pixels) with the token head (64 bins per action
+            dim) on those demos
+  3. rl     asynchronous GRPO (`--pipeline.enabled true`, staleness 1) from the SFT checkpoint
+            with the preset `rl-grpo-tokens` (token head, progress reward, 8 groups of 4);
+            its closed-loop evaluations at update 0 (= the SFT policy) and at the end give
+            before/after
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
@@ -29,7 +30,7 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
 SIZES = {
     # episodes per task, SFT steps, RL iterations, eval episodes per task
-    "default": dict(episodes=5, sft_steps=500, rl_iterations=12, eval_episodes=20),
+    "default": dict(episodes=5, sft_steps=500, rl_iterations=20, eval_episodes=20),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
 }
 
@@ -108,11 +109,12 @@ def main() -> int:
                        "--episodes-per-task", str(size["episodes"]), "--out", demos], os.path.join(logs, "demos.log"))
     # ---- 2. SFT ---------------------------------------------------------------------------
     _run("2/3 sft", ["sft", "--preset", sft_preset, "--data.dataset-dir", demos, "--output-dir", sft,
+                     "--model.action-head", "tokens", "--model.num-bins", "64",
                      "--sft.num-steps", str(size["sft_steps"]), "--sft.eval-every", "-1",
                      "--logging.progress", "plain"], os.path.join(logs, "sft.log"))
     # ---- 3. RL from the SFT checkpoint (evaluated at iteration 0 and at the end) ----------
     iters = size["rl_iterations"]
-    rl_args = ["rl", "--preset", "rl-grpo-flow", "--rl.init-from", os.path.join(sft, "checkpoints"),
+    rl_args = ["rl", "--preset", "rl-grpo-tokens", "--rl.init-from", os.path.join(sft, "checkpoints"),
                "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
                "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
                "--logging.progress", "plain",

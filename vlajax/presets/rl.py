@@ -4,9 +4,10 @@
 - `rl-mlp-state`: the state-observation MLP preset used for the brax peer comparison
   (`vlajax/bench/rl_peer.py`): one task, chunk of 1 (brax acts per step), 64x64 tanh MLPs.
 - `rl-grpo-tokens`: GRPO with the token head from pixels, started from an SFT checkpoint
-  (`--rl.init-from runs/<sft>/checkpoints`); no critic; 32 envs in 4 groups of 8.
-- `rl-grpo-flow`: the same GRPO with the flow head (`flow_sde`); `make quickstart` runs it
-  asynchronously.
+  (`--rl.init-from runs/<sft>/checkpoints`; the SFT run's `data.action_norm` must let the bins
+  reach every action: `auto` = `min_max` for tokens); no critic; 32 envs in 8 groups of 4;
+  `make quickstart` runs it asynchronously.
+- `rl-grpo-flow`: the same GRPO with the flow head (`flow_sde`).
 - `rl-ppo-flow`: PPO with the flow head (`flow_sde`, one stochastic denoising step per chunk)
   and an expert value head (its own learning rate, 5 critic-only warm-up iterations), from an
   SFT checkpoint.
@@ -61,12 +62,13 @@ def _pixels_env(num_envs: int) -> EnvConfig:
 
 
 def _grpo_pixels(output_dir: str, model: ModelConfig, learning_rate: float) -> TrainConfig:
-    """GRPO from pixels: 32 envs in 4 groups of 8 sharing an initial state, one episode each."""
+    """GRPO from pixels: 32 envs in 8 groups of 4 sharing an initial state (tasks dealt to the
+    groups in turn: 2 groups per goal task), one episode each."""
     return TrainConfig(
         output_dir=output_dir,
         model=model,
         env=_pixels_env(32),
-        rl=RLConfig(algo="grpo", group_size=8, num_iterations=200, num_minibatches=4, update_epochs=1,
+        rl=RLConfig(algo="grpo", group_size=4, num_iterations=200, num_minibatches=4, update_epochs=1,
                     learning_rate=learning_rate, normalize_advantages="none", dual_clip=0.0, eval_every=5,
                     eval_episodes_per_task=20, chunk_steps=4, reward="progress"),
         checkpoint=CheckpointConfig(every_steps=5),
