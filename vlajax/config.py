@@ -148,6 +148,9 @@ class ModelConfig:
     # flow sampler's start x_1: 'normal' = N(0, I) per chunk (pi0); 'zeros' = x_1 = 0, so the ODE
     # policy is deterministic and flow_sde's credited step noise is all of a chunk's randomness
     flow_x1: Literal["normal", "zeros"] = "normal"
+    # flow_sde: 'one' = one uniformly drawn denoising step per chunk is stochastic (its log-density
+    # is the log-prob); 'all' = every step is an SDE step and the log-prob sums all K of them
+    flow_sde_steps: Literal["one", "all"] = "one"
     noise_std_min: float = 0.08  # flow_noise: lower bound of the learned per-step std
     noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
     num_bins: int = 256  # token head: bins per action dim

@@ -66,6 +66,20 @@ def test_zero_start_makes_the_ode_policy_deterministic_and_sde_noise_the_only_ra
     np.testing.assert_allclose(re["log_prob"], s.log_prob, rtol=1e-5, atol=1e-4)
 
 
+def test_all_step_sde_credits_every_denoising_step(sde):
+    model, variables, obs = sde
+    every = VLA(dataclasses.replace(model.cfg, flow_sde_steps="all"))  # same parameters
+    s = jax.jit(lambda v, o, r: heads.flow_sample(every, v, o, r))(variables, obs, jax.random.key(7))
+    assert np.all(np.asarray(s.sde_step) == -1)
+    re = jax.jit(lambda v, o, c: heads.flow_chain_log_prob(every, v, o, c))(variables, obs, s.chain)
+    np.testing.assert_allclose(re["log_prob"], s.log_prob, rtol=1e-5, atol=1e-4)
+    # the sum over steps: step k's Gaussian density, replayed by hand with the one-step scorer
+    one = VLA(model.cfg)
+    per_step = [jax.jit(lambda v, o, c, j: heads.flow_chain_log_prob(one, v, o, c, j))(
+        variables, obs, s.chain, jnp.full((B,), k, jnp.int32))["log_prob"] for k in range(model.cfg.num_denoise_steps)]
+    np.testing.assert_allclose(sum(per_step), s.log_prob, rtol=1e-5, atol=1e-3)
+
+
 @pytest.mark.parametrize("which", ["sde", "noise"])
 def test_recomputed_log_prob_equals_sampling_log_prob(which, request):
     model, variables, obs = request.getfixturevalue(which)

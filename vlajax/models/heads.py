@@ -6,7 +6,8 @@ Flow matching (pi0 convention, t = 1 is noise; see shared ALGORITHMS.md):
                     starting at x_1 ~ N(0, I) (cfg.flow_x1 = 'normal') or x_1 = 0 ('zeros').
                     `ode`: deterministic. `flow_sde`: one uniformly drawn step j per sample is an
                     SDE step (std sqrt(d) * sigma_t), every other step is the ODE step; the
-                    log-prob is that step's Gaussian log-density. `flow_noise`: every step adds
+                    log-prob is that step's Gaussian log-density (cfg.flow_sde_steps = 'all':
+                    every step is an SDE step and the log-prob sums them). `flow_noise`: every step adds
                     a learned std; the log-prob sums all steps.
   flow_chain_log_prob  recomputes the log-prob of a stored chain x_1 .. x_0 under new params.
 Action tokens (OpenVLA-OFT): each dim of [-1, 1] split into `num_bins` bins, all H*A tokens
@@ -112,7 +113,9 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     k_x, k_j, k_steps = jax.random.split(rng, 3)
     hidden, cache = model.apply(variables, obs, method=VLA.prefix)
     x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
-    j = jax.random.randint(k_j, (b,), 0, K) if sampler == "flow_sde" else jnp.full((b,), -1, jnp.int32)
+    one = sampler == "flow_sde" and cfg.flow_sde_steps == "one"
+    j = jax.random.randint(k_j, (b,), 0, K) if one else jnp.full((b,), -1, jnp.int32)
+    every = sampler == "flow_sde" and cfg.flow_sde_steps == "all"
     ts, d = _times(K)
     m = _mask(logp_mask, shape)
 
@@ -120,7 +123,7 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
         k, t, key = inp
         tb = jnp.full((b,), t)
         v, log_std, _ = model.apply(variables, cache, x, tb, method=VLA.velocity)
-        mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, j == k)
+        mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, (j == k) | every)
         x_next = mean + std * jax.random.normal(key, shape)
         return x_next, (x_next, _gauss_logp(x_next, mean, std, m))
 
@@ -134,7 +137,8 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
                         sampler: str | None = None, logp_mask=None) -> dict[str, jax.Array]:
     """Log-prob [B] (and entropy [B]) of a stored chain [B, K+1, H, A] under `variables`.
 
-    flow_sde evaluates only step `sde_step` (one expert call); flow_noise evaluates every step.
+    flow_sde evaluates only step `sde_step` (one expert call; with cfg.flow_sde_steps = 'all',
+    every step); flow_noise evaluates every step.
     """
     cfg = model.cfg
     sampler = sampler or cfg.flow_sampler
@@ -143,7 +147,8 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     ts, d = _times(K)
     m = _mask(logp_mask, shape)
     _, cache = model.apply(variables, obs, method=VLA.prefix)
-    if sampler == "flow_sde":
+    every = sampler == "flow_sde" and cfg.flow_sde_steps == "all"
+    if sampler == "flow_sde" and not every:
         if sde_step is None:
             raise ValueError("flow_sde log-probs need the stored sde_step [B] of each chain")
         x = jnp.take_along_axis(chain, sde_step[:, None, None, None], axis=1)[:, 0]
@@ -157,7 +162,7 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
         x, x_next = chain[:, k], chain[:, k + 1]
         tb = jnp.full((b,), ts[k])
         v, log_std, _ = model.apply(variables, cache, x, tb, method=VLA.velocity)
-        mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, jnp.zeros((b,), bool))
+        mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, jnp.full((b,), every))
         return carry, (_gauss_logp(x_next, mean, std, m), _gauss_entropy(std, m))
 
     _, (lps, ents) = jax.lax.scan(step, None, jnp.arange(K))

@@ -239,7 +239,7 @@ def _load_sft(cfg: TrainConfig, mesh):
     params = state.ema_params if state.ema_params is not None else state.params
     m = cfg.model
     model_cfg = dataclasses.replace(sft_cfg.model, flow_sampler=m.flow_sampler, noise_level=m.noise_level,
-                                    flow_x1=m.flow_x1, value_head=m.value_head)
+                                    flow_x1=m.flow_x1, flow_sde_steps=m.flow_sde_steps, value_head=m.value_head)
     bridge = dataclasses.replace(bridge, model=model_cfg)
     log.info("rl: initialized from %s (SFT step %s)", directory, extra.get("step"))
     return model_cfg, bridge, params
