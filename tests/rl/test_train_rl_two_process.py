@@ -2,14 +2,14 @@
 writes one checkpoint (the plain launch of docs/multihost.md: same command per process,
 JAX_* variables tell who is who; 2 virtual CPU devices per process form one 4-device mesh).
 
-The asynchronous pipeline (`--pipeline.enabled true`) is not covered: `vlajax.rl.async_loop`
-does not run multi-process yet (colocated: the weight server's device_put of the rollout
-params is a cross-host transfer the CPU backend refuses; disaggregated: the trainer gets the
-process-local rollout batch, not a global array over the train mesh)."""
+The synchronous loop and the asynchronous pipeline (`--pipeline.enabled true`, issue #7:
+rollout host-local, training global) are both covered; the async runs also resume from their
+multi-process checkpoint."""
 
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ENVS, DECISIONS, H = 8, 4, 2  # rl-debug: num_envs, rollout_length, action_horizon
 
 
-def _launch_two(out: str, *extra: str, timeout: float = 900) -> list[tuple[str, str]]:
+def _launch_two(out: str, *extra: str, preset: str = "rl-debug", timeout: float = 900) -> list[tuple[str, str]]:
     """Run the rl command once per process; -> [(stdout, stderr)] of processes 0 and 1, both exit 0.
 
     Output goes to files: both processes log a lot, and a full pipe would stall the one not
@@ -39,7 +39,7 @@ def _launch_two(out: str, *extra: str, timeout: float = 900) -> list[tuple[str, 
             env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
                    "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(pid), "VLAJAX_COMPILATION_CACHE": ""}
             env.pop("XLA_FLAGS", None)
-            cmd = [sys.executable, "-m", "vlajax.train", "rl", "--preset", "rl-debug", "--output-dir", out,
+            cmd = [sys.executable, "-m", "vlajax.train", "rl", "--preset", preset, "--output-dir", out,
                    "--rl.num-iterations", "1", "--logging.progress", "none",
                    "--distributed.local-device-count", "2", *extra]
             o, e = (stack.enter_context(open(path, "w")) for path in paths[pid])
@@ -86,3 +86,72 @@ def test_two_process_rl_sync_loop_writes_one_checkpoint(tmp_path):
         assert "2 local / 4 global devices" in err and "mesh {'dp': 4" in err
     _assert_one_checkpoint(out)
 
+
+
+_DONE = re.compile(r"rl async: process (\d): (\w+) after (\d+) updates; rollout weights version (\d+) "
+                   r"\(checksum (\S+)\); env steps trained on: (\d+) by this process, (\d+) by all")
+
+
+def _async_done(outs) -> list[tuple]:
+    """Each process's closing log line: (status, updates, version, checksum, steps here, steps all)."""
+    done = []
+    for pid, (_, err) in enumerate(outs):
+        m = _DONE.findall(err)
+        assert len(m) == 1 and int(m[0][0]) == pid, err[-4000:]
+        done.append(m[0][1:])
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.entry
+@pytest.mark.parametrize("mode", ["colocated", "disaggregated-slots"])
+def test_two_process_rl_async_pipeline_trains_globally_and_resumes(tmp_path, mode):
+    """Issue #7: the async RL loop as 2 processes. Each process rolls out its own 4 envs on its
+    own devices; every update is one global step over both processes' batches; both processes
+    take the same updates, install the same published weights on their own rollout mesh, and
+    write one checkpoint together, from which a second launch resumes (colocated)."""
+    out = str(tmp_path / "run")
+    # generous bounds: the first waits include compiles (the closing evaluation compiles in the trainer lane)
+    extra = ["--pipeline.enabled", "true", "--pipeline.queue-timeout-s", "900", "--pipeline.watchdog-s", "1800"]
+    preset = "rl-debug"
+    if mode == "disaggregated-slots":  # 1 rollout + 1 train device per process; 2 env slots, streaming, partial
+        preset = "rl-async-debug"
+        extra += ["--pipeline.placement", "disaggregated", "--pipeline.staleness-threshold", "0"]
+    outs = _launch_two(out, *extra, preset=preset, timeout=1800)
+    summary = _summary(outs)
+    assert summary["status"] == "done" and summary["updates"] == 1 and summary["version"] == 1
+    assert summary["processes"] == 2
+    # the one update trained on every env of both processes: 2 x (4 envs x 4 decisions x H steps)
+    assert summary["consumed_env_steps"] == ENVS * DECISIONS * H
+    done = _async_done(outs)
+    for status, updates, version, _, here, everywhere in done:
+        assert (status, updates, version) == ("done", "1", "1")
+        assert int(here) == ENVS // 2 * DECISIONS * H and int(everywhere) == ENVS * DECISIONS * H
+    assert done[0][3] == done[1][3]  # both rollout replicas hold the same published weights
+    rollout, train = [], []
+    for _, err in outs:
+        assert "2 local / 4 global devices" in err
+        m = re.search(r"placement \w+: rollout .* on devices (\[[\d, ]+\]), train .* on devices (\[[\d, ]+\])", err)
+        rollout.append(set(json.loads(m.group(1))))
+        train.append(set(json.loads(m.group(2))))
+    assert not rollout[0] & rollout[1]  # each process rolls out on its own devices only
+    assert train[0] == train[1] and len(rollout[0]) == (2 if mode == "colocated" else 1)
+    if mode == "colocated":  # training on all 4 devices of both processes
+        assert train[0] == rollout[0] | rollout[1]
+    else:  # training on the other device of each process
+        assert len(train[0]) == 2 and not train[0] & (rollout[0] | rollout[1])
+    _assert_one_checkpoint(out)
+    if mode != "colocated":  # (the slot path resets its envs on resume; the collect path restores them)
+        return
+
+    # resume: the second update only, from the env state each process saved as its row
+    outs = _launch_two(out, *extra, "--rl.num-iterations", "2", preset=preset, timeout=1800)
+    summary = _summary(outs)
+    assert summary["status"] == "done" and summary["updates"] == 2 and summary["version"] == 2
+    assert summary["consumed_env_steps"] == ENVS * DECISIONS * H
+    done = _async_done(outs)
+    assert [d[:3] for d in done] == [("done", "2", "2")] * 2 and done[0][3] == done[1][3]
+    for _, err in outs:
+        assert "rl async: resumed at update 1 (version 1)" in err
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["1", "2"]
