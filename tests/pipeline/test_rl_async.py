@@ -107,3 +107,17 @@ def test_async_grpo_equals_sync_and_runs_ahead_with_checkpoints(tmp_path):
     assert out["status"] == "done" and out["updates"] == 4
     assert max(max(h["staleness"]) for h in out["history"]) <= 1
     assert sorted(int(d) for d in os.listdir(tmp_path / "ahead" / "checkpoints") if d.isdigit())[-1] == 4
+
+
+def test_update_logs_the_rollout_metrics_of_the_calls_it_trained_on():
+    """With staleness > 0 rollout runs ahead: update u must report its own calls' metrics (the mean
+    over its `require_batches` calls), not the newest call's; reported calls are dropped."""
+    import threading
+
+    from vlajax.rl.async_loop import _Collect
+
+    c = _Collect.__new__(_Collect)
+    c.lock, c.by_call = threading.Lock(), {k: {"success": float(k), "return": 10.0 * k} for k in range(5)}
+    assert c.consumed_metrics(range(0, 1)) == {"success": 0.0, "return": 0.0}
+    assert c.consumed_metrics(range(1, 3)) == {"success": 1.5, "return": 15.0}
+    assert sorted(c.by_call) == [3, 4] and c.consumed_metrics(range(0, 1)) == {}

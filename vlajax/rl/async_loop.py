@@ -131,7 +131,7 @@ class _Collect:
         self.fn = jax.jit(functools.partial(loop.collect, cfg, setup), donate_argnums=(1,))
         self.env_state, self.calls = env_state, calls
         self.lock = threading.Lock()
-        self.rollout_metrics: dict[str, float] = {}
+        self.by_call: dict[int, dict[str, float]] = {}  # call -> its rollout metrics (until consumed)
         self.before: dict[int, Any] = {}  # call -> copy of the env state it started from (not yet consumed)
 
     def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
@@ -142,9 +142,17 @@ class _Collect:
             self.env_state, batch, roll = self.fn(params, self.env_state, k_collect, jnp.int32(version))
             self.calls = call + 1
         roll = {k: float(v) for k, v in jax.device_get(roll).items()}
-        self.rollout_metrics = roll
+        with self.lock:
+            self.by_call[call] = roll
         n = int(batch["mask"].shape[0])
         return [Trajectory(batch, np.asarray(jax.device_get(batch["version"])), n, int(roll["env_steps"]))]
+
+    def consumed_metrics(self, calls: range) -> dict[str, float]:
+        """Rollout metrics of the calls an update trained on (their mean), not of the newest call:
+        with staleness > 0 rollout runs ahead of the trainer."""
+        with self.lock:
+            rows = [self.by_call.pop(c) for c in calls if c in self.by_call]
+        return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
 
     def snapshot(self, consumed: int) -> tuple[int, Any]:
         """(consumed, the env state call `consumed` starts from): a resume replays every unconsumed call."""
@@ -270,8 +278,8 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     def on_update(runner: AsyncRunner, record: dict) -> None:
         u = record["update"]
         m = dict(record["metrics"])
-        if collect is not None:
-            m |= collect.rollout_metrics
+        if collect is not None:  # update u trained on collect calls (u - 1) * rb .. u * rb - 1
+            m |= collect.consumed_metrics(range((u - 1) * p.require_batches, u * p.require_batches))
         produced = int(sum(n for _, n in list(timeline.env_steps)))  # by this process so far
         used = int(record["env_steps"])
         if hosts is not None:  # every process's trainer is here after the same update: sum over them
