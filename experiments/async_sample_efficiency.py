@@ -29,6 +29,28 @@ windows more, since it reserves ahead of the learner). The async point
 at update 0 is `train_async`'s eval of its starting policy (before commit 4d6753d, which added it to
 `train_async`, this experiment evaluated the same initial weights itself; the committed result is from then).
 Writes JSON (every run's curve, the band, the verdict), a markdown table and a PNG plot.
+
+Second workload, `--workload grpo-tokens --init-from DIR` (`get_pixel_config()`): GRPO with the
+token head from pixels on the whole `goal` suite (`rl-grpo-tokens`: 32 envs in 8 groups of
+`group_size` 4, one 200-step episode each per update, 4 of the 8 predicted actions executed per
+decision, progress reward), every run started from the same SFT checkpoint directory (`DIR`, as
+`--rl.init-from`); seeds change only the collect / update key streams (`cfg.seed`). Evaluation
+every `eval_every` updates plus update 0, `eval_episodes` closed-loop episodes per task, with the
+same eval episodes in every run (`eval_seed`: the evaluation is built from a config with that
+seed, training uses the run's seed). Async: one slot (the loop's own jitted `collect` in the
+rollouter lane), `staleness_threshold` 1, no streaming, decoupled PPO-clip
+(`use_rollout_log_probs=False`). GRPO episodes end at success, so the env steps really stepped per
+update vary by run: the comparison grid (`env_steps`) is the update's budget, update u x
+`num_envs x episode_length`, and each point also records `env_steps_consumed`, the env steps the
+learner had really trained on (sync: the loop's count; async: the sum over the consumed batches).
+
+    nice -n 10 .venv/bin/python experiments/async_sample_efficiency.py --workload grpo-tokens \
+        --init-from runs/s3/start-tokmm5-500 --work-dir runs/s3eff/work \
+        --json docs/bench/async_sample_efficiency_pixels.json --plot docs/async/sample_efficiency_pixels.png
+
+`--runs sync:0,async:0` runs only those runs (each run also writes `<work-dir>/<mode>-seed<seed>.json`,
+so two processes can run different runs at once); `--reuse` takes every run whose JSON is in the
+work dir (written with the same experiment) instead of running it again, then compares and writes.
 """
 
 from __future__ import annotations
@@ -87,11 +109,48 @@ def get_config(debug: bool = False) -> Experiment:
     return exp
 
 
-def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
+@dataclasses.dataclass(frozen=True)
+class PixelExperiment:
+    """GRPO with the token head from pixels on a whole suite, from one SFT checkpoint."""
+
+    preset: str = "rl-grpo-tokens"
+    init_from: str = "runs/s3/start-tokmm5-500"
+    suite: str = "goal"
+    num_envs: int = 32
+    group_size: int = 4
+    episode_length: int = 200
+    iterations: int = 15
+    eval_every: int = 5
+    eval_episodes: int = 20  # per task (x 4 goal tasks = 80 episodes)
+    eval_seed: int = 0  # the eval episodes' seed, the same in every run
+    sync_seeds: tuple[int, ...] = (0, 1, 2)
+    async_seed: int = 0
+    slots: int = 1
+    staleness_threshold: float = 1.0
+    partial_rollout: bool = False  # one slot: every collect plays whole episodes under one version
+
+    @property
+    def steps_per_update(self) -> int:
+        """The update's env-step budget: every env plays one episode (fewer steps when it succeeds early)."""
+        return self.num_envs * self.episode_length
+
+
+def get_pixel_config(debug: bool = False, init_from: str | None = None) -> PixelExperiment:
+    exp = PixelExperiment()
+    if init_from is not None:
+        exp = dataclasses.replace(exp, init_from=init_from)
+    if debug:
+        return dataclasses.replace(exp, num_envs=8, episode_length=8, iterations=2, eval_every=1, eval_episodes=1)
+    return exp
+
+
+def train_config(exp: Experiment | PixelExperiment, mode: str, seed: int, output_dir: str):
     """The `TrainConfig` of one run (`mode` 'sync' or 'async')."""
     from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
     from vlajax.config import get_config as preset
 
+    if isinstance(exp, PixelExperiment):
+        return _pixel_train_config(exp, mode, seed, output_dir)
     cfg = preset(exp.preset)
     cfg = dataclasses.replace(
         cfg, seed=seed, output_dir=output_dir,
@@ -107,6 +166,30 @@ def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
             enabled=True, num_slots=exp.slots, require_batches=exp.slots,
             staleness_threshold=exp.staleness_threshold, partial_rollout=exp.partial_rollout, streaming=False,
             use_rollout_log_probs=False, queue_timeout_s=900.0, watchdog_s=1800.0))
+    elif mode != "sync":
+        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+    return cfg
+
+
+def _pixel_train_config(exp: PixelExperiment, mode: str, seed: int, output_dir: str):
+    from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
+    from vlajax.config import get_config as preset
+
+    cfg = preset(exp.preset)
+    cfg = dataclasses.replace(
+        cfg, seed=seed, output_dir=output_dir,
+        env=dataclasses.replace(cfg.env, suite=exp.suite, task="", num_envs=exp.num_envs,
+                                episode_length=exp.episode_length),
+        rl=dataclasses.replace(cfg.rl, init_from=exp.init_from, group_size=exp.group_size,
+                               num_iterations=exp.iterations, eval_every=exp.eval_every,
+                               eval_episodes_per_task=exp.eval_episodes),
+        checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
+        logging=LoggingConfig(every_steps=1, progress="plain"))
+    if mode == "async":
+        cfg = dataclasses.replace(cfg, pipeline=AsyncConfig(
+            enabled=True, num_slots=exp.slots, require_batches=exp.slots,
+            staleness_threshold=exp.staleness_threshold, partial_rollout=exp.partial_rollout, streaming=False,
+            use_rollout_log_probs=False, queue_timeout_s=1800.0, watchdog_s=3600.0))
     elif mode != "sync":
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     return cfg
@@ -159,10 +242,14 @@ def warm_start(exp: Experiment) -> tuple[Any, dict]:
     return params["actor"], info
 
 
-def make_setup(cfg, exp: Experiment):
-    """The loop's `Setup` for `cfg` with the warm-started actor (critic and log-std fresh per seed)."""
+def make_setup(cfg, exp: Experiment | PixelExperiment):
+    """The loop's `Setup` for `cfg` with the warm-started actor (critic and log-std fresh per seed);
+    pixels: the SFT checkpoint's policy, evaluated on the `eval_seed` episodes whatever the run's seed."""
+    from vlajax import sharding
     from vlajax.rl import loop
 
+    if isinstance(exp, PixelExperiment):
+        return loop.build(dataclasses.replace(cfg, seed=exp.eval_seed), sharding.make_mesh(cfg.mesh))
     setup = loop.build(cfg)
     actor, _ = warm_start(exp)
     base = setup.init_params
@@ -181,8 +268,14 @@ def make_setup(cfg, exp: Experiment):
 # ----------------------------------------------------------------------------------------
 
 
-def run_one(exp: Experiment, mode: str, seed: int, work_dir: str) -> dict:
-    """One training run -> {'mode', 'seed', 'curve': [{'update', 'env_steps', 'success'}], ...}."""
+_DIAGNOSTICS = ("success", "approx_kl", "clip_frac", "behaviour_kl", "behaviour_capped_frac", "behaviour_weight_max")
+
+
+def run_one(exp: Experiment | PixelExperiment, mode: str, seed: int, work_dir: str) -> dict:
+    """One training run -> {'mode', 'seed', 'curve': [{'update', 'env_steps', 'success', ...}], ...}.
+
+    `env_steps` is the update's budget (u x steps_per_update, the common grid); `env_steps_consumed` the
+    env steps the learner really trained on by then (equal for the MLP workload's continuing envs)."""
     from vlajax.rl import async_loop, loop
 
     out = os.path.join(work_dir, f"{mode}-seed{seed}")
@@ -190,10 +283,12 @@ def run_one(exp: Experiment, mode: str, seed: int, work_dir: str) -> dict:
     cfg = train_config(exp, mode, seed, out)
     setup = make_setup(cfg, exp)
     t0 = time.perf_counter()
+    point = lambda u, consumed, e: {"update": u, "env_steps": float(u * exp.steps_per_update),
+                                    "env_steps_consumed": float(consumed), "success": e["mean_success"],
+                                    "per_task": e.get("per_task", {})}
     if mode == "sync":
         s = loop.train(cfg, setup)
-        curve = [{"update": e["iteration"], "env_steps": e["env_steps"], "success": e["mean_success"]}
-                 for e in s["evals"]]
+        curve = [point(e["iteration"], e["env_steps"], e) for e in s["evals"]]
         extra = {"train_env_steps": s["env_steps"]}
     else:
         s = async_loop.train_async(cfg, setup)
@@ -201,17 +296,25 @@ def run_one(exp: Experiment, mode: str, seed: int, work_dir: str) -> dict:
             raise RuntimeError(f"async run ended with status {s['status']!r}")
         if not s["evals"] or s["evals"][0]["update"] != 0:
             raise RuntimeError("train_async did not evaluate its starting policy at update 0")
-        curve = [{"update": e["update"], "env_steps": float(e["update"] * exp.steps_per_update),
-                  "success": e["mean_success"]} for e in s["evals"]]
+        cum = np.cumsum([0.0] + [float(h["env_steps"]) for h in s["history"]])  # consumed after update u
+        curve = [point(e["update"], cum[e["update"]], e) for e in s["evals"]]
         stale = [int(v) for h in s["history"] for v in np.ravel(h["staleness"])]
         summ = s["summary"]
         extra = {"staleness_max": max(stale), "staleness_mean": float(np.mean(stale)),
                  "version_span_max": max(int(v) for h in s["history"] for v in np.ravel(h["span"])),
                  "staleness_hist": {str(k): stale.count(k) for k in sorted(set(stale))},
                  "samples_produced": summ.get("counters/produced"), "samples_consumed": summ.get("counters/consumed"),
+                 "env_steps_produced": s["env_steps"], "env_steps_consumed": s["consumed_env_steps"],
+                 "per_update": [{"update": h.get("update"), "staleness_max": int(np.max(h["staleness"])),
+                                 **{k: float(v) for k, v in h.get("metrics", {}).items() if k in _DIAGNOSTICS}}
+                                for h in s["history"]],
                  "trainer_idle_ratio": summ.get("trainer/idle_ratio"),
                  "rollouter_idle_ratio": summ.get("rollouter/idle_ratio")}
-    return {"mode": mode, "seed": seed, "curve": curve, "seconds": round(time.perf_counter() - t0, 1), **extra}
+    result = {"mode": mode, "seed": seed, "curve": curve, "seconds": round(time.perf_counter() - t0, 1),
+              "loadavg_1m_end": os.getloadavg()[0], **extra}
+    with open(os.path.join(work_dir, f"{mode}-seed{seed}.json"), "w") as f:
+        json.dump({"experiment": dataclasses.asdict(exp), "run": result}, f, indent=1)
+    return result
 
 
 def compare(runs: list[dict]) -> list[dict]:
@@ -260,12 +363,21 @@ def plot(rows: list[dict], runs: list[dict], exp: Experiment, path: str) -> None
     for r in (r for r in runs if r["mode"] == "sync"):
         ax.plot(x, [p["success"] for p in r["curve"]], color="tab:blue", lw=0.7, ls=":", alpha=0.8)
     ax.plot(x, [r["sync_mean"] for r in rows], color="tab:blue", lw=1.8, label="sync mean")
+    pixels = isinstance(exp, PixelExperiment)
+    slots = "one slot" if exp.slots == 1 else f"{exp.slots} slots"
     ax.plot(x, [r["async"] for r in rows], color="tab:red", lw=1.8, marker="o", ms=3.5,
-            label=f"async (staleness thr. {exp.staleness_threshold:g}, {exp.slots} slots, partial rollout)")
-    ax.set_xlabel("env steps consumed by the learner (thousands)")
-    ax.set_ylabel(f"eval success ({exp.eval_episodes} episodes)")
+            label=f"async (staleness thr. {exp.staleness_threshold:g}, {slots}"
+                  + (", partial rollout)" if exp.partial_rollout else ")"))
+    if pixels:
+        ax.set_xlabel("env steps consumed by the learner: update budget (thousands)")
+        ax.set_ylabel(f"eval success ({exp.eval_episodes} episodes per task)")
+        ax.set_title(f"{exp.suite} suite from pixels, GRPO token head ({exp.preset}) from one SFT checkpoint",
+                     fontsize=10)
+    else:
+        ax.set_xlabel("env steps consumed by the learner (thousands)")
+        ax.set_ylabel(f"eval success ({exp.eval_episodes} episodes)")
+        ax.set_title(f"{exp.task}, state MLP PPO from a BC warm start", fontsize=10)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{exp.task}, state MLP PPO from a BC warm start", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -274,21 +386,44 @@ def plot(rows: list[dict], runs: list[dict], exp: Experiment, path: str) -> None
     plt.close(fig)
 
 
-def run(exp: Experiment, json_path: str, plot_path: str, work_dir: str, md_path: str) -> dict:
-    """Every run (sync seeds, then async), the comparison; writes JSON, markdown and the plot."""
+def _load_saved(exp, mode: str, seed: int, work_dir: str) -> dict | None:
+    path = os.path.join(work_dir, f"{mode}-seed{seed}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        saved = json.load(f)
+    if saved["experiment"] != json.loads(json.dumps(dataclasses.asdict(exp))):
+        raise ValueError(f"{path} was written by another experiment config: {saved['experiment']}")
+    return saved["run"]
+
+
+def run(exp: Experiment | PixelExperiment, json_path: str, plot_path: str, work_dir: str, md_path: str,
+        only: list[tuple[str, int]] | None = None, reuse: bool = False) -> dict | None:
+    """Every run (sync seeds, then async), the comparison; writes JSON, markdown and the plot.
+    `only`: run just these (mode, seed) runs and stop (no comparison); `reuse`: load runs already in `work_dir`."""
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
-    _, bc = warm_start(exp)
+    os.makedirs(work_dir, exist_ok=True)
+    bc = None if isinstance(exp, PixelExperiment) else warm_start(exp)[1]
+    plan = [("sync", s) for s in exp.sync_seeds] + [("async", exp.async_seed)]
     runs = []
-    for mode, seed in [("sync", s) for s in exp.sync_seeds] + [("async", exp.async_seed)]:
-        print(f"== {mode} seed {seed}", flush=True)
+    for mode, seed in (only or plan):
+        if reuse and (saved := _load_saved(exp, mode, seed, work_dir)) is not None:
+            print(f"== {mode} seed {seed}: reused {work_dir}/{mode}-seed{seed}.json", flush=True)
+            runs.append(saved)
+            continue
+        print(f"== {mode} seed {seed} (load {os.getloadavg()[0]:.1f}, {time.strftime('%H:%M:%S')})", flush=True)
         runs.append(run_one(exp, mode, seed, work_dir))
         print(json.dumps(runs[-1]), flush=True)
+    if only:
+        return None
     rows = compare(runs)
     result = {"experiment": dataclasses.asdict(exp), "warm_start": bc, "runs": runs, "rows": rows,
               "all_inside": all(r["inside"] for r in rows), "points_outside": sum(not r["inside"] for r in rows),
               "seconds": round(time.perf_counter() - t0, 1), "loadavg_1m": [load0, os.getloadavg()[0]],
               "command": " ".join(["experiments/async_sample_efficiency.py", *sys.argv[1:]])}
+    if bc is None:
+        del result["warm_start"]
     md = markdown(rows, exp.sync_seeds)
     for p in (json_path, md_path):
         os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
@@ -302,19 +437,36 @@ def run(exp: Experiment, json_path: str, plot_path: str, work_dir: str, md_path:
     return result
 
 
+def _parse_runs(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in text.split(","):
+        mode, _, seed = item.partition(":")
+        if mode not in ("sync", "async") or not seed.isdigit():
+            raise ValueError(f"--runs wants mode:seed items (mode sync or async), got {item!r}")
+        out.append((mode, int(seed)))
+    return out
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--debug", action="store_true")
+    ap.add_argument("--workload", choices=("mlp", "grpo-tokens"), default="mlp")
+    ap.add_argument("--init-from", default=None, help="grpo-tokens: the SFT checkpoint directory")
     ap.add_argument("--json", default="runs/experiments/async_sample_efficiency.json")
     ap.add_argument("--plot", default="runs/experiments/async_sample_efficiency.png")
     ap.add_argument("--md", default="runs/experiments/async_sample_efficiency.md")
     ap.add_argument("--work-dir", default="runs/experiments/async_sample_efficiency")
     ap.add_argument("--bc-steps", type=int, default=None, help="warm-start Adam steps (default: the config's)")
+    ap.add_argument("--runs", default=None, help="only these runs, e.g. sync:0,async:0 (no comparison)")
+    ap.add_argument("--reuse", action="store_true", help="load runs already saved in --work-dir")
     a = ap.parse_args()
     from vlajax import compile_cache
 
     compile_cache.enable()
-    exp = get_config(a.debug)
-    if a.bc_steps is not None:
-        exp = dataclasses.replace(exp, bc_steps=a.bc_steps)
-    run(exp, a.json, a.plot, a.work_dir, a.md)
+    if a.workload == "grpo-tokens":
+        exp = get_pixel_config(a.debug, a.init_from)
+    else:
+        exp = get_config(a.debug)
+        if a.bc_steps is not None:
+            exp = dataclasses.replace(exp, bc_steps=a.bc_steps)
+    run(exp, a.json, a.plot, a.work_dir, a.md, only=_parse_runs(a.runs) if a.runs else None, reuse=a.reuse)

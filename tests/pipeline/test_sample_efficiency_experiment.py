@@ -39,6 +39,61 @@ def test_sync_and_async_runs_share_the_workload_and_eval_schedule(debug, tmp_pat
         mod.train_config(exp, "other", 0, str(tmp_path))
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_pixel_workload_sync_and_async_differ_only_in_the_pipeline(debug, tmp_path):
+    """`--workload grpo-tokens`: rl-grpo-tokens from one SFT checkpoint; seeds change only the key streams."""
+    mod = _module()
+    exp = mod.get_pixel_config(debug, "some/sft-dir")
+    assert len(exp.sync_seeds) == 3 and len(set(exp.sync_seeds)) == 3 and exp.async_seed in exp.sync_seeds
+    assert exp.staleness_threshold <= 1 and exp.iterations % exp.eval_every == 0 and exp.slots == 1
+    sync = mod.train_config(exp, "sync", exp.async_seed, str(tmp_path / "s"))
+    asyn = mod.train_config(exp, "async", exp.async_seed, str(tmp_path / "a"))
+    other = mod.train_config(exp, "sync", exp.sync_seeds[1], str(tmp_path / "o"))
+    assert not sync.pipeline.enabled and asyn.pipeline.enabled
+    assert sync.rl == asyn.rl == other.rl and sync.env == asyn.env == other.env and sync.model == asyn.model
+    assert sync.seed == asyn.seed != other.seed
+    assert sync.rl.algo == "grpo" and sync.rl.group_size == exp.group_size and sync.rl.init_from == "some/sft-dir"
+    assert sync.model.action_head == "tokens" and sync.env.obs_mode == "pixels"
+    assert sync.env.suite == exp.suite and sync.env.task == ""
+    assert sync.rl.eval_every == exp.eval_every and sync.rl.eval_episodes_per_task == exp.eval_episodes
+    p = asyn.pipeline
+    assert p.staleness_threshold == exp.staleness_threshold and p.num_slots == p.require_batches == 1
+    assert not p.streaming and not p.use_rollout_log_probs
+    assert exp.num_envs % exp.group_size == 0
+    decisions = exp.num_envs * math.ceil(exp.episode_length / sync.rl.chunk_steps)  # GRPO: one episode per env
+    assert decisions % (sync.rl.num_minibatches * sync.rl.micro_batches) == 0
+    assert exp.steps_per_update == exp.num_envs * exp.episode_length
+    if not debug:  # the lead's synchronous recipe: 32 envs, 200-step episodes, 80 eval episodes on goal
+        assert (exp.num_envs, exp.episode_length, exp.iterations, exp.eval_every) == (32, 200, 15, 5)
+        assert exp.eval_episodes * 4 == 80 and mod.get_pixel_config().init_from == "runs/s3/start-tokmm5-500"
+    with pytest.raises(ValueError, match="mode"):
+        mod.train_config(exp, "other", 0, str(tmp_path))
+
+
+def test_saved_runs_are_reused_and_compared(tmp_path, capsys):
+    """`--runs` writes one JSON per run into the work dir; `--reuse` assembles them (checking the config)."""
+    mod = _module()
+    exp = mod.get_pixel_config(True, "x")
+    work = tmp_path / "work"
+    work.mkdir()
+    values = {("sync", 0): [0.3, 0.5, 0.6], ("sync", 1): [0.3, 0.4, 0.9], ("sync", 2): [0.3, 0.6, 0.7],
+              ("async", 0): [0.3, 0.45, 0.95]}
+    for (mode, seed), v in values.items():
+        r = _run(mode, seed, v, step=exp.steps_per_update)
+        (work / f"{mode}-seed{seed}.json").write_text(json.dumps({"experiment": dataclasses.asdict(exp), "run": r}))
+    out = mod.run(exp, str(tmp_path / "r.json"), str(tmp_path / "r.png"), str(work), str(tmp_path / "r.md"),
+                  reuse=True)
+    assert [r["inside"] for r in out["rows"]] == [True, True, False] and out["points_outside"] == 1
+    assert "warm_start" not in out and json.loads((tmp_path / "r.json").read_text())["rows"] == out["rows"]
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG" and "at 2/3 eval points" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="another experiment"):
+        mod.run(dataclasses.replace(exp, iterations=4), str(tmp_path / "q.json"), str(tmp_path / "q.png"),
+                str(work), str(tmp_path / "q.md"), reuse=True)
+    assert mod._parse_runs("sync:0,async:1") == [("sync", 0), ("async", 1)]
+    with pytest.raises(ValueError, match="mode:seed"):
+        mod._parse_runs("sync0")
+
+
 def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():
     """The experiment trains on `rl.reward='success'`: the async slot path (`RLWorkload`) must build its envs
     with it, as the sync loop's `collect` does (it used to build them with the shaped reward)."""
