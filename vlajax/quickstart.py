@@ -4,8 +4,10 @@ Phases (each is the documented command, run as its own process):
   1. demos  scripted experts on the `goal` suite -> a LeRobot v3.0 dataset
   2. sft    `sft-small` (1.5M-param VLA, 32x32 pixels) with the token head (64 bins per action
             dim) on those demos
-  3. rl     asynchronous GRPO (`--pipeline.enabled true`, staleness 1) from the SFT checkpoint
-            with the preset `rl-grpo-tokens` (token head, progress reward, 8 groups of 4);
+  3. rl     GRPO through the asynchronous pipeline (`--pipeline.enabled true`) from the SFT
+            checkpoint with the preset `rl-grpo-tokens` (token head, progress reward, 8 groups
+            of 4), at staleness 0 (verl's on-policy pipeline mode: rollout waits for each
+            update's weights; at staleness 1 GRPO lagged or collapsed, docs/results.md);
             its closed-loop evaluations at update 0 (= the SFT policy) and at the end give
             before/after
   4. report `report/README.md` (success per task before and after RL, the commands to go
@@ -118,8 +120,9 @@ def main() -> int:
                "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
                "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
                "--logging.progress", "plain",
-               # asynchronous: rollout runs up to one policy version ahead of training
-               "--pipeline.enabled", "true", "--pipeline.staleness-threshold", "1",
+               # the asynchronous pipeline, on-policy: at staleness 1 this GRPO recipe lagged or
+               # collapsed (docs/results.md, "Quickstart"); staleness 0 reproduces the sync loop
+               "--pipeline.enabled", "true", "--pipeline.staleness-threshold", "0",
                # the first collect compiles the pixel rollout (minutes on 2 cores): no queue timeout meanwhile
                "--pipeline.queue-timeout-s", "3600", "--pipeline.watchdog-s", "3600"]
     if smoke:
@@ -139,7 +142,8 @@ def main() -> int:
     lines = [
         "# vlajax quickstart report", "",
         f"demos -> SFT -> RL -> eval on the goal suite in {minutes:.1f} minutes "
-        f"({size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} asynchronous GRPO updates, "
+        f"({size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} GRPO updates through the "
+        "asynchronous pipeline at staleness 0, "
         f"{size['eval_episodes']} evaluation episodes per task).", "",
         "| task | after SFT | after RL |", "|---|---:|---:|", *rows,
         f"| **mean** | **{before['mean_success'] * 100:.1f}%** | **{after['mean_success'] * 100:.1f}%** |", "",
