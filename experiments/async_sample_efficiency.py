@@ -146,7 +146,7 @@ def get_pixel_config(debug: bool = False, init_from: str | None = None) -> Pixel
 
 def train_config(exp: Experiment | PixelExperiment, mode: str, seed: int, output_dir: str):
     """The `TrainConfig` of one run (`mode` 'sync' or 'async')."""
-    from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
+    from vlajax.config import CheckpointConfig, LoggingConfig
     from vlajax.config import get_config as preset
 
     if isinstance(exp, PixelExperiment):
@@ -161,18 +161,26 @@ def train_config(exp: Experiment | PixelExperiment, mode: str, seed: int, output
                                reward=exp.reward),
         checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))
+    return _with_mode(cfg, exp, mode, queue_timeout_s=900.0, watchdog_s=1800.0)
+
+
+def _with_mode(cfg, exp, mode: str, *, queue_timeout_s: float, watchdog_s: float):
+    """`cfg` for `mode`: sync as is; async through the pipeline with the experiment's slots,
+    staleness and partial rollout, no streaming, decoupled PPO (recomputed proximal log-probs)."""
+    from vlajax.config import AsyncConfig
+
     if mode == "async":
-        cfg = dataclasses.replace(cfg, pipeline=AsyncConfig(
+        return dataclasses.replace(cfg, pipeline=AsyncConfig(
             enabled=True, num_slots=exp.slots, require_batches=exp.slots,
             staleness_threshold=exp.staleness_threshold, partial_rollout=exp.partial_rollout, streaming=False,
-            use_rollout_log_probs=False, queue_timeout_s=900.0, watchdog_s=1800.0))
-    elif mode != "sync":
+            use_rollout_log_probs=False, queue_timeout_s=queue_timeout_s, watchdog_s=watchdog_s))
+    if mode != "sync":
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     return cfg
 
 
 def _pixel_train_config(exp: PixelExperiment, mode: str, seed: int, output_dir: str):
-    from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
+    from vlajax.config import CheckpointConfig, LoggingConfig
     from vlajax.config import get_config as preset
 
     cfg = preset(exp.preset)
@@ -185,14 +193,7 @@ def _pixel_train_config(exp: PixelExperiment, mode: str, seed: int, output_dir: 
                                eval_episodes_per_task=exp.eval_episodes),
         checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))
-    if mode == "async":
-        cfg = dataclasses.replace(cfg, pipeline=AsyncConfig(
-            enabled=True, num_slots=exp.slots, require_batches=exp.slots,
-            staleness_threshold=exp.staleness_threshold, partial_rollout=exp.partial_rollout, streaming=False,
-            use_rollout_log_probs=False, queue_timeout_s=1800.0, watchdog_s=3600.0))
-    elif mode != "sync":
-        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
-    return cfg
+    return _with_mode(cfg, exp, mode, queue_timeout_s=1800.0, watchdog_s=3600.0)
 
 
 # ----------------------------------------------------------------------------------------
