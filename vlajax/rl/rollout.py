@@ -130,23 +130,25 @@ def _suite(env: Env) -> SuiteEnv:
     return e
 
 
+def _num_groups(num_envs: int, group_size: int) -> int:
+    if num_envs % group_size:
+        raise ValueError(f"{num_envs} envs do not split into groups of {group_size}")
+    return num_envs // group_size
+
+
 def balanced_task_ids(env: Env, rng: jax.Array, num_envs: int, group_size: int = 1) -> jax.Array:
     """int32 [num_envs]: the suite's tasks dealt to the groups in turn from a random start, so
     every task gets `num_groups // num_tasks` or one more groups (GRPO: no iteration spends all
     its groups on one task by chance). Envs of one group share its task."""
-    if num_envs % group_size:
-        raise ValueError(f"{num_envs} envs do not split into groups of {group_size}")
     tasks = jnp.asarray(_suite(env).task_ids, jnp.int32)
     start = jax.random.randint(rng, (), 0, tasks.shape[0])
-    per_group = tasks[(start + jnp.arange(num_envs // group_size)) % tasks.shape[0]]
+    per_group = tasks[(start + jnp.arange(_num_groups(num_envs, group_size))) % tasks.shape[0]]
     return jnp.repeat(per_group, group_size)
 
 
 def group_keys(rng: jax.Array, num_envs: int, group_size: int = 1) -> jax.Array:
     """Raw keys [num_envs, 2]: env b gets key `b // group_size` (GRPO groups share initial states)."""
-    if num_envs % group_size:
-        raise ValueError(f"{num_envs} envs do not split into groups of {group_size}")
-    keys = jax.random.key_data(jax.random.split(rng, num_envs // group_size))
+    keys = jax.random.key_data(jax.random.split(rng, _num_groups(num_envs, group_size)))
     return jnp.repeat(keys, group_size, axis=0)
 
 
