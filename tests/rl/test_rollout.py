@@ -235,6 +235,32 @@ def test_vla_executes_the_first_k_actions_and_scores_only_them():
     assert not np.allclose(np.asarray(first), np.asarray(full))
 
 
+def test_vla_flow_scores_the_whole_chain_of_an_executed_decision():
+    """The expert attends across the chunk: the noise of an unexecuted step moves the executed
+    actions, so the flow log-prob scores every entry of the chain, not just the executed ones."""
+    _, params, _ = _vla("flow_sde")
+    mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
+                       flow_sampler="flow_sde", flow_sde_steps="all", value_head="expert")
+    model = VLA(mcfg)
+    ident = lambda n: NormStats(mean=np.zeros(n, np.float32), std=np.ones(n, np.float32),
+                                q01=-np.ones(n, np.float32), q99=np.ones(n, np.float32))
+    bridge = Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
+    actor = actors.vla_actor(model, bridge, execute=1)
+    env = toy.make_env(B, 1, episode_length=6, pixels=True)
+    _, (_, traj) = collect(actor, env, params, length=2)
+    assert traj["action_mask"].shape == (2, B, 1) and traj["chain"].shape == (2, B, mcfg.num_denoise_steps + 1, H, 4)
+    obs = bridge.observation(jax.tree.map(lambda x: x[0], traj["obs"]), traj["task_id"][0])
+    v = {"params": params}
+    full = heads.flow_chain_log_prob(model, v, obs, traj["chain"][0], traj["sde_step"][0])["log_prob"]
+    executed = heads.flow_chain_log_prob(model, v, obs, traj["chain"][0], traj["sde_step"][0],
+                                         logp_mask=jnp.asarray([True, False])[None].repeat(B, 0))["log_prob"]
+    np.testing.assert_allclose(np.asarray(traj["old_logp"][0]), np.asarray(full), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.asarray(executed), np.asarray(full))
+    # a decision with no executed step (after the episode ended) scores nothing
+    m = actors._logp_mask(bridge, jnp.asarray([[True], [False]]), (2, H, 4), whole_chunk=True)
+    assert np.asarray(m[0]).min() == 1 and np.asarray(m[1]).max() == 0
+
+
 def test_vla_value_loss_trains_only_the_value_head():
     actor, params, env = _vla("flow_sde")
     _, (_, traj) = collect(actor, env, params, length=1)

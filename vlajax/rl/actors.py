@@ -82,18 +82,29 @@ def mlp_actor(model: mlp_policy.MLPActorCritic, use_value: bool = True) -> Actor
 # ----------------------------------------------------------------------------------------
 
 
-def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...]) -> Array:
-    """float [N, H, A]: executed chunk steps x the action dims the robot receives."""
+def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...], whole_chunk: bool) -> Array:
+    """float [N, H, A]: the entries of a decision's sample that its log-prob scores.
+
+    Tokens (`whole_chunk=False`): executed chunk steps x the action dims the robot receives --
+    tokens are drawn independently, so an unexecuted token cannot change an executed action.
+    Flow (`whole_chunk=True`): every entry of a decision with any executed step. The expert
+    attends across the chunk, so the noise drawn for an unexecuted step or a padded dim moves the
+    executed actions at the next denoising steps; leaving it out of the log-prob drops a
+    parameter-dependent factor of the chain's density and biases the policy gradient.
+    """
     n, h, a = shape
-    dims = jnp.arange(a) < bridge.env_action_dim
     steps = jnp.ones((n, h), bool) if action_mask is None else jnp.asarray(action_mask) > 0
+    if whole_chunk:
+        return jnp.broadcast_to(jnp.any(steps, axis=1)[:, None, None], shape).astype(jnp.float32)
+    dims = jnp.arange(a) < bridge.env_action_dim
     return (steps[:, :, None] & dims[None, None, :]).astype(jnp.float32)
 
 
 def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, temperature: float = 1.0,
               execute: int = 0) -> Actor:
     """The VLA's configured head. Flow: `cfg.flow_sampler` must be stochastic (`flow_sde` /
-    `flow_noise`); the log-prob covers only the executed steps and the env's action dims.
+    `flow_noise`); its log-prob scores the whole chain of a decision (`_logp_mask`). Tokens:
+    the log-prob covers only the executed steps and the env's action dims.
     `use_value` (default: the model has a value head) adds the critic, whose loss trains only the
     value head (`_critic_variables`). `execute = k` sends only
     the first k of the chunk's H actions to the env (receding horizon; 0 = all H): env actions
@@ -126,7 +137,7 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
         executed = batch.get("action_mask")
         if executed is not None and executed.shape[1] < shape[0]:
             executed = jnp.pad(jnp.asarray(executed) > 0, ((0, 0), (0, shape[0] - executed.shape[1])))
-        m = _logp_mask(bridge, executed, (n, *shape))
+        m = _logp_mask(bridge, executed, (n, *shape), whole_chunk=cfg.action_head == "flow")
         if cfg.action_head == "flow":
             out = heads.flow_chain_log_prob(model, v, o, batch["chain"], batch["sde_step"], logp_mask=m)
         else:
