@@ -128,6 +128,8 @@ class PixelExperiment:
     slots: int = 1
     staleness_threshold: float = 1.0
     partial_rollout: bool = False  # one slot: every collect plays whole episodes under one version
+    # decoupled PPO above the cap on pi_prox / pi_b: 'drop' (AReaL) or 'truncate' (async only: sync weights are 1)
+    behaviour_weight_mode: str = "drop"
 
     @property
     def steps_per_update(self) -> int:
@@ -190,7 +192,8 @@ def _pixel_train_config(exp: PixelExperiment, mode: str, seed: int, output_dir: 
                                 episode_length=exp.episode_length),
         rl=dataclasses.replace(cfg.rl, init_from=exp.init_from, group_size=exp.group_size,
                                num_iterations=exp.iterations, eval_every=exp.eval_every,
-                               eval_episodes_per_task=exp.eval_episodes),
+                               eval_episodes_per_task=exp.eval_episodes,
+                               behaviour_weight_mode=exp.behaviour_weight_mode),
         checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))
     return _with_mode(cfg, exp, mode, queue_timeout_s=1800.0, watchdog_s=3600.0)
@@ -393,7 +396,12 @@ def _load_saved(exp, mode: str, seed: int, work_dir: str) -> dict | None:
         return None
     with open(path) as f:
         saved = json.load(f)
-    if saved["experiment"] != json.loads(json.dumps(dataclasses.asdict(exp))):
+    want, got = json.loads(json.dumps(dataclasses.asdict(exp))), dict(saved["experiment"])
+    if "behaviour_weight_mode" in want:  # files written before the field: 'drop'; sync runs never use it
+        got.setdefault("behaviour_weight_mode", "drop")
+        if mode == "sync":
+            got["behaviour_weight_mode"] = want["behaviour_weight_mode"]
+    if got != want:
         raise ValueError(f"{path} was written by another experiment config: {saved['experiment']}")
     return saved["run"]
 
@@ -460,12 +468,16 @@ if __name__ == "__main__":
     ap.add_argument("--bc-steps", type=int, default=None, help="warm-start Adam steps (default: the config's)")
     ap.add_argument("--runs", default=None, help="only these runs, e.g. sync:0,async:0 (no comparison)")
     ap.add_argument("--reuse", action="store_true", help="load runs already saved in --work-dir")
+    ap.add_argument("--behaviour-weight-mode", choices=("drop", "truncate"), default=None,
+                    help="grpo-tokens: rl.behaviour_weight_mode of the runs (only async uses it)")
     a = ap.parse_args()
     from vlajax import compile_cache
 
     compile_cache.enable()
     if a.workload == "grpo-tokens":
         exp = get_pixel_config(a.debug, a.init_from)
+        if a.behaviour_weight_mode:
+            exp = dataclasses.replace(exp, behaviour_weight_mode=a.behaviour_weight_mode)
     else:
         exp = get_config(a.debug)
         if a.bc_steps is not None:
