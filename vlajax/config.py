@@ -149,8 +149,10 @@ class ModelConfig:
     # policy is deterministic and flow_sde's credited step noise is all of a chunk's randomness
     flow_x1: Literal["normal", "zeros"] = "normal"
     # flow_sde: 'one' = one uniformly drawn denoising step per chunk is stochastic (its log-density
-    # is the log-prob); 'all' = every step is an SDE step and the log-prob sums all K of them
-    flow_sde_steps: Literal["one", "all"] = "one"
+    # is the log-prob); 'all' = every step is an SDE step and the log-prob sums all K of them;
+    # 'last' = only the last step is stochastic and the learner re-runs the K - 1 ODE steps before
+    # it from the stored x_1, so the log-prob is the exact density of the executed actions given x_1
+    flow_sde_steps: Literal["one", "all", "last"] = "one"
     noise_std_min: float = 0.08  # flow_noise: lower bound of the learned per-step std
     noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
     num_bins: int = 256  # token head: bins per action dim

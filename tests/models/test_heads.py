@@ -80,6 +80,42 @@ def test_all_step_sde_credits_every_denoising_step(sde):
     np.testing.assert_allclose(sum(per_step), s.log_prob, rtol=1e-5, atol=1e-3)
 
 
+def test_last_step_sde_is_the_exact_action_density_given_x1(sde):
+    """'last': the K - 1 ODE steps, then one Gaussian step; the learner re-runs the ODE steps from
+    x_1 under its own params, so a parameter change moves the scored mean through the whole chain."""
+    model, variables, obs = sde
+    last = VLA(dataclasses.replace(model.cfg, flow_sde_steps="last"))  # same parameters
+    K = model.cfg.num_denoise_steps
+    s = jax.jit(lambda v, o, r: heads.flow_sample(last, v, o, r))(variables, obs, jax.random.key(7))
+    assert np.all(np.asarray(s.sde_step) == K - 1)
+    ode = jax.jit(lambda v, o, r: heads.flow_sample(last, v, o, r, sampler="ode"))(variables, obs, jax.random.key(7))
+    np.testing.assert_allclose(s.chain[:, : K], ode.chain[:, : K], atol=1e-6)  # same x_1: ODE until the last step
+    score = jax.jit(lambda v, o, c: heads.flow_chain_log_prob(last, v, o, c))
+    np.testing.assert_allclose(score(variables, obs, s.chain)["log_prob"], s.log_prob, rtol=1e-5, atol=1e-4)
+    # By hand: N(x_0; mean, std^2) summed over entries, with the SDE step's mean and std at t = 1/K.
+    _, cache = _apply(model, VLA.prefix)(variables, obs)
+    t, d = 1.0 / K, 1.0 / K
+    x = s.chain[:, K - 1]
+    v, _, _ = _apply(model, VLA.velocity)(variables, cache, x, jnp.full((B,), t))
+    sigma = model.cfg.noise_level * np.sqrt(t / (1 - t))
+    x0_hat, x1_hat = x - t * v, x + (1 - t) * v
+    mean = (1 - (t - d)) * x0_hat + ((t - d) - sigma**2 * d / (2 * t)) * x1_hat
+    std = np.sqrt(d) * sigma
+    by_hand = np.sum(-0.5 * ((s.chain[:, K] - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi), axis=(1, 2))
+    np.testing.assert_allclose(s.log_prob, by_hand, rtol=1e-5, atol=1e-3)
+    # the stored x_{t_K-1} is not read: scoring a chain whose middle steps were scrambled is unchanged
+    scrambled = s.chain.at[:, 1:K].set(0.0)
+    np.testing.assert_allclose(score(variables, obs, scrambled)["log_prob"], s.log_prob, rtol=1e-5, atol=1e-4)
+    # ... and the gradient reaches the first expert call of the chain (the pathwise dependence)
+    g = jax.jit(jax.grad(lambda p: jnp.sum(score({**variables, "params": p}, obs, s.chain)["log_prob"])))(
+        variables["params"])
+    one = VLA(model.cfg)
+    g_one = jax.jit(jax.grad(lambda p: jnp.sum(heads.flow_chain_log_prob(
+        one, {**variables, "params": p}, obs, s.chain, s.sde_step)["log_prob"])))(variables["params"])
+    diff = jax.tree.reduce(lambda a, b: a + b, jax.tree.map(lambda a, b: float(jnp.sum(jnp.abs(a - b))), g, g_one))
+    assert diff > 0  # 'one' at step K - 1 reads the stored x_{t_K-1} and misses that dependence
+
+
 @pytest.mark.parametrize("which", ["sde", "noise"])
 def test_recomputed_log_prob_equals_sampling_log_prob(which, request):
     model, variables, obs = request.getfixturevalue(which)

@@ -7,9 +7,11 @@ Flow matching (pi0 convention, t = 1 is noise; see shared ALGORITHMS.md):
                     `ode`: deterministic. `flow_sde`: one uniformly drawn step j per sample is an
                     SDE step (std sqrt(d) * sigma_t), every other step is the ODE step; the
                     log-prob is that step's Gaussian log-density (cfg.flow_sde_steps = 'all':
-                    every step is an SDE step and the log-prob sums them). `flow_noise`: every step adds
-                    a learned std; the log-prob sums all steps.
-  flow_chain_log_prob  recomputes the log-prob of a stored chain x_1 .. x_0 under new params.
+                    every step is an SDE step and the log-prob sums them; 'last': only the last
+                    step, j = K - 1). `flow_noise`: every step adds a learned std; the log-prob sums all steps.
+  flow_chain_log_prob  recomputes the log-prob of a stored chain x_1 .. x_0 under new params
+                    ('last': the K - 1 ODE steps are re-run from the stored x_1, so the log-prob is
+                    the exact density of the actions given x_1: no parameter-dependent step is left out).
 Action tokens (OpenVLA-OFT): each dim of [-1, 1] split into `num_bins` bins, all H*A tokens
 decoded in one pass; `log pi = sum log softmax(logits / T)[token]`, T = 0 is argmax.
 Value: `value(...)` -> [B] from the prefix or from the head's hidden states (cfg.value_head).
@@ -114,7 +116,8 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     hidden, cache = model.apply(variables, obs, method=VLA.prefix)
     x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
     one = sampler == "flow_sde" and cfg.flow_sde_steps == "one"
-    j = jax.random.randint(k_j, (b,), 0, K) if one else jnp.full((b,), -1, jnp.int32)
+    last = sampler == "flow_sde" and cfg.flow_sde_steps == "last"
+    j = jax.random.randint(k_j, (b,), 0, K) if one else jnp.full((b,), K - 1 if last else -1, jnp.int32)
     every = sampler == "flow_sde" and cfg.flow_sde_steps == "all"
     ts, d = _times(K)
     m = _mask(logp_mask, shape)
@@ -138,7 +141,8 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     """Log-prob [B] (and entropy [B]) of a stored chain [B, K+1, H, A] under `variables`.
 
     flow_sde evaluates only step `sde_step` (one expert call; with cfg.flow_sde_steps = 'all',
-    every step); flow_noise evaluates every step.
+    every step; 'last': the ODE steps from the stored x_1, then the last step); flow_noise
+    evaluates every step.
     """
     cfg = model.cfg
     sampler = sampler or cfg.flow_sampler
@@ -148,6 +152,17 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     m = _mask(logp_mask, shape)
     _, cache = model.apply(variables, obs, method=VLA.prefix)
     every = sampler == "flow_sde" and cfg.flow_sde_steps == "all"
+    if sampler == "flow_sde" and cfg.flow_sde_steps == "last":
+        def ode_step(x, k):
+            tb = jnp.full((b,), ts[k])
+            v, _, _ = model.apply(variables, cache, x, tb, method=VLA.velocity)
+            return _step_gaussian("ode", cfg.noise_level, v, None, x, tb, d, None)[0], None
+
+        x, _ = jax.lax.scan(ode_step, chain[:, 0], jnp.arange(K - 1))  # x_{t_K-1} under `variables`
+        t = jnp.full((b,), ts[K - 1])
+        v, _, _ = model.apply(variables, cache, x, t, method=VLA.velocity)
+        mean, std = _step_gaussian(sampler, cfg.noise_level, v, None, x, t, d, jnp.ones((b,), bool))
+        return {"log_prob": _gauss_logp(chain[:, K], mean, std, m), "entropy": _gauss_entropy(std, m)}
     if sampler == "flow_sde" and not every:
         if sde_step is None:
             raise ValueError("flow_sde log-probs need the stored sde_step [B] of each chain")

@@ -85,8 +85,9 @@ def mlp_actor(model: mlp_policy.MLPActorCritic, use_value: bool = True) -> Actor
 def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...], whole_chunk: bool) -> Array:
     """float [N, H, A]: the entries of a decision's sample that its log-prob scores.
 
-    Tokens (`whole_chunk=False`): executed chunk steps x the action dims the robot receives --
-    tokens are drawn independently, so an unexecuted token cannot change an executed action.
+    Tokens and flow_sde 'last' (`whole_chunk=False`): executed chunk steps x the action dims the
+    robot receives -- their entries are drawn independently (the last step's noise is added after
+    every expert call), so an unexecuted entry cannot change an executed action.
     Flow (`whole_chunk=True`): every entry of a decision with any executed step. The expert
     attends across the chunk, so the noise drawn for an unexecuted step or a padded dim moves the
     executed actions at the next denoising steps; leaving it out of the log-prob drops a
@@ -116,6 +117,9 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
     if use_value and cfg.value_head == "none":
         raise ValueError("use_value=True needs a model with a value head (model.value_head='prefix'|'expert')")
     shape = (cfg.action_horizon, cfg.action_dim)
+    # flow_sde 'last': the actions' entries are independent given the recomputed chain, so only the
+    # executed ones are scored (as for tokens); every other flow sampler scores the whole chain
+    whole_chunk = cfg.action_head == "flow" and not (cfg.flow_sampler == "flow_sde" and cfg.flow_sde_steps == "last")
     k = execute or cfg.action_horizon
     if not 1 <= k <= cfg.action_horizon:
         raise ValueError(f"execute={execute} must be in [0, model.action_horizon={cfg.action_horizon}]")
@@ -137,7 +141,7 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
         executed = batch.get("action_mask")
         if executed is not None and executed.shape[1] < shape[0]:
             executed = jnp.pad(jnp.asarray(executed) > 0, ((0, 0), (0, shape[0] - executed.shape[1])))
-        m = _logp_mask(bridge, executed, (n, *shape), whole_chunk=cfg.action_head == "flow")
+        m = _logp_mask(bridge, executed, (n, *shape), whole_chunk=whole_chunk)
         if cfg.action_head == "flow":
             out = heads.flow_chain_log_prob(model, v, o, batch["chain"], batch["sde_step"], logp_mask=m)
         else:
