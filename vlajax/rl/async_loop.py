@@ -206,9 +206,8 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
                                    save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
-    pack = lambda s, e: {"train": s} | ({} if e is None else {"env": loop._env_leaves(e)})
-    if hosts is not None:  # each process's env state is one row of a global array
-        pack = lambda s, e: {"train": s} | ({} if e is None else {"env": hosts.stack(loop._env_leaves(e))})
+    env_rows = loop._env_leaves if hosts is None else (lambda e: hosts.stack(loop._env_leaves(e)))
+    pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_rows(e)})  # multi-host: a row per process
     counters, env_steps = RunnerCounters(), 0.0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
         if hosts is None:
@@ -320,7 +319,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
         ckpt.close()
         logger.close()
     version, rollout_params = runner.weights.latest()
-    checksum = float(sum(np.abs(np.asarray(x, np.float64)).sum() for x in jax.tree.leaves(rollout_params)))
+    checksum = float(jax.jit(_abs_sum)(rollout_params))  # reduced on device: no weight copy to the host
     log.info("rl async: process %d: %s after %d updates; rollout weights version %d (checksum %.9g); "
              "env steps trained on: %d by this process, %d by all", jax.process_index(), status,
              runner.counters.updates, version, checksum,
@@ -329,6 +328,11 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
             "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
             "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
             "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
+
+
+def _abs_sum(tree: Any) -> jax.Array:
+    """sum |x| over every leaf, in float32 (a fingerprint of the weights for the closing log line)."""
+    return sum(jnp.sum(jnp.abs(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
 
 
 def _short(summary: dict) -> dict:
