@@ -120,6 +120,19 @@ def test_balanced_task_ids_deal_every_task_its_share_of_groups():
         ro.balanced_task_ids(env, jax.random.key(0), 12, 5)
 
 
+def test_reset_into_given_tasks_matches_reset_task():
+    env = toy.make_env(6, H, task_ids=(0, 3, 5))
+    keys = ro.group_keys(jax.random.key(2), 6, 2)
+    tasks = jnp.asarray([5, 5, 0, 0, 3, 3], jnp.int32)
+    state = jax.jit(lambda k, t: ro.reset(env, k, t))(keys, tasks)
+    np.testing.assert_array_equal(np.asarray(state.info["episode"]["task_id"]), np.asarray(tasks))
+    inner = jax.vmap(ro._suite(env).reset_task)(keys, tasks)  # the suite's own per-task reset
+    np.testing.assert_array_equal(np.asarray(state.obs), np.asarray(inner.obs))
+    assert float(jnp.sum(state.info["rl_return"])) == 0 and float(jnp.sum(state.info["steps"])) == 0
+    with pytest.raises(ValueError, match="task_id"):
+        ro.reset(env, keys, tasks[:3])
+
+
 def test_rollout_traces_once():
     actor, params = mlp()
     env = toy.make_env(B, H)

@@ -204,10 +204,16 @@ class VmapWrapper(Wrapper):
         if renderer is not None:
             renderer.check_batch(num_envs)
 
-    def reset(self, rng: jax.Array, **kwargs) -> State:
+    def reset(self, rng: jax.Array, task_id: jax.Array | None = None, **kwargs) -> State:
+        """rng [B, 2]; `task_id` int [B] (optional) is mapped with it: env i resets into task_id[i]."""
         if rng.ndim != 2 or rng.shape[0] != self.num_envs:
             raise ValueError(f"reset expects keys [num_envs={self.num_envs}, 2], got {rng.shape}")
-        return jax.vmap(functools.partial(self.env.reset, **kwargs))(rng)
+        if task_id is None:
+            return jax.vmap(functools.partial(self.env.reset, **kwargs))(rng)
+        task_id = jnp.asarray(task_id, jnp.int32)
+        if task_id.shape != (self.num_envs,):
+            raise ValueError(f"reset expects task_id [num_envs={self.num_envs}], got {task_id.shape}")
+        return jax.vmap(lambda r, t: self.env.reset(r, task_id=t, **kwargs))(rng, task_id)
 
     def step(self, state: State, action: jax.Array, **kwargs) -> State:
         if getattr(action, "shape", (None,))[0] != self.num_envs:

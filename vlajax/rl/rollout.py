@@ -60,10 +60,12 @@ class SuiteEnv(Wrapper):
         super().__init__(env)
         self.task_ids = tuple(int(t) for t in task_ids)
 
-    def reset(self, rng: jax.Array, **kwargs) -> State:
+    def reset(self, rng: jax.Array, task_id: jax.Array | None = None, **kwargs) -> State:
+        """A uniformly drawn suite task, or `task_id` when given (the same state as `reset_task`)."""
         k_task, k = jax.random.split(rng)
-        i = jax.random.randint(k_task, (), 0, len(self.task_ids))
-        return self.env.reset_task(k, jnp.asarray(self.task_ids, jnp.int32)[i], **kwargs)
+        if task_id is None:
+            task_id = jnp.asarray(self.task_ids, jnp.int32)[jax.random.randint(k_task, (), 0, len(self.task_ids))]
+        return self.env.reset_task(k, task_id, **kwargs)
 
     def reset_task(self, rng: jax.Array, task_id: jax.Array, **kwargs) -> State:
         return self.env.reset_task(jax.random.split(rng)[1], task_id, **kwargs)
@@ -112,13 +114,10 @@ def _with_accumulators(state: State) -> State:
 def reset(env: Env, keys: jax.Array, task_id: jax.Array | None = None) -> State:
     """keys [B, 2] (raw) -> batched first states; `task_id` int [B] pins each env's task (else the
     suite draws one per key). Two envs with the same key start identically."""
-    state = env.reset(keys)
-    if task_id is not None:  # the outer wrappers only add zeroed info entries; keep those
-        suite = _suite(env)
-        inner = jax.vmap(suite.reset_task)(keys, jnp.asarray(task_id, jnp.int32))
-        state = state.replace(data=inner.data, obs=inner.obs, metrics=inner.metrics,
-                              info={**state.info, **inner.info})
-    return _with_accumulators(state)
+    if task_id is None:
+        return _with_accumulators(env.reset(keys))
+    _suite(env)  # a clear error when the env cannot pick tasks
+    return _with_accumulators(env.reset(keys, task_id=task_id))
 
 
 def _suite(env: Env) -> SuiteEnv:
