@@ -354,24 +354,28 @@ def markdown(rows: list[dict], seeds: tuple[int, ...]) -> str:
     return head + body
 
 
-def plot(rows: list[dict], runs: list[dict], exp: Experiment, path: str) -> None:
+def plot(rows: list[dict], runs: list[dict], exp: Experiment, path: str, extra: list[dict] = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     x = np.asarray([r["env_steps"] for r in rows]) / 1e3
+    pixels = isinstance(exp, PixelExperiment)
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     ax.fill_between(x, [r["sync_min"] for r in rows], [r["sync_max"] for r in rows], color="tab:blue", alpha=0.2,
                     label=f"sync, {len(exp.sync_seeds)} seeds (min-max)")
     for r in (r for r in runs if r["mode"] == "sync"):
         ax.plot(x, [p["success"] for p in r["curve"]], color="tab:blue", lw=0.7, ls=":", alpha=0.8)
     ax.plot(x, [r["sync_mean"] for r in rows], color="tab:blue", lw=1.8, label="sync mean")
-    pixels = isinstance(exp, PixelExperiment)
     slots = "one slot" if exp.slots == 1 else f"{exp.slots} slots"
     ax.plot(x, [r["async"] for r in rows], color="tab:red", lw=1.8, marker="o", ms=3.5,
             label=f"async (staleness thr. {exp.staleness_threshold:g}, {slots}"
-                  + (", partial rollout)" if exp.partial_rollout else ")"))
+                  + (", partial rollout" if exp.partial_rollout else "")
+                  + (f", weights {exp.behaviour_weight_mode})" if pixels else ")"))
+    for r in extra:
+        ax.plot(x, [p["success"] for p in r["curve"]], color="tab:red", lw=1.0, ls="--", marker="x", ms=3.5,
+                label=f"async seed {r['seed']} (extra)")
     if pixels:
         ax.set_xlabel("env steps consumed by the learner: update budget (thousands)")
         ax.set_ylabel(f"eval success ({exp.eval_episodes} episodes per task)")
@@ -406,15 +410,28 @@ def _load_saved(exp, mode: str, seed: int, work_dir: str) -> dict | None:
     return saved["run"]
 
 
+def band_check(rows: list[dict], run: dict) -> list[dict]:
+    """Each eval point of an extra async `run` against the sync band of `rows`."""
+    out = []
+    for r, p in zip(rows, run["curve"], strict=True):
+        a = p["success"]
+        gap = a - r["sync_max"] if a > r["sync_max"] else (a - r["sync_min"] if a < r["sync_min"] else 0.0)
+        out.append({"update": r["update"], "async": a, "inside": gap == 0.0, "gap": gap})
+    return out
+
+
 def run(exp: Experiment | PixelExperiment, json_path: str, plot_path: str, work_dir: str, md_path: str,
-        only: list[tuple[str, int]] | None = None, reuse: bool = False) -> dict | None:
+        only: list[tuple[str, int]] | None = None, reuse: bool = False,
+        extra_async_seeds: tuple[int, ...] = ()) -> dict | None:
     """Every run (sync seeds, then async), the comparison; writes JSON, markdown and the plot.
-    `only`: run just these (mode, seed) runs and stop (no comparison); `reuse`: load runs already in `work_dir`."""
+    `only`: run just these (mode, seed) runs and stop (no comparison); `reuse`: load runs already in `work_dir`;
+    `extra_async_seeds`: more async runs, each checked against the band (reported, not in the verdict)."""
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     os.makedirs(work_dir, exist_ok=True)
     bc = None if isinstance(exp, PixelExperiment) else warm_start(exp)[1]
     plan = [("sync", s) for s in exp.sync_seeds] + [("async", exp.async_seed)]
+    plan += [("async", s) for s in extra_async_seeds]
     runs = []
     for mode, seed in (only or plan):
         if reuse and (saved := _load_saved(exp, mode, seed, work_dir)) is not None:
@@ -426,9 +443,12 @@ def run(exp: Experiment | PixelExperiment, json_path: str, plot_path: str, work_
         print(json.dumps(runs[-1]), flush=True)
     if only:
         return None
+    extra = runs[len(runs) - len(extra_async_seeds):] if extra_async_seeds else []
+    runs = runs[: len(runs) - len(extra)]
     rows = compare(runs)
     result = {"experiment": dataclasses.asdict(exp), "warm_start": bc, "runs": runs, "rows": rows,
               "all_inside": all(r["inside"] for r in rows), "points_outside": sum(not r["inside"] for r in rows),
+              "extra_runs": [r | {"band_check": band_check(rows, r)} for r in extra],
               "seconds": round(time.perf_counter() - t0, 1), "loadavg_1m": [load0, os.getloadavg()[0]],
               "command": " ".join(["experiments/async_sample_efficiency.py", *sys.argv[1:]])}
     if bc is None:
@@ -440,7 +460,7 @@ def run(exp: Experiment | PixelExperiment, json_path: str, plot_path: str, work_
         json.dump(result, f, indent=1)
     with open(md_path, "w") as f:
         f.write(md)
-    plot(rows, runs, exp, plot_path)
+    plot(rows, runs, exp, plot_path, extra)
     print(md, end="")
     print(f"async inside the sync band at {len(rows) - result['points_outside']}/{len(rows)} eval points", flush=True)
     return result
@@ -468,6 +488,7 @@ if __name__ == "__main__":
     ap.add_argument("--bc-steps", type=int, default=None, help="warm-start Adam steps (default: the config's)")
     ap.add_argument("--runs", default=None, help="only these runs, e.g. sync:0,async:0 (no comparison)")
     ap.add_argument("--reuse", action="store_true", help="load runs already saved in --work-dir")
+    ap.add_argument("--extra-async-seeds", default="", help="more async seeds, checked against the band, e.g. 1,2")
     ap.add_argument("--behaviour-weight-mode", choices=("drop", "truncate"), default=None,
                     help="grpo-tokens: rl.behaviour_weight_mode of the runs (only async uses it)")
     a = ap.parse_args()
@@ -482,4 +503,6 @@ if __name__ == "__main__":
         exp = get_config(a.debug)
         if a.bc_steps is not None:
             exp = dataclasses.replace(exp, bc_steps=a.bc_steps)
-    run(exp, a.json, a.plot, a.work_dir, a.md, only=_parse_runs(a.runs) if a.runs else None, reuse=a.reuse)
+    extra_seeds = tuple(int(x) for x in a.extra_async_seeds.split(",") if x)
+    run(exp, a.json, a.plot, a.work_dir, a.md, only=_parse_runs(a.runs) if a.runs else None, reuse=a.reuse,
+        extra_async_seeds=extra_seeds)
