@@ -160,7 +160,7 @@ def train_config(exp: Experiment | PixelExperiment, mode: str, seed: int, output
         env=dataclasses.replace(cfg.env, task=exp.task, num_envs=exp.num_envs, episode_length=exp.episode_length),
         rl=dataclasses.replace(cfg.rl, num_iterations=exp.iterations, rollout_length=exp.rollout_length,
                                eval_every=exp.eval_every, eval_episodes_per_task=exp.eval_episodes,
-                               reward=exp.reward),
+                               reward=exp.reward, behaviour_weight_mode="drop"),  # as measured (session 2)
         checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))
     return _with_mode(cfg, exp, mode, queue_timeout_s=900.0, watchdog_s=1800.0)

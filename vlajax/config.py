@@ -323,7 +323,9 @@ class RLConfig:
     entropy_coef: float = 0.0  # entropy bonus weight
     kl_coef: float = 0.0  # KL penalty to the reference (initial) policy
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
-    behaviour_weight_mode: Literal["drop", "truncate"] = "drop"  # above the cap: drop (AReaL) or clip
+    # above the cap: 'truncate' to the cap (verl's truncated IS; beat 'drop' at 6/6 paired points on the
+    # goal suite at staleness 1, docs/async.md) or 'drop' the sample (AReaL)
+    behaviour_weight_mode: Literal["drop", "truncate"] = "truncate"
     filter_zero_advantage: bool = True  # GRPO: drop groups whose rewards have zero variance
     advantage_eps: float = 1e-6  # GRPO: added to the group std before dividing
     group_std_normalize: bool = True  # GRPO: divide by the group std (False = Dr. GRPO, mean only)
