@@ -336,6 +336,11 @@ class RLConfig:
     micro_batches: int = 1  # gradient-accumulation steps per minibatch
     learning_rate: float = 1e-4  # optimizer learning rate
     value_learning_rate: float = 0.0  # learning rate of the critic's own params (0 = rl.learning_rate)
+    # PPO's critic: 'head' = the policy's own value head (VLA: `model.value_head`, on the policy's
+    # features); 'privileged' = an MLP on the simulator's privileged state [32] (asymmetric
+    # actor-critic: the pixel policy never sees it; deployment needs no critic)
+    critic: Literal["head", "privileged"] = "head"
+    critic_width: int = 256  # rl.critic='privileged': hidden width of its 2-layer MLP
     critic_warmup_iterations: int = 0  # first N iterations train only the critic (policy advantages zeroed)
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
     eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
@@ -359,6 +364,7 @@ class RLConfig:
                "rl.value_clip, rl.value_coef, rl.entropy_coef and rl.kl_coef must be >= 0")
         _check(self.behaviour_weight_cap >= 1.0, f"rl.behaviour_weight_cap must be >= 1: {self.behaviour_weight_cap}")
         _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
+        _check(self.critic_width >= 1, "rl.critic_width must be >= 1")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
         _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
         _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,

@@ -95,3 +95,18 @@ def test_per_episode_randomization_lives_in_state():
     assert np.asarray(ep["brightness"]).std() > 0  # lighting differs
     lo, hi = env.config.brightness
     assert np.all((np.asarray(ep["brightness"]) >= lo) & (np.asarray(ep["brightness"]) <= hi))
+
+
+def test_privileged_obs_in_pixel_mode_is_the_state_mode_vector():
+    """`privileged_obs=True` adds obs['privileged'] [PRIVILEGED_SIZE]: the very vector state mode returns."""
+    from vlajax.envs.tabletop import env as tabletop_env
+
+    pix = registry.load("goal/stack", obs_mode="pixels", image_size=8, cameras=("agentview",), privileged_obs=True)
+    state = registry.load("goal/stack", obs_mode="state")
+    key = jax.random.key(4)
+    a = jax.jit(pix.reset)(key)
+    b = jax.jit(state.reset)(key)
+    assert a.obs["privileged"].shape == (tabletop_env.PRIVILEGED_SIZE,) == b.obs.shape
+    np.testing.assert_array_equal(np.asarray(a.obs["privileged"]), np.asarray(b.obs))
+    plain = jax.jit(registry.load("goal/stack", obs_mode="pixels", image_size=8, cameras=("agentview",)).reset)(key)
+    assert "privileged" not in plain.obs

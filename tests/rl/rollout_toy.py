@@ -65,8 +65,9 @@ class PointEnv(Env):
         blob = lambda p: jnp.exp(-((grid[None, :] - p[0]) ** 2 + (grid[:, None] - p[1]) ** 2) / 0.05)
         img = jnp.stack([blob(x), blob(g), jnp.zeros((IMAGE, IMAGE))], -1)
         state = jnp.concatenate([x, g, jnp.zeros(4)]).astype(jnp.float32)
+        privileged = jnp.concatenate([x, g, jax.nn.one_hot(episode["task_id"], 2)]).astype(jnp.float32)
         return {"pixels/agentview": (255 * img).astype(jnp.uint8), "state": state,
-                "instruction_id": episode["instruction_id"]}
+                "instruction_id": episode["instruction_id"], "privileged": privileged}
 
 
 def make_env(num_envs, action_horizon=2, episode_length=12, task_ids=(0, 1), pixels=False):

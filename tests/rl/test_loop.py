@@ -13,7 +13,16 @@ import pytest
 
 from tests.rl import rollout_toy as toy
 from vlajax import checkpoint
-from vlajax.config import CheckpointConfig, EnvConfig, LoggingConfig, ModelConfig, RLConfig, TrainConfig
+from vlajax.config import (
+    CheckpointConfig,
+    ConfigError,
+    EnvConfig,
+    LoggingConfig,
+    ModelConfig,
+    RLConfig,
+    TrainConfig,
+    get_config,
+)
 from vlajax.rl import actors, learner, loop, mlp_policy
 from vlajax.rl import rollout as ro
 
@@ -125,6 +134,13 @@ def test_cli_trains_and_resumes_on_tabletop(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert '"start_iteration": 2' in r.stdout and '"iterations": 3' in r.stdout
     assert os.listdir(tmp_path / "tb")
+
+
+def test_privileged_critic_needs_pixels():
+    cfg = get_config("rl-mlp-state")
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, critic="privileged"))
+    with pytest.raises(ConfigError, match="privileged"):
+        loop.build(cfg)
 
 
 def test_rl_presets_validate():

@@ -166,6 +166,15 @@ def test_evaluate_pins_tasks_and_is_deterministic():
 
 
 def _vla(head):
+    model, bridge = _model_and_bridge(head)
+    env = toy.make_env(B, H, episode_length=6, pixels=True)
+    obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], jax.jit(
+        lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0)).obs), jnp.zeros((1,), jnp.int32))
+    params = jax.jit(model.init)(jax.random.key(1), obs0)["params"]
+    return actors.vla_actor(model, bridge), params, env
+
+
+def _model_and_bridge(head):
     if head == "flow_sde":
         mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
                            flow_sampler="flow_sde", value_head="expert")
@@ -177,12 +186,7 @@ def _vla(head):
         z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
         return NormStats(mean=z, std=o, q01=-o, q99=o)
 
-    bridge = Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
-    env = toy.make_env(B, H, episode_length=6, pixels=True)
-    obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], jax.jit(
-        lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0)).obs), jnp.zeros((1,), jnp.int32))
-    params = jax.jit(model.init)(jax.random.key(1), obs0)["params"]
-    return actors.vla_actor(model, bridge), params, env
+    return model, Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
 
 
 @pytest.mark.parametrize("head", ["mlp", "flow_sde", "tokens"])
@@ -272,6 +276,31 @@ def test_vla_flow_scores_the_whole_chain_of_an_executed_decision():
     # a decision with no executed step (after the episode ended) scores nothing
     m = actors._logp_mask(bridge, jnp.asarray([[True], [False]]), (2, H, 4), whole_chunk=True)
     assert np.asarray(m[0]).min() == 1 and np.asarray(m[1]).max() == 0
+
+
+def test_vla_privileged_critic_reads_the_privileged_state_and_trains_only_itself():
+    """rl.critic='privileged': values from an MLP on obs['privileged']; the policy's log-probs are
+    those of the plain actor; the value loss moves only params['critic']."""
+    plain, params, env = _vla("tokens")
+    model, bridge = _model_and_bridge("tokens")
+    critic = mlp_policy.ValueMLP((16, 16))
+    actor = actors.vla_actor(model, bridge, use_value=True, critic=critic)
+    params = {**params, "critic": critic.init(jax.random.key(3), jnp.zeros((1, 6)))["params"]}
+    assert actor.has_value and not plain.has_value
+    _, (_, traj) = collect(actor, env, params, length=2)
+    batch = learner.flatten_decisions({k: traj[k] for k in ("obs", "task_id", "tokens", "action_mask")})
+    logp, _, value = actor.logp_value(params, batch, jax.random.key(0))
+    np.testing.assert_allclose(np.asarray(logp), np.asarray(plain.logp_value(params, batch, jax.random.key(0))[0]),
+                               rtol=1e-6)
+    by_hand = critic.apply({"params": params["critic"]}, batch["obs"]["privileged"])
+    np.testing.assert_allclose(np.asarray(value), np.asarray(by_hand), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(traj["old_values"]).T.reshape(-1), np.asarray(by_hand), rtol=1e-5, atol=1e-6)
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(actor.logp_value(p, batch, jax.random.key(0))[2])))(params)
+    for name, g in grads.items():
+        norm = float(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(g)))
+        assert (norm > 0) == (name == "critic"), (name, norm)
+    with pytest.raises(ValueError, match="privileged_obs"):
+        actor.value(params, {k: v for k, v in batch["obs"].items() if k != "privileged"}, batch["task_id"])
 
 
 def test_vla_value_loss_trains_only_the_value_head():

@@ -102,15 +102,20 @@ def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...]
 
 
 def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, temperature: float = 1.0,
-              execute: int = 0) -> Actor:
+              execute: int = 0, critic: mlp_policy.ValueMLP | None = None) -> Actor:
     """The VLA's configured head. Flow: `cfg.flow_sampler` must be stochastic (`flow_sde` /
     `flow_noise`); its log-prob scores the whole chain of a decision (`_logp_mask`). Tokens:
     the log-prob covers only the executed steps and the env's action dims.
     `use_value` (default: the model has a value head) adds the critic, whose loss trains only the
     value head (`_critic_variables`). `execute = k` sends only
     the first k of the chunk's H actions to the env (receding horizon; 0 = all H): env actions
-    are [B, k, A_env], and `action_mask` [N, k] is padded to H with False for the log-prob."""
+    are [B, k, A_env], and `action_mask` [N, k] is padded to H with False for the log-prob.
+    `critic` (asymmetric actor-critic, `rl.critic='privileged'`): values come from this MLP on
+    `obs['privileged']` [B, 32] with params `params['critic']` (the VLA ignores that entry);
+    the model's own value head is then not used."""
     cfg = model.cfg
+    if critic is not None:
+        return _with_privileged_critic(vla_actor(model, bridge, False, temperature, execute), critic)
     if cfg.action_head == "flow" and cfg.flow_sampler == "ode":
         raise ValueError("RL with the flow head needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
     use_value = cfg.value_head != "none" if use_value is None else use_value
@@ -153,6 +158,22 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
         return heads.value(model, {"params": params}, bridge.observation(obs, task_id))
 
     return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}")
+
+
+def _with_privileged_critic(actor: Actor, critic: mlp_policy.ValueMLP) -> Actor:
+    """`actor` (no critic) plus `critic` on the env's privileged state."""
+
+    def value(params, obs, task_id):
+        del task_id
+        if "privileged" not in obs:
+            raise ValueError("rl.critic='privileged' needs an env built with privileged_obs=True (obs['privileged'])")
+        return critic.apply({"params": params["critic"]}, obs["privileged"])
+
+    def logp_value(params, batch, rng):
+        logp, entropy, _ = actor.logp_value(params, batch, rng)
+        return logp, entropy, value(params, batch["obs"], batch["task_id"])
+
+    return Actor(actor.sample, logp_value, value, actor.name + "+privileged-critic")
 
 
 CRITIC_PARAMS = ("value_hidden", "value_out")  # the VLA's own value-head modules

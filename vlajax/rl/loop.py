@@ -130,6 +130,9 @@ def build(cfg: TrainConfig, mesh=None) -> Setup:
 
 
 def _build_mlp(cfg: TrainConfig) -> Setup:
+    if cfg.rl.critic == "privileged":
+        raise ConfigError("rl.critic='privileged' is for pixel policies (env.obs_mode='pixels'): the state MLP's "
+                          "own critic already reads the privileged state")
     h = cfg.model.action_horizon
     env = ro.make_env(cfg.env, h, reward=cfg.rl.reward)
     hidden = (cfg.model.width,) * cfg.model.depth
@@ -169,6 +172,7 @@ def _per_task(cfg: TrainConfig, task_ids: np.ndarray, success: np.ndarray) -> di
 
 
 def _build_vla(cfg: TrainConfig, mesh) -> Setup:
+    from vlajax.envs.tabletop import env as tabletop_env
     from vlajax.models.observation import fake_observation
     from vlajax.models.vla import VLA
     from vlajax.policy import Bridge
@@ -176,17 +180,26 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     model_cfg, bridge, sft_params = _load_sft(cfg, mesh) if cfg.rl.init_from else (cfg.model, None, None)
     if bridge is None:
         bridge = _identity_bridge(cfg)
+    privileged = cfg.rl.algo == "ppo" and cfg.rl.critic == "privileged"
+    if privileged:  # the critic is its own MLP: the VLA needs no value head
+        model_cfg = dataclasses.replace(model_cfg, value_head="none")
+        bridge = dataclasses.replace(bridge, model=model_cfg)
     model = VLA(model_cfg)
     h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
-    env = ro.make_env(cfg.env, h, reward=cfg.rl.reward)
-    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", execute=cfg.rl.chunk_steps)
+    env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
+    critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
+    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", execute=cfg.rl.chunk_steps,
+                             critic=critic)
 
     def init_params(rng):
         obs = fake_observation(rng, 1, model_cfg, cameras=bridge.cameras)
         params = model.init(rng, obs)["params"]
-        if sft_params is None:
-            return params
-        return _merge(params, sft_params)
+        if sft_params is not None:
+            params = _merge(params, sft_params)
+        if critic is not None:
+            x = jnp.zeros((1, tabletop_env.PRIVILEGED_SIZE))
+            params = {**params, "critic": critic.init(jax.random.fold_in(rng, 7), x)["params"]}
+        return params
 
     eval_cfg = dataclasses.replace(cfg, model=model_cfg,
                                    sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))

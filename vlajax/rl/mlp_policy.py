@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-__all__ = ["MLPActorCritic", "gaussian_log_prob", "gaussian_entropy", "sample", "make_logp_value_fn"]
+__all__ = ["MLPActorCritic", "ValueMLP", "gaussian_log_prob", "gaussian_entropy", "sample", "make_logp_value_fn"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -58,6 +58,17 @@ class MLPActorCritic(nn.Module):
         log_std = jnp.clip(log_std, self.min_log_std, self.max_log_std)
         value = _MLP(tuple(self.value_hidden), 1, 1.0, name="critic")(obs)[..., 0]
         return mean, log_std, value
+
+
+class ValueMLP(nn.Module):
+    """A critic alone: obs [B, obs_dim] -> value [B] (tanh MLP, orthogonal init; e.g. the privileged
+    critic of a pixel policy, `rl.critic='privileged'`)."""
+
+    hidden: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return _MLP(tuple(self.hidden), 1, 1.0, name="value")(jnp.asarray(obs, jnp.float32))[..., 0]
 
 
 def gaussian_log_prob(actions: jax.Array, mean: jax.Array, log_std: jax.Array,

@@ -71,7 +71,8 @@ class SuiteEnv(Wrapper):
         return self.env.reset_task(jax.random.split(rng)[1], task_id, **kwargs)
 
 
-def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: str = "shaped") -> Env:
+def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: str = "shaped",
+             privileged_obs: bool = False) -> Env:
     """`EnvConfig` -> SuiteEnv -> EpisodeWrapper -> ActionChunkWrapper -> VmapWrapper (no auto-reset:
     `rollout` resets itself so it can read the final observation first). `reward='success'`
     zeroes the shaped terms: the reward is the success bonus alone (shaped terms paid at every
@@ -82,6 +83,8 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
     overrides = registry.config_from_env_config(env_cfg)
     n = num_envs or env_cfg.num_envs
     overrides["num_envs"] = n
+    if privileged_obs:  # pixels: also obs['privileged'] [32] (an asymmetric critic's input)
+        overrides["privileged_obs"] = True
     if reward == "success":
         scales = registry.get_default_config().reward_scales
         overrides["reward_scales"] = {k: (v if k == "success" else 0.0) for k, v in scales.items()}

@@ -24,6 +24,8 @@ from vlajax.envs.base import Env, State
 from vlajax.envs.tabletop import scene, tasks
 
 PROPRIO_SIZE = 8  # ee xyz, finger l/r, ee velocity xyz
+# `privileged_state`: proprio, cube xyz, zone xy, button xy + depth, target/ref cube and family one-hots
+PRIVILEGED_SIZE = PROPRIO_SIZE + 3 * scene.NUM_CUBES + 2 + 3 + 2 * scene.NUM_CUBES + len(tasks.FAMILIES)
 
 
 def default_reward_scales() -> dict[str, float]:
@@ -44,6 +46,9 @@ class TabletopConfig:
     max_delta: float = 0.02  # metres of end-effector target motion per unit action per control step
     brightness: tuple[float, float] = (0.75, 1.25)  # per-episode image brightness factor range
     reward_scales: Mapping[str, float] = dataclasses.field(default_factory=default_reward_scales)
+    # pixels mode: also `obs["privileged"]` = `privileged_state` [32], for an asymmetric critic
+    # (RL's `rl.critic='privileged'`); the policy never reads it
+    privileged_obs: bool = False
 
     def __post_init__(self):
         if self.obs_mode not in ("pixels", "state"):
@@ -224,4 +229,6 @@ class TabletopEnv(Env):
         if self.config.obs_mode == "state":
             return self.privileged_state(data, episode)
         obs = {f"pixels/{k}": v for k, v in self.render(data, episode).items()}
+        if self.config.privileged_obs:
+            obs["privileged"] = self.privileged_state(data, episode)
         return {"state": self.proprio(data), **obs, "instruction_id": episode["instruction_id"]}
