@@ -345,6 +345,7 @@ class RLConfig:
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
     eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
     eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
+    eval_seed: int = -1  # seed of the evaluation episodes (-1 = the run's seed; fix it to compare seeds)
     init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
     chunk_steps: int = 0  # actions of each predicted chunk executed per decision (0 = the whole chunk)
     # env reward: 'shaped' = shaped terms every step + success bonus; 'success' = bonus only;
@@ -365,6 +366,7 @@ class RLConfig:
         _check(self.behaviour_weight_cap >= 1.0, f"rl.behaviour_weight_cap must be >= 1: {self.behaviour_weight_cap}")
         _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
         _check(self.critic_width >= 1, "rl.critic_width must be >= 1")
+        _check(self.eval_seed >= -1, "rl.eval_seed must be >= 0, or -1 for the run's seed")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
         _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
         _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,

@@ -136,6 +136,28 @@ def test_cli_trains_and_resumes_on_tabletop(tmp_path):
     assert os.listdir(tmp_path / "tb")
 
 
+def test_eval_seed_fixes_the_evaluation_episodes_across_run_seeds(monkeypatch):
+    """The evaluation's episode key comes from rl.eval_seed (or the run's seed when it is -1)."""
+    seen = []
+    real = ro.evaluate
+
+    def spy(actor, env, params, rng, task_id, length):
+        jax.debug.callback(lambda k: seen.append(np.asarray(k)), jax.random.key_data(rng))  # runs under jit
+        return real(actor, env, params, rng, task_id, length)
+
+    monkeypatch.setattr(loop.ro, "evaluate", spy)
+    cfg = dataclasses.replace(get_config("rl-mlp-state"), env=EnvConfig(
+        suite="goal", task="goal/press_button", obs_mode="state", num_envs=4, episode_length=8))
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, eval_episodes_per_task=2))
+    for seed, eval_seed in ((0, -1), (1, 0), (1, -1)):
+        c = dataclasses.replace(cfg, seed=seed, rl=dataclasses.replace(cfg.rl, eval_seed=eval_seed))
+        setup = loop.build(c)
+        setup.evaluate(setup.init_params(jax.random.key(0)), 0)
+    assert loop.eval_seed(dataclasses.replace(cfg, seed=5)) == 5
+    np.testing.assert_array_equal(seen[0], seen[1])  # seed 1 evaluated on seed 0's episodes
+    assert not np.array_equal(seen[0], seen[2])
+
+
 def test_privileged_critic_needs_pixels():
     cfg = get_config("rl-mlp-state")
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, critic="privileged"))

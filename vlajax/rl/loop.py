@@ -146,7 +146,7 @@ def _build_mlp(cfg: TrainConfig) -> Setup:
     run_eval = jax.jit(functools.partial(ro.evaluate, actor, eval_env, length=decisions))
 
     def evaluate(params, iteration):
-        key = jax.random.fold_in(jax.random.key(cfg.seed), EVAL_STREAM)
+        key = jax.random.fold_in(jax.random.key(eval_seed(cfg)), EVAL_STREAM)
         out = jax.device_get(run_eval(params, key, jnp.asarray(task_ids)))
         return _per_task(cfg, task_ids, out["success"])
 
@@ -154,6 +154,11 @@ def _build_mlp(cfg: TrainConfig) -> Setup:
         return model.init(rng, jnp.zeros((1, obs_dim)))["params"]
 
     return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h))
+
+
+def eval_seed(cfg: TrainConfig) -> int:
+    """The evaluation episodes' seed: `rl.eval_seed`, or the run's seed when it is -1."""
+    return cfg.seed if cfg.rl.eval_seed < 0 else cfg.rl.eval_seed
 
 
 def _eval_sizes(cfg: TrainConfig) -> tuple[int, int]:
@@ -201,7 +206,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
             params = {**params, "critic": critic.init(jax.random.fold_in(rng, 7), x)["params"]}
         return params
 
-    eval_cfg = dataclasses.replace(cfg, model=model_cfg,
+    eval_cfg = dataclasses.replace(cfg, model=model_cfg, seed=eval_seed(cfg),
                                    sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))
 
     def evaluate(params, iteration):
