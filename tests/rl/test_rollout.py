@@ -178,6 +178,9 @@ def _model_and_bridge(head):
     if head == "flow_sde":
         mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
                            flow_sampler="flow_sde", value_head="expert")
+    elif head == "flow_sde_last":  # the RL presets' flow sampler: x_1 = 0, only the last step stochastic
+        mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
+                           flow_sampler="flow_sde", flow_x1="zeros", flow_sde_steps="last", value_head="expert")
     else:
         mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
                            action_head="tokens", num_bins=32)
@@ -189,7 +192,7 @@ def _model_and_bridge(head):
     return model, Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
 
 
-@pytest.mark.parametrize("head", ["mlp", "flow_sde", "tokens"])
+@pytest.mark.parametrize("head", ["mlp", "flow_sde", "flow_sde_last", "tokens"])
 def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
     """`loop.collect` (rollout + advantages + learner batch), then `learner.update`: the first
     update's importance ratio is 1. The MLP's is exactly 1. The VLA heads record their log-prob
