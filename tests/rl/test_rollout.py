@@ -174,16 +174,16 @@ def _vla(head):
     return actors.vla_actor(model, bridge), params, env
 
 
+_HEADS = {  # the ModelConfig fields of each tested head
+    "flow_sde": dict(flow_sampler="flow_sde", value_head="expert"),
+    # the RL presets' flow sampler: x_1 = 0, only the last step stochastic
+    "flow_sde_last": dict(flow_sampler="flow_sde", flow_x1="zeros", flow_sde_steps="last", value_head="expert"),
+    "tokens": dict(action_head="tokens", num_bins=32),
+}
+
+
 def _model_and_bridge(head):
-    if head == "flow_sde":
-        mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
-                           flow_sampler="flow_sde", value_head="expert")
-    elif head == "flow_sde_last":  # the RL presets' flow sampler: x_1 = 0, only the last step stochastic
-        mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
-                           flow_sampler="flow_sde", flow_x1="zeros", flow_sde_steps="last", value_head="expert")
-    else:
-        mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4,
-                           action_head="tokens", num_bins=32)
+    mcfg = ModelConfig(image_size=16, patch_size=8, num_cameras=1, action_horizon=H, action_dim=4, **_HEADS[head])
     model = VLA(mcfg)
     def ident(n):
         z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
