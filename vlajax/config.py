@@ -214,7 +214,9 @@ class EnvConfig:
     image_size: int = 32  # rendered image side in pixels (the env's own default is 64)
     cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras rendered for the policy (subset of these two)
     render_backend: Literal["jax", "warp"] = "jax"  # pure-JAX ray caster (CPU default) or MJX-Warp
-    physics_impl: Literal["jax", "warp"] = "jax"  # MJX implementation (warp is required for warp rendering)
+    # MJX implementation "jax" or "warp" (warp is required for warp rendering), or "c": C MuJoCo
+    # on the host through a callback (the LIBERO-style CPU simulator; single-device rollouts)
+    physics_impl: Literal["jax", "warp", "c"] = "jax"
     episode_length: int = 200  # low-level control steps before truncation
     action_repeat: int = 1  # multiplies the env's 5 physics steps (4 ms each) per control step
 

@@ -2,12 +2,14 @@
 
 For each batch size (default 16, 64, 256) and with/without rendering (pixels obs: agent-view + wrist
 cameras at `--image-size`, pure-JAX ray caster; without: state obs), it times a jitted `lax.scan`
-of `--steps` vmapped env steps with random actions (one env step = `n_substeps` MJX physics steps
-plus rewards/observation). The reference, measured in the same run, is C MuJoCo stepping the same
-scene with `mujoco.rollout` on all cores (`cpu_mujoco_steps_per_s`, physics steps; divide by
-`n_substeps` for env-step equivalents, given as `cpu_mujoco_env_steps_per_s`).
+of `--steps` vmapped env steps with random actions (one env step = `n_substeps` physics steps
+plus rewards/observation), with each `--physics-impl`: `jax` (MJX) and/or `c` (C MuJoCo through
+the env's host callback, one env after the other on the calling thread). The reference,
+measured in the same run, is C MuJoCo stepping the same scene with `mujoco.rollout` on all
+cores (`cpu_mujoco_steps_per_s`, physics steps; divide by `n_substeps` for env-step
+equivalents, given as `cpu_mujoco_env_steps_per_s`).
 
-Rows: {env, num_envs, render, steps_per_s, physics_steps_per_s, compile_s, seconds}.
+Rows: {env, num_envs, render, physics_impl, steps_per_s, physics_steps_per_s, compile_s, seconds}.
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def time_env(task: str, num_envs: int, render: bool, image_size: int, steps: int, repeats: int) -> dict:
+def time_env(task: str, num_envs: int, render: bool, image_size: int, steps: int, repeats: int,
+             physics_impl: str = "jax") -> dict:
     """Median steps/s over `repeats` timed calls of a jitted scan of `steps` batched env steps."""
-    env = registry.load(task, obs_mode="pixels" if render else "state", image_size=image_size)
+    env = registry.load(task, obs_mode="pixels" if render else "state", image_size=image_size,
+                        physics_impl=physics_impl)
     reset = jax.jit(jax.vmap(env.reset))
 
     @jax.jit
@@ -66,6 +70,7 @@ def time_env(task: str, num_envs: int, render: bool, image_size: int, steps: int
         "env": task,
         "num_envs": num_envs,
         "render": render,
+        "physics_impl": physics_impl,
         "steps_per_s": round(rate, 1),
         "physics_steps_per_s": round(rate * env.config.n_substeps, 1),
         "compile_s": round(compile_s, 1),
@@ -109,17 +114,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=20, help="env steps per timed call")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--physics-impl", nargs="+", default=["jax"], choices=["jax", "c"],
+                   help="env physics to time: 'jax' (MJX) and/or 'c' (C MuJoCo through a host callback)")
+    p.add_argument("--no-render", action="store_true", help="time state observations only")
     args = p.parse_args(argv)
     compile_cache.enable()
 
     load_start = os.getloadavg()
     rows = []
     for n in args.num_envs:
-        for render in (False, True):
-            row = time_env(args.task, n, render, args.image_size, args.steps, args.repeats)
-            rows.append(row)
-            print(f"{row['env']:22s} num_envs={n:4d} render={render!s:5s} {row['steps_per_s']:10.1f} env steps/s"
-                  f"  (compile {row['compile_s']} s)", flush=True)
+        for physics in args.physics_impl:
+            for render in (False,) if args.no_render else (False, True):
+                row = time_env(args.task, n, render, args.image_size, args.steps, args.repeats, physics)
+                rows.append(row)
+                print(f"{row['env']:22s} num_envs={n:4d} physics={physics:3s} render={render!s:5s} "
+                      f"{row['steps_per_s']:10.1f} env steps/s  (compile {row['compile_s']} s)", flush=True)
     n_substeps = registry.load(args.task, obs_mode="state").config.n_substeps
     c_rate, nthread = time_c_mujoco(args.task, max(args.num_envs), args.steps * n_substeps, args.repeats)
     print(f"C MuJoCo mujoco.rollout, {nthread} threads: {c_rate:.0f} physics steps/s "

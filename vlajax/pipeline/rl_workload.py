@@ -3,7 +3,7 @@
 `RLWorkload(cfg, setup)` implements the bench `Workload` interface (and `vlajax.rl.async_loop`
 uses it for `pipeline.num_slots > 1`):
 
-- `env(num_slots, latency)` -> `(reset, step, infer)` for `SlotRollout`. Slot s holds
+- `env(num_slots, latency, physics_impl=None)` -> `(reset, step, infer)` for `SlotRollout`. Slot s holds
   `env.num_envs // num_slots` envs of `vlajax.rl.rollout.make_env`. `infer(params, payloads)`
   runs `actor.sample` for every waiting slot in one jitted call (padded to `num_slots` rows, one
   compile) and returns `(env_actions, record, params)` per slot; the slot's `step` then runs
@@ -112,20 +112,24 @@ class RLWorkload:
 
     # -- rollout ----------------------------------------------------------------------------
 
-    def _env_fns(self, per: int):
-        """(env, jitted step, jitted reset) for slots of `per` envs, built once per size."""
-        if per not in self._envs:
-            env = ro.make_env(self.cfg.env, self.setup.action_horizon, num_envs=per, reward=self.cfg.rl.reward)
-            self._envs[per] = (env, jax.jit(functools.partial(self._step_fn, env)),
-                               jax.jit(lambda k: ro.reset(env, ro.group_keys(k, per))))
-        return self._envs[per]
+    def _env_fns(self, per: int, physics_impl: str | None = None):
+        """(env, jitted step, jitted reset) for slots of `per` envs, built once per (size, physics)."""
+        physics_impl = physics_impl or self.cfg.env.physics_impl
+        if (per, physics_impl) not in self._envs:
+            env_cfg = dataclasses.replace(self.cfg.env, physics_impl=physics_impl)
+            env = ro.make_env(env_cfg, self.setup.action_horizon, num_envs=per, reward=self.cfg.rl.reward)
+            self._envs[per, physics_impl] = (env, jax.jit(functools.partial(self._step_fn, env)),
+                                             jax.jit(lambda k: ro.reset(env, ro.group_keys(k, per))))
+        return self._envs[per, physics_impl]
 
-    def env(self, num_slots: int, latency: LatencyModel | None, seed: int | None = None):
-        """(reset, step, infer) for `SlotRollout`; env state per slot is `(State, decision count)`."""
+    def env(self, num_slots: int, latency: LatencyModel | None, seed: int | None = None,
+            physics_impl: str | None = None):
+        """(reset, step, infer) for `SlotRollout`; env state per slot is `(State, decision count)`.
+        `physics_impl` overrides `env.physics_impl` (the bench's CPU-bound regime: 'c')."""
         if self.envs % num_slots:
             raise ConfigError(f"env.num_envs={self.envs} does not split into pipeline.num_slots={num_slots}")
         per = self.envs // num_slots
-        _, step_fn, reset_fn = self._env_fns(per)
+        _, step_fn, reset_fn = self._env_fns(per, physics_impl)
         root = jax.random.key(self.cfg.seed if seed is None else seed)
 
         def payload(slot, state, d):

@@ -21,7 +21,7 @@ from mujoco import mjx
 
 from vlajax.envs import render as render_lib
 from vlajax.envs.base import Env, State
-from vlajax.envs.tabletop import scene, tasks
+from vlajax.envs.tabletop import c_physics, scene, tasks
 
 PROPRIO_SIZE = 8  # ee xyz, finger l/r, ee velocity xyz
 # `privileged_state`: proprio, cube xyz, zone xy, button xy + depth, target/ref cube and family one-hots
@@ -40,7 +40,9 @@ class TabletopConfig:
     image_size: int = 64  # square camera resolution (pixels)
     cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras in the pixels observation
     render_backend: str = "jax"  # "jax" ray caster (CPU default) or "warp" (MJX-Warp renderer)
-    physics_impl: str = "jax"  # MJX impl: "jax" or "warp" (the warp renderer needs "warp")
+    # "jax" or "warp": MJX implementations (the warp renderer needs "warp"); "c": C MuJoCo on the
+    # host through a callback (LIBERO-style CPU simulator; c_physics.py)
+    physics_impl: str = "jax"
     num_envs: int = 16  # batch the warp renderer is built for (its nworld); unused by "jax"
     n_substeps: int = 5  # physics steps (4 ms) per control step -> 50 Hz control
     max_delta: float = 0.02  # metres of end-effector target motion per unit action per control step
@@ -53,8 +55,8 @@ class TabletopConfig:
     def __post_init__(self):
         if self.obs_mode not in ("pixels", "state"):
             raise ValueError(f"obs_mode must be 'pixels' or 'state', got {self.obs_mode!r}")
-        if self.render_backend not in ("jax", "warp") or self.physics_impl not in ("jax", "warp"):
-            raise ValueError("render_backend and physics_impl must each be 'jax' or 'warp'")
+        if self.render_backend not in ("jax", "warp") or self.physics_impl not in ("jax", "warp", "c"):
+            raise ValueError("render_backend must be 'jax' or 'warp', physics_impl 'jax', 'warp' or 'c'")
         if self.render_backend == "warp" and self.physics_impl != "warp":
             raise ValueError("render_backend='warp' needs physics_impl='warp' (MJX renders only Warp data)")
         if self.image_size < 8 or self.n_substeps < 1 or self.num_envs < 1:
@@ -76,7 +78,9 @@ class TabletopEnv(Env):
         self.mj_model = scene.load_model()
         self.idx = scene.Index.of(self.mj_model)
         # this process's device: put_model's default, jax.devices()[0], belongs to process 0 when multi-host
-        self.mjx_model = mjx.put_model(self.mj_model, device=jax.local_devices()[0], impl=config.physics_impl)
+        self._mjx_impl = "jax" if config.physics_impl == "c" else config.physics_impl  # "c": MJX only for reset
+        self.mjx_model = mjx.put_model(self.mj_model, device=jax.local_devices()[0], impl=self._mjx_impl)
+        self.c_physics = c_physics.CPhysics(self.mj_model, config.n_substeps) if config.physics_impl == "c" else None
         self._ctrl_lo = jnp.asarray(self.mj_model.actuator_ctrlrange[:3, 0])
         self._ctrl_hi = jnp.asarray(self.mj_model.actuator_ctrlrange[:3, 1])
         self.render_spec = render_lib.make_spec(
@@ -128,9 +132,9 @@ class TabletopEnv(Env):
         mocap = jnp.zeros((m.nmocap, 3))
         mocap = mocap.at[idx.zone_mocap, :2].set(zone).at[idx.button_mocap, :2].set(button)
         ctrl = jnp.concatenate([jnp.asarray(scene.HOME), jnp.full((1,), scene.FINGER_OPEN)])
-        data = mjx.make_data(m, impl=self.config.physics_impl)
+        data = mjx.make_data(m, impl=self._mjx_impl)
         data = data.replace(qpos=qpos, ctrl=ctrl, mocap_pos=mocap)
-        if self.config.physics_impl == "jax":  # positions only: cheaper to compile than a full forward
+        if self._mjx_impl == "jax":  # positions only: cheaper to compile than a full forward
             data = mjx.camlight(self.mjx_model, mjx.kinematics(self.mjx_model, data))
         else:
             data = mjx.forward(self.mjx_model, data)
@@ -166,7 +170,10 @@ class TabletopEnv(Env):
         target = jnp.clip(ee + a[:3] * self.config.max_delta, self._ctrl_lo, self._ctrl_hi)
         finger = scene.FINGER_OPEN * (1.0 - a[3]) / 2.0
         data = data.replace(ctrl=jnp.concatenate([target, finger[None]]))
-        data = jax.lax.fori_loop(0, self.config.n_substeps, lambda _, d: mjx.step(self.mjx_model, d), data)
+        if self.c_physics is not None:
+            data = self.c_physics.step(data)
+        else:
+            data = jax.lax.fori_loop(0, self.config.n_substeps, lambda _, d: mjx.step(self.mjx_model, d), data)
 
         success, terms = self._evaluate(data, state.info["episode"])
         scales = self.config.reward_scales

@@ -1,0 +1,102 @@
+"""C MuJoCo physics for the tabletop tasks (`physics_impl="c"`): the LIBERO-style CPU simulator.
+
+LIBERO-style simulators step C MuJoCo on CPU worker threads, off the accelerator. With
+`TabletopConfig(physics_impl="c")` the physics of one control step (`n_substeps` steps of the
+same scene) runs in C MuJoCo through `jax.pure_callback`; everything else — action to ctrl,
+reward, success, observation, the wrappers, auto-reset — is the same JAX code as with MJX, so
+the same tasks run on either simulator inside the same jitted rollout.
+
+The callback steps the envs of a batch one after the other on the thread that runs the
+computation, with a `mujoco.MjData` from a pool (one per concurrent caller). `mujoco.mj_step` releases the GIL, so env
+slots stepping in their own threads (`vlajax.pipeline.slots`) are C MuJoCo worker threads.
+
+Per env, the callback reads `time, qpos, qvel, act, qacc_warmstart` (the solver's warm start,
+so consecutive control steps are one continuous C simulation) plus the inputs `ctrl,
+mocap_pos, mocap_quat`, steps, then recomputes the positional fields (`mj_kinematics`,
+`mj_camlight`: body/geom/site/camera poses, what rendering reads). Velocity- and
+force-dependent fields of `mjx.Data` (`qacc`, `cvel`, `qfrc_*`, ...) are not updated: nothing
+in the tabletop tasks reads them.
+
+Numerics: C MuJoCo steps in float64 (MJX in float32) with its own solver code, so a C
+trajectory follows the MJX one closely but not bit for bit (tests/envs/test_c_physics.py).
+The callback runs on the host: use it for single-device CPU rollouts (the CPU-bound regime of
+the async benchmark, CPU-only runs); a rollout sharded over several devices should use MJX.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+__all__ = ["CPhysics"]
+
+STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart")  # carried per env
+INPUT_FIELDS = ("ctrl", "mocap_pos", "mocap_quat")  # set by the env, not changed by physics
+POSE_FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_xpos", "geom_xmat",
+               "site_xpos", "site_xmat", "cam_xpos", "cam_xmat")  # recomputed after the step
+
+
+class CPhysics:
+    """`step(data) -> data`: `n_substeps` C MuJoCo steps of `model` for an `mjx.Data` (any batch shape)."""
+
+    def __init__(self, model: mujoco.MjModel, n_substeps: int):
+        if n_substeps < 1:
+            raise ValueError(f"n_substeps must be >= 1, got {n_substeps}")
+        self.model, self.n_substeps = model, n_substeps
+        # MjData pool, one per concurrent caller. Not threading.local: XLA runs the callback on its
+        # own threads under a temporary Python thread state whose locals die with each call.
+        self._pool: queue.SimpleQueue[mujoco.MjData] = queue.SimpleQueue()
+
+    def _simulate(self, flat: np.ndarray, inputs, outputs, sizes, dtype) -> np.ndarray:
+        try:
+            d = self._pool.get_nowait()
+        except queue.Empty:
+            d = mujoco.MjData(self.model)
+        try:
+            m = self.model
+            out = np.empty((flat.shape[0], sum(int(np.prod(v, dtype=np.int64)) for v in outputs.values())), dtype)
+            for i, row in enumerate(flat):
+                for k, part in zip(inputs, np.split(row, np.cumsum(sizes)[:-1])):
+                    if k == "time":
+                        d.time = float(part[0])
+                    else:
+                        getattr(d, k)[:] = part.reshape(getattr(d, k).shape)
+                mujoco.mj_step(m, d, nstep=self.n_substeps)  # releases the GIL
+                mujoco.mj_kinematics(m, d)
+                mujoco.mj_camlight(m, d)
+                out[i] = np.concatenate([np.ravel(getattr(d, k)) for k in outputs])
+            return out
+        finally:
+            self._pool.put(d)
+
+    def step_host(self, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
+                  packed: np.ndarray) -> np.ndarray:
+        """Host side: `packed` `[*batch, sum of input sizes]` holds the `inputs` fields (of
+        `STATE_FIELDS + INPUT_FIELDS`, `mjx.Data` shapes, in order; absent ones keep MuJoCo's
+        defaults) -> `[*batch, sum of output sizes]` with the `outputs` fields, same dtype."""
+        batch = packed.shape[:-1]
+        flat = np.asarray(packed).reshape(-1, packed.shape[-1])
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in inputs.values()]
+        if sum(sizes) != flat.shape[-1]:
+            raise ValueError(f"packed input has {flat.shape[-1]} values per env, fields {inputs} need {sum(sizes)}")
+        out = self._simulate(flat, inputs, outputs, sizes, packed.dtype)
+        return out.reshape(*batch, out.shape[-1])
+
+    def step(self, data: mjx.Data) -> mjx.Data:
+        """`data` (one env, or a batch under `vmap`) after `n_substeps` C MuJoCo steps with its `ctrl`."""
+        present = lambda ks: {k: getattr(data, k).shape for k in ks if getattr(data, k).size}  # not act [0]
+        inputs, outputs = present(STATE_FIELDS + INPUT_FIELDS), present(STATE_FIELDS + POSE_FIELDS)
+        dtype = data.qpos.dtype
+        packed = jnp.concatenate([jnp.ravel(getattr(data, k)).astype(dtype) for k in inputs])
+        size = sum(int(np.prod(v, dtype=np.int64)) for v in outputs.values())
+        new = jax.pure_callback(functools.partial(self.step_host, inputs, outputs),
+                                jax.ShapeDtypeStruct((size,), dtype), packed, vmap_method="expand_dims")
+        parts = jnp.split(new, np.cumsum([int(np.prod(v, dtype=np.int64)) for v in outputs.values()])[:-1])
+        return data.replace(**{k: p.reshape(shape).astype(getattr(data, k).dtype)
+                               for (k, shape), p in zip(outputs.items(), parts)})
