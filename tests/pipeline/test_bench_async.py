@@ -59,7 +59,8 @@ def test_streaming_modes_without_gradient_streaming_use_the_full_update():
 @pytest.mark.devices(8)
 @pytest.mark.timeout(1500)
 def test_bench_async_rl_workload(tmp_path):
-    """The real workload (MLP PPO on MJX tabletop envs): sync and the fully async mode produce rows."""
+    """The real workload (MLP PPO on tabletop envs; the CPU-bound regime steps them in C MuJoCo):
+    sync and the fully async mode produce rows."""
     out = tmp_path / "async_rl.json"
     rc = async_.main(["--json", str(out), "--workload", "rl", "--regimes", "cpu_longtail", "--placements", "colocated",
                       "--modes", "sync,+partial_rollout", "--updates", "1", "--envs", "4", "--slots", "2",
@@ -73,3 +74,4 @@ def test_bench_async_rl_workload(tmp_path):
     sync, part = data["rows"]
     assert sync["staleness_max"] == 0 and sync["env_steps_per_s"] > 0 and part["env_steps_per_s"] > 0
     assert part["slots"] == 2 and part["staleness_max"] <= 1
+    assert sync["physics"] == part["physics"] == "c"  # the CPU-bound regime steps C MuJoCo

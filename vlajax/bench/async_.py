@@ -14,8 +14,9 @@ in every mode, one after the other in this process:
 
 under the `colocated` and a `disaggregated` placement, for two simulator regimes: `mjx`
 (the env step is a jitted JAX function on the host CPU, compute-bound) and `cpu_longtail`
-(each env batch also takes the wall time of its slowest env under `LatencyModel`, like
-LIBERO's CPU MuJoCo workers). One JSON row per (regime, placement, mode): env_steps_per_s,
+(LIBERO's CPU MuJoCo workers: the RL workload's envs step in C MuJoCo on the host,
+`--longtail-physics c`, and each env batch also takes the wall time of its slowest env under
+`LatencyModel`). One JSON row per (regime, placement, mode): env_steps_per_s,
 trainer/rollouter idle ratios, staleness mean/max, ratio to sync colocated of its regime.
 
 Workload: `standin` (an MLP Gaussian policy on a point-mass env, REINFORCE, Adam) until the
@@ -68,8 +69,10 @@ class Workload(Protocol):
 
     def init_state(self, seed: int) -> Any: ...
 
-    def env(self, num_slots: int, latency: LatencyModel | None) -> tuple[Callable, Callable, Callable]:
-        """(reset, step, infer) for `SlotRollout` with `envs // num_slots` envs per slot."""
+    def env(self, num_slots: int, latency: LatencyModel | None, physics_impl: str | None = None
+            ) -> tuple[Callable, Callable, Callable]:
+        """(reset, step, infer) for `SlotRollout` with `envs // num_slots` envs per slot; `physics_impl`
+        picks the simulator of a workload that has several (the RL workload: 'jax' MJX or 'c')."""
 
     def trainer(self, device: Any, streaming: bool, require_batches: int) -> Callable:
         """train_step(state, micro_batches) -> (state, metrics) on `device`, `require_batches` per update."""
@@ -144,7 +147,9 @@ class StandInWorkload:
     def init_state(self, seed: int) -> TrainState:
         return self.spec.init_state(seed)
 
-    def env(self, num_slots: int, latency: LatencyModel | None):
+    def env(self, num_slots: int, latency: LatencyModel | None, physics_impl: str | None = None):
+        if physics_impl not in (None, "jax"):  # the point-mass env is plain JAX
+            raise ValueError(f"the stand-in workload has no physics_impl {physics_impl!r}")
         return make_env(self.spec, self.fns, num_slots, latency)
 
     def trainer(self, device: Any, streaming: bool, require_batches: int = 1) -> Trainer:
@@ -255,8 +260,11 @@ def mode_config(mode: str, slots: int, placement: str, ratio: str, max_wait_ms: 
 
 def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, updates: int,
             latency: LatencyModel, ratio: str, max_wait_ms: float = 2.0, grad_streaming: bool = True,
-            **overrides: Any) -> dict[str, Any]:
+            longtail_physics: str | None = None, **overrides: Any) -> dict[str, Any]:
     """One (regime, placement, mode) run; `overrides` replace `AsyncConfig` fields of the mode.
+
+    longtail_physics: the simulator under the latency model in the `cpu_longtail` regime (RL
+    workload: 'c' = C MuJoCo on the host, LIBERO-style; 'jax' = MJX; None = the preset's).
 
     grad_streaming=False: the streaming modes hand the trainer its micro-batches as they arrive
     (`AsyncConfig.streaming`) but the trainer runs the non-streaming update (see `rl_workload`)."""
@@ -264,7 +272,8 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
     cfg = dataclasses.replace(cfg, **overrides)
     p = make_placement(cfg, MeshConfig())
     train_dev, roll_dev = p.train_devices[0], p.rollout_devices[0]  # colocated: the same device, time-shared
-    reset, step, infer = w.env(n, latency if regime == "cpu_longtail" else None)
+    longtail = regime == "cpu_longtail"
+    reset, step, infer = w.env(n, latency if longtail else None, physics_impl=longtail_physics if longtail else None)
     rollout = SlotRollout(cfg, reset=reset, step=step, infer=infer, horizon=w.horizon, samples_per_slot=w.envs // n,
                           env_steps_per_decision=w.envs // n * w.steps_per_decision)
     timeline = Timeline()
@@ -296,6 +305,7 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
             "inference_batch_mean": m.get("inference/batch_mean", float(w.envs)),
             "staleness_threshold": cfg.staleness_threshold, "max_wait_ms": cfg.max_wait_ms,
             "grad_streaming": grad_streaming if cfg.streaming else None, "wall_s": t_end - t_start,
+            "physics": (longtail_physics if longtail else None) or "preset",
             "loadavg_1m": os.getloadavg()[0]}
 
 
@@ -338,6 +348,9 @@ def main(argv: list[str]) -> int:
                     help="cpu_longtail: probability that an env's chunk call also resets its episode")
     ap.add_argument("--reset-steps", type=float, default=0.0,
                     help="cpu_longtail: a reset's extra wall time, in median steps")
+    ap.add_argument("--longtail-physics", default="c", choices=["c", "jax"],
+                    help="rl workload, cpu_longtail: the simulator under the latency model ('c': C MuJoCo "
+                         "on the host like LIBERO's CPU workers; 'jax': MJX on the host CPU, as before)")
     ap.add_argument("--max-wait-ms", type=float, default=2.0, help="dynamic batching: max_wait_ms of the slot modes")
     ap.add_argument("--render", default="", help="print the markdown table of an existing JSON and exit")
     ap.add_argument("--repeats", type=int, default=1, help="runs per row; the row is the median run")
@@ -367,7 +380,8 @@ def main(argv: list[str]) -> int:
                 for mode in modes:
                     runs.setdefault((placement, mode), []).append(run_one(
                         w, regime, placement, mode, slots=a.slots, updates=a.updates, latency=latency,
-                        ratio=a.ratio, max_wait_ms=a.max_wait_ms, grad_streaming=grad_streaming))
+                        ratio=a.ratio, max_wait_ms=a.max_wait_ms, grad_streaming=grad_streaming,
+                        longtail_physics=a.longtail_physics if a.workload == "rl" else None))
         base = None
         for placement in placements:
             for mode in modes:
