@@ -53,7 +53,9 @@ class CPhysics:
         # own threads under a temporary Python thread state whose locals die with each call.
         self._pool: queue.SimpleQueue[mujoco.MjData] = queue.SimpleQueue()
 
-    def _simulate(self, flat: np.ndarray, inputs, outputs, sizes, dtype) -> np.ndarray:
+    def _simulate(self, flat: np.ndarray, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
+                  sizes: list[int], dtype: np.dtype) -> np.ndarray:
+        """`flat` `[N, sum(sizes)]` input rows -> `[N, sum of output sizes]`, env after env on one MjData."""
         try:
             d = self._pool.get_nowait()
         except queue.Empty:
@@ -78,8 +80,9 @@ class CPhysics:
     def step_host(self, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
                   packed: np.ndarray) -> np.ndarray:
         """Host side: `packed` `[*batch, sum of input sizes]` holds the `inputs` fields (of
-        `STATE_FIELDS + INPUT_FIELDS`, `mjx.Data` shapes, in order; absent ones keep MuJoCo's
-        defaults) -> `[*batch, sum of output sizes]` with the `outputs` fields, same dtype."""
+        `STATE_FIELDS + INPUT_FIELDS`, `mjx.Data` shapes, in order; zero-size fields such as
+        `act` without activation states are left out) -> `[*batch, sum of output sizes]` with the
+        `outputs` fields, same dtype."""
         batch = packed.shape[:-1]
         flat = np.asarray(packed).reshape(-1, packed.shape[-1])
         sizes = [int(np.prod(shape, dtype=np.int64)) for shape in inputs.values()]
