@@ -56,6 +56,11 @@ def test_host_step_is_one_continuous_c_simulation():
     np.testing.assert_array_equal(split["geom_xpos"], d.geom_xpos.ravel())
     assert split["time"][0] == pytest.approx(2 * env.config.n_substeps * m.opt.timestep)
     assert np.abs(split["qacc_warmstart"]).max() > 0  # the warm start is really carried
+    # the reset's poses are C MuJoCo's too: the button moves with its (mocap) base from the start
+    base, button = env.mj_model.geom("button_base").id, env.mj_model.geom("button").id
+    np.testing.assert_allclose(np.asarray(state.data.geom_xpos)[button, :2],
+                               np.asarray(state.data.geom_xpos)[base, :2], atol=1e-6)
+    assert np.abs(np.asarray(state.data.mocap_pos)[env.idx.button_mocap, :2] - [-0.13, 0.15]).max() > 1e-4
 
 
 def test_c_follows_mjx_on_the_same_task():

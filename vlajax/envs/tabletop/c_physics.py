@@ -54,7 +54,7 @@ class CPhysics:
         self._pool: queue.SimpleQueue[mujoco.MjData] = queue.SimpleQueue()
 
     def _simulate(self, flat: np.ndarray, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
-                  sizes: list[int], dtype: np.dtype) -> np.ndarray:
+                  sizes: list[int], dtype: np.dtype, nstep: int) -> np.ndarray:
         """`flat` `[N, sum(sizes)]` input rows -> `[N, sum of output sizes]`, env after env on one MjData."""
         try:
             d = self._pool.get_nowait()
@@ -69,7 +69,8 @@ class CPhysics:
                         d.time = float(part[0])
                     else:
                         getattr(d, k)[:] = part.reshape(getattr(d, k).shape)
-                mujoco.mj_step(m, d, nstep=self.n_substeps)  # releases the GIL
+                if nstep:
+                    mujoco.mj_step(m, d, nstep=nstep)  # releases the GIL
                 mujoco.mj_kinematics(m, d)
                 mujoco.mj_camlight(m, d)
                 out[i] = np.concatenate([np.ravel(getattr(d, k)) for k in outputs])
@@ -78,27 +79,36 @@ class CPhysics:
             self._pool.put(d)
 
     def step_host(self, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
-                  packed: np.ndarray) -> np.ndarray:
+                  packed: np.ndarray, nstep: int | None = None) -> np.ndarray:
         """Host side: `packed` `[*batch, sum of input sizes]` holds the `inputs` fields (of
         `STATE_FIELDS + INPUT_FIELDS`, `mjx.Data` shapes, in order; zero-size fields such as
         `act` without activation states are left out) -> `[*batch, sum of output sizes]` with the
-        `outputs` fields, same dtype."""
+        `outputs` fields, same dtype. `nstep` physics steps (default `n_substeps`; 0: poses only)."""
         batch = packed.shape[:-1]
         flat = np.asarray(packed).reshape(-1, packed.shape[-1])
         sizes = [int(np.prod(shape, dtype=np.int64)) for shape in inputs.values()]
         if sum(sizes) != flat.shape[-1]:
             raise ValueError(f"packed input has {flat.shape[-1]} values per env, fields {inputs} need {sum(sizes)}")
-        out = self._simulate(flat, inputs, outputs, sizes, packed.dtype)
+        nstep = self.n_substeps if nstep is None else nstep
+        out = self._simulate(flat, inputs, outputs, sizes, packed.dtype, nstep)
         return out.reshape(*batch, out.shape[-1])
 
     def step(self, data: mjx.Data) -> mjx.Data:
         """`data` (one env, or a batch under `vmap`) after `n_substeps` C MuJoCo steps with its `ctrl`."""
+        return self._call(data, self.n_substeps)
+
+    def poses(self, data: mjx.Data) -> mjx.Data:
+        """`data` with its positional fields from C MuJoCo's `mj_kinematics` + `mj_camlight` (no step;
+        for resets, so a first observation places bodies as the C simulation will)."""
+        return self._call(data, 0)
+
+    def _call(self, data: mjx.Data, nstep: int) -> mjx.Data:
         present = lambda ks: {k: getattr(data, k).shape for k in ks if getattr(data, k).size}  # not act [0]
         inputs, outputs = present(STATE_FIELDS + INPUT_FIELDS), present(STATE_FIELDS + POSE_FIELDS)
         dtype = data.qpos.dtype
         packed = jnp.concatenate([jnp.ravel(getattr(data, k)).astype(dtype) for k in inputs])
         size = sum(int(np.prod(v, dtype=np.int64)) for v in outputs.values())
-        new = jax.pure_callback(functools.partial(self.step_host, inputs, outputs),
+        new = jax.pure_callback(functools.partial(self.step_host, inputs, outputs, nstep=nstep),
                                 jax.ShapeDtypeStruct((size,), dtype), packed, vmap_method="expand_dims")
         parts = jnp.split(new, np.cumsum([int(np.prod(v, dtype=np.int64)) for v in outputs.values()])[:-1])
         return data.replace(**{k: p.reshape(shape).astype(getattr(data, k).dtype)

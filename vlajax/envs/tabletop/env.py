@@ -78,7 +78,7 @@ class TabletopEnv(Env):
         self.mj_model = scene.load_model()
         self.idx = scene.Index.of(self.mj_model)
         # this process's device: put_model's default, jax.devices()[0], belongs to process 0 when multi-host
-        self._mjx_impl = "jax" if config.physics_impl == "c" else config.physics_impl  # "c": MJX only for reset
+        self._mjx_impl = "jax" if config.physics_impl == "c" else config.physics_impl  # "c": MJX data layout
         self.mjx_model = mjx.put_model(self.mj_model, device=jax.local_devices()[0], impl=self._mjx_impl)
         self.c_physics = c_physics.CPhysics(self.mj_model, config.n_substeps) if config.physics_impl == "c" else None
         self._ctrl_lo = jnp.asarray(self.mj_model.actuator_ctrlrange[:3, 0])
@@ -134,7 +134,9 @@ class TabletopEnv(Env):
         ctrl = jnp.concatenate([jnp.asarray(scene.HOME), jnp.full((1,), scene.FINGER_OPEN)])
         data = mjx.make_data(m, impl=self._mjx_impl)
         data = data.replace(qpos=qpos, ctrl=ctrl, mocap_pos=mocap)
-        if self._mjx_impl == "jax":  # positions only: cheaper to compile than a full forward
+        if self.c_physics is not None:  # C MuJoCo's poses (MJX leaves mocap children in place)
+            data = self.c_physics.poses(data)
+        elif self._mjx_impl == "jax":  # positions only: cheaper to compile than a full forward
             data = mjx.camlight(self.mjx_model, mjx.kinematics(self.mjx_model, data))
         else:
             data = mjx.forward(self.mjx_model, data)
