@@ -25,7 +25,7 @@ def get_config(debug: bool = False) -> Sweep:
         for ratio in ("1:1", "3:1"):
             cells.append((f"{r}/disaggregated {ratio}", r, "disaggregated", "+streaming", ratio, ()))
     sweep = Sweep(cells=tuple(cells))
-    return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=1, repeats=1) if debug else sweep
+    return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=2, repeats=1) if debug else sweep
 
 
 if __name__ == "__main__":

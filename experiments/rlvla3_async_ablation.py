@@ -22,7 +22,7 @@ def get_config(debug: bool = False) -> Sweep:
     regimes = ("cpu_longtail",) if debug else ("cpu_longtail", "mjx")
     cells = tuple((f"{r}/{m}", r, "colocated", m, "1:1", ()) for r in regimes for m in MODES)
     sweep = Sweep(cells=cells)
-    return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=1, repeats=1) if debug else sweep
+    return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=2, repeats=1) if debug else sweep
 
 
 if __name__ == "__main__":

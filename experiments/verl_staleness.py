@@ -22,7 +22,7 @@ def get_config(debug: bool = False) -> Sweep:
     cells = tuple((f"staleness {t:g}", "cpu_longtail", "colocated", "train_async+rollout_async", "1:1",
                    (("staleness_threshold", t),)) for t in THRESHOLDS)
     sweep = Sweep(cells=cells)
-    return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=1, repeats=1) if debug else sweep
+    return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=2, repeats=1) if debug else sweep
 
 
 if __name__ == "__main__":

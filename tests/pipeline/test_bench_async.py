@@ -63,7 +63,7 @@ def test_bench_async_rl_workload(tmp_path):
     sync and the fully async mode produce rows."""
     out = tmp_path / "async_rl.json"
     rc = async_.main(["--json", str(out), "--workload", "rl", "--regimes", "cpu_longtail", "--placements", "colocated",
-                      "--modes", "sync,+partial_rollout", "--updates", "1", "--envs", "4", "--slots", "2",
+                      "--modes", "sync,+partial_rollout", "--updates", "2", "--envs", "4", "--slots", "2",
                       "--horizon", "2", "--width", "16", "--median-ms", "1", "--update-epochs", "2",
                       "--minibatches", "2", "--reset-prob", "0.1", "--reset-steps", "5"])
     assert rc == 0
@@ -75,3 +75,5 @@ def test_bench_async_rl_workload(tmp_path):
     assert sync["staleness_max"] == 0 and sync["env_steps_per_s"] > 0 and part["env_steps_per_s"] > 0
     assert part["slots"] == 2 and part["staleness_max"] <= 1
     assert sync["physics"] == part["physics"] == "c"  # the CPU-bound regime steps C MuJoCo
+    with pytest.raises(SystemExit):  # one timed update is refused (its samples may precede the window)
+        async_.main(["--workload", "standin", "--updates", "1"])

@@ -334,7 +334,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--placements", default="colocated,disaggregated")
     ap.add_argument("--ratio", default="1:1", help="disaggregated rollout:train device ratio")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--updates", type=int, default=8, help="timed updates per run (after one warm-up update)")
+    ap.add_argument("--updates", type=int, default=8,
+                    help="timed updates per run (after one warm-up update); at least 2: with staleness 1 the "
+                         "samples of the first timed update may all be produced before the timed window opens")
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--envs", type=int, default=32)
     ap.add_argument("--horizon", type=int, default=8)
@@ -356,6 +358,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="runs per row; the row is the median run")
     ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices when running on CPU")
     a = ap.parse_args(argv)
+    if a.updates < 2:
+        ap.error(f"--updates must be >= 2 (got {a.updates}): env steps/s counts the steps produced inside the "
+                 "timed window, which one update's may precede")
     if a.render:
         with open(a.render) as f:
             print(render_markdown(json.load(f)["rows"]), end="")
