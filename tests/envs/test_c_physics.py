@@ -21,13 +21,9 @@ def _c_env(**kw):
     return registry.load(TASK, physics_impl="c", obs_mode="state", **kw)
 
 
-def _fields(env, data, names):
-    """(inputs, outputs) shape specs and the packed float64 input row of one env's `mjx.Data`."""
-    inputs = {k: getattr(data, k).shape for k in names if getattr(data, k).size}
-    outputs = {k: getattr(data, k).shape for k in c_physics.STATE_FIELDS + c_physics.POSE_FIELDS
-               if getattr(data, k).size}
-    packed = np.concatenate([np.ravel(np.asarray(getattr(data, k), np.float64)) for k in inputs])
-    return inputs, outputs, packed
+def _packed(data, inputs):
+    """The packed float64 input row of one env's `mjx.Data` (`CPhysics.layout`'s input fields)."""
+    return np.concatenate([np.ravel(np.asarray(getattr(data, k), np.float64)) for k in inputs])
 
 
 def test_host_step_is_one_continuous_c_simulation():
@@ -36,7 +32,8 @@ def test_host_step_is_one_continuous_c_simulation():
     env = _c_env()
     state = jax.jit(env.reset)(jax.random.key(0))
     data = state.data.replace(ctrl=jnp.asarray([0.05, -0.1, 0.2, 0.01]))
-    inputs, outputs, row = _fields(env, data, c_physics.STATE_FIELDS + c_physics.INPUT_FIELDS)
+    inputs, outputs = c_physics.CPhysics.layout(data)
+    row = _packed(data, inputs)
     phys = env.c_physics
     first = phys.step_host(inputs, outputs, row[None])[0]
     # the next call starts from the first's state fields (same layout as the inputs' first ones)

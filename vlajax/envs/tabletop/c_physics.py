@@ -53,18 +53,27 @@ class CPhysics:
         # own threads under a temporary Python thread state whose locals die with each call.
         self._pool: queue.SimpleQueue[mujoco.MjData] = queue.SimpleQueue()
 
-    def _simulate(self, flat: np.ndarray, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
-                  sizes: list[int], dtype: np.dtype, nstep: int) -> np.ndarray:
-        """`flat` `[N, sum(sizes)]` input rows -> `[N, sum of output sizes]`, env after env on one MjData."""
+    @staticmethod
+    def layout(data: mjx.Data) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+        """(inputs, outputs): the non-empty fields of `STATE_FIELDS + INPUT_FIELDS` and of
+        `STATE_FIELDS + POSE_FIELDS` with their per-env shapes, in packing order (`act` is `[0]`
+        without activation states and stays out)."""
+        present = lambda ks: {k: getattr(data, k).shape for k in ks if getattr(data, k).size}
+        return present(STATE_FIELDS + INPUT_FIELDS), present(STATE_FIELDS + POSE_FIELDS)
+
+    def _simulate(self, flat: np.ndarray, inputs: dict[str, tuple[int, ...]], cuts: np.ndarray,
+                  outputs: dict[str, tuple[int, ...]], width: int, nstep: int) -> np.ndarray:
+        """`flat` `[N, sum of input sizes]` rows (split at `cuts`) -> `[N, width]` output rows, env after
+        env on one pooled MjData."""
         try:
             d = self._pool.get_nowait()
         except queue.Empty:
             d = mujoco.MjData(self.model)
         try:
             m = self.model
-            out = np.empty((flat.shape[0], sum(int(np.prod(v, dtype=np.int64)) for v in outputs.values())), dtype)
+            out = np.empty((flat.shape[0], width), flat.dtype)
             for i, row in enumerate(flat):
-                for k, part in zip(inputs, np.split(row, np.cumsum(sizes)[:-1])):
+                for k, part in zip(inputs, np.split(row, cuts)):
                     if k == "time":
                         d.time = float(part[0])
                     else:
@@ -80,18 +89,18 @@ class CPhysics:
 
     def step_host(self, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]],
                   packed: np.ndarray, nstep: int | None = None) -> np.ndarray:
-        """Host side: `packed` `[*batch, sum of input sizes]` holds the `inputs` fields (of
-        `STATE_FIELDS + INPUT_FIELDS`, `mjx.Data` shapes, in order; zero-size fields such as
-        `act` without activation states are left out) -> `[*batch, sum of output sizes]` with the
-        `outputs` fields, same dtype. `nstep` physics steps (default `n_substeps`; 0: poses only)."""
-        batch = packed.shape[:-1]
-        flat = np.asarray(packed).reshape(-1, packed.shape[-1])
-        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in inputs.values()]
-        if sum(sizes) != flat.shape[-1]:
-            raise ValueError(f"packed input has {flat.shape[-1]} values per env, fields {inputs} need {sum(sizes)}")
+        """Host side: `packed` `[*batch, sum of input sizes]` holds the `inputs` fields (`layout`'s,
+        in order) -> `[*batch, sum of output sizes]` with the `outputs` fields, same dtype.
+        `nstep` physics steps (default `n_substeps`; 0: poses only)."""
+        packed = np.asarray(packed)
+        sizes = [_size(shape) for shape in inputs.values()]
+        if sum(sizes) != packed.shape[-1]:
+            raise ValueError(f"packed input has {packed.shape[-1]} values per env, fields {inputs} need {sum(sizes)}")
         nstep = self.n_substeps if nstep is None else nstep
-        out = self._simulate(flat, inputs, outputs, sizes, packed.dtype, nstep)
-        return out.reshape(*batch, out.shape[-1])
+        width = sum(_size(shape) for shape in outputs.values())
+        out = self._simulate(packed.reshape(-1, packed.shape[-1]), inputs, np.cumsum(sizes)[:-1], outputs, width,
+                             nstep)
+        return out.reshape(*packed.shape[:-1], width)
 
     def step(self, data: mjx.Data) -> mjx.Data:
         """`data` (one env, or a batch under `vmap`) after `n_substeps` C MuJoCo steps with its `ctrl`."""
@@ -103,13 +112,16 @@ class CPhysics:
         return self._call(data, 0)
 
     def _call(self, data: mjx.Data, nstep: int) -> mjx.Data:
-        present = lambda ks: {k: getattr(data, k).shape for k in ks if getattr(data, k).size}  # not act [0]
-        inputs, outputs = present(STATE_FIELDS + INPUT_FIELDS), present(STATE_FIELDS + POSE_FIELDS)
+        inputs, outputs = self.layout(data)
         dtype = data.qpos.dtype
         packed = jnp.concatenate([jnp.ravel(getattr(data, k)).astype(dtype) for k in inputs])
-        size = sum(int(np.prod(v, dtype=np.int64)) for v in outputs.values())
+        sizes = [_size(shape) for shape in outputs.values()]
         new = jax.pure_callback(functools.partial(self.step_host, inputs, outputs, nstep=nstep),
-                                jax.ShapeDtypeStruct((size,), dtype), packed, vmap_method="expand_dims")
-        parts = jnp.split(new, np.cumsum([int(np.prod(v, dtype=np.int64)) for v in outputs.values()])[:-1])
+                                jax.ShapeDtypeStruct((sum(sizes),), dtype), packed, vmap_method="expand_dims")
+        parts = jnp.split(new, np.cumsum(sizes)[:-1])
         return data.replace(**{k: p.reshape(shape).astype(getattr(data, k).dtype)
                                for (k, shape), p in zip(outputs.items(), parts)})
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
