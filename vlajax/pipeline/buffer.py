@@ -41,6 +41,8 @@ from vlajax.pipeline.metrics import Timeline
 
 __all__ = ["Ticket", "Trajectory", "TrajectoryBuffer", "window_samples"]
 
+KEEP_VERSIONS = 16  # published versions remembered below the installed one (a slot may still hold one)
+
 
 @dataclasses.dataclass
 class Trajectory:
@@ -125,8 +127,10 @@ class TrajectoryBuffer:
         self.stale_consumed = 0  # samples consumed with staleness > 0
         self.max_seen_staleness = 0
         self.deferred = 0  # gets that passed over queued items reserved for a later window
-        # version -> samples consumed when it was published (a resumed run starts at `version`).
+        # version -> samples consumed when it was published (a resumed run starts at `version`);
+        # versions older than the installed one by more than KEEP_VERSIONS are forgotten.
         self._consumed_at: dict[int, int] = {version: 0}
+        self._oldest = version
         self.rollout_version = version
         self.trainer_version = version
 
@@ -164,6 +168,8 @@ class TrajectoryBuffer:
         if n > self.budget:
             raise ValueError(f"reserving {n} samples at once exceeds the pacing budget {self.budget}")
         with self._cond:
+            if version < self._oldest:  # forgotten: long superseded, start again under the new weights
+                return None
             if version not in self._consumed_at:
                 raise KeyError(f"version {version} was never published")
             fits = lambda: self._allowance(version) >= n
@@ -201,6 +207,9 @@ class TrajectoryBuffer:
                 raise KeyError(f"version {version} was never published (record_publish first)")
             if version > self.rollout_version:
                 self.rollout_version = version
+                while self._oldest < version - KEEP_VERSIONS:  # O(1) amortized: each version once
+                    self._consumed_at.pop(self._oldest, None)
+                    self._oldest += 1
                 self._cond.notify_all()
 
     # -- trainer side -------------------------------------------------------------------

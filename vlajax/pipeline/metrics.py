@@ -2,8 +2,9 @@
 
 Lanes record *what happened when* into one thread-safe `Timeline` (idle intervals per lane,
 samples produced / consumed with their staleness, queue depths, inference batch sizes, env
-steps). `summarize(timeline, t0, t1)` turns a window of it into the numbers verl and RL-VLA3
-report:
+steps) in bounded memory: running totals since the start plus the most recent `retain`
+records of each kind. `summarize(timeline, t0, t1)` turns a window of it into the numbers
+verl and RL-VLA3 report:
 
 - `trainer/idle_ratio`, `rollouter/idle_ratio`: idle time / window length, averaged over the
   role's lanes (a role is the lane name before the first '/': 'rollouter/slot0' -> 'rollouter').
@@ -41,77 +42,210 @@ def role_of(lane: str) -> str:
     return lane.split("/", 1)[0]
 
 
-class Timeline:
-    """Append-only, thread-safe event record shared by every lane of one run."""
+class _Agg:
+    """Additive aggregates of a set of records (the whole run, or the records inside a window)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    __slots__ = ("idle", "consumed", "consumed_items", "stale_hist", "stale_max", "span_sum", "span_max",
+                 "rejected", "produced", "env_steps", "depth_sum", "depth_n", "depth_max", "batch_hist")
+
+    def __init__(self):
+        self.idle: dict[tuple[str, str], float] = collections.defaultdict(float)  # (lane, reason) -> s
+        self.consumed = self.consumed_items = self.span_sum = self.rejected = self.produced = 0
+        self.env_steps = self.depth_sum = self.depth_n = 0
+        self.stale_max = self.span_max = self.depth_max = -1
+        self.stale_hist: collections.Counter = collections.Counter()  # staleness -> samples
+        self.batch_hist: collections.Counter = collections.Counter()  # batch size -> batches
+
+    def add_consumed(self, samples: int, staleness: int, span: int) -> None:
+        self.consumed += samples
+        self.consumed_items += 1
+        self.stale_hist[staleness] += samples
+        self.stale_max = max(self.stale_max, staleness)
+        self.span_sum += span
+        self.span_max = max(self.span_max, span)
+
+    def add_depth(self, depth: int) -> None:
+        self.depth_sum += depth
+        self.depth_n += 1
+        self.depth_max = max(self.depth_max, depth)
+
+    def copy(self) -> _Agg:
+        out = _Agg()
+        for k in self.__slots__:
+            v = getattr(self, k)
+            setattr(out, k, v.copy() if hasattr(v, "copy") else v)
+        return out
+
+
+class Timeline:
+    """Thread-safe event record shared by every lane of one run, in bounded memory.
+
+    Every record updates running totals since the start (O(1), exact for the whole run) and
+    is kept in a window of the most recent `retain` records of its kind (per lane for idle
+    intervals), from which `summarize` computes any shorter window exactly. Record with
+    explicit `t` in time order per kind (the lanes' own records always are).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, retain: int = 10_000):
+        if retain < 1:
+            raise ValueError(f"retain={retain} must be >= 1")
         self.clock = clock
+        self.retain = retain
         self._lock = threading.Lock()
         self.lanes: list[str] = []
-        self.idle: list[tuple[str, str, float, float]] = []  # (lane, reason, t0, t1)
+        row = lambda: collections.deque(maxlen=retain)
+        self.idle: dict[str, collections.deque] = {}  # lane -> recent (reason, t0, t1)
         self._open: dict[str, tuple[str, float]] = {}  # lane -> (reason, t0) of an idle period in progress
-        self.produced: list[tuple[float, int]] = []  # (t, samples)
-        self.consumed: list[tuple[float, int, int, int]] = []  # (t, samples, staleness, version span)
-        self.rejected: list[tuple[float, int]] = []  # (t, consumed samples the trainer filtered out)
-        self.depth: list[tuple[float, int]] = []  # (t, samples waiting in the buffer)
-        self.batches: list[tuple[float, int]] = []  # (t, inference batch size)
-        self.env_steps: list[tuple[float, int]] = []  # (t, low-level env transitions)
+        self.produced: collections.deque = row()  # recent (t, samples)
+        self.consumed: collections.deque = row()  # recent (t, samples, staleness, version span)
+        self.rejected: collections.deque = row()  # recent (t, consumed samples the trainer filtered out)
+        self.depth: collections.deque = row()  # recent (t, samples waiting in the buffer)
+        self.batches: collections.deque = row()  # recent (t, inference batch size)
+        self.env_steps: collections.deque = row()  # recent (t, low-level env transitions)
+        self._dropped: dict[str, float] = {}  # kind (or lane) -> time of the newest record dropped
+        self.totals = _Agg()  # since the start
         self.start = clock()
 
     def now(self) -> float:
         return self.clock()
 
+    def _append(self, kind: str, rows: collections.deque, row: tuple, t_of=lambda r: r[0]) -> None:
+        if len(rows) == rows.maxlen:
+            self._dropped[kind] = t_of(rows[0])
+        rows.append(row)
+
     def register(self, lane: str) -> None:
         with self._lock:
             if lane not in self.lanes:
                 self.lanes.append(lane)
+                self.idle[lane] = collections.deque(maxlen=self.retain)
 
     def begin_idle(self, lane: str, reason: str, t: float | None = None) -> None:
         with self._lock:
             self._open[lane] = (reason, self.clock() if t is None else t)
 
+    def _add_idle(self, lane: str, reason: str, t0: float, t1: float) -> None:
+        if lane not in self.idle:
+            self.lanes.append(lane)
+            self.idle[lane] = collections.deque(maxlen=self.retain)
+        self._append(f"idle:{lane}", self.idle[lane], (reason, t0, t1), lambda r: r[2])
+        self.totals.idle[(lane, reason)] += t1 - t0
+
     def end_idle(self, lane: str, t: float | None = None) -> None:
         with self._lock:
             reason, t0 = self._open.pop(lane)
-            self.idle.append((lane, reason, t0, self.clock() if t is None else t))
+            self._add_idle(lane, reason, t0, self.clock() if t is None else t)
 
     def add_idle(self, lane: str, reason: str, t0: float, t1: float) -> None:
         with self._lock:
-            self.idle.append((lane, reason, t0, t1))
+            self._add_idle(lane, reason, t0, t1)
 
     def record_produced(self, samples: int, t: float | None = None) -> None:
         with self._lock:
-            self.produced.append((self.clock() if t is None else t, samples))
+            self._append("produced", self.produced, (self.clock() if t is None else t, samples))
+            self.totals.produced += samples
 
     def record_consumed(self, samples: int, staleness: int, span: int = 0, t: float | None = None) -> None:
         with self._lock:
-            self.consumed.append((self.clock() if t is None else t, samples, staleness, span))
+            self._append("consumed", self.consumed, (self.clock() if t is None else t, samples, staleness, span))
+            self.totals.add_consumed(samples, staleness, span)
 
     def record_rejected(self, samples: int, t: float | None = None) -> None:
         """Consumed samples the trainer dropped (e.g. zero-advantage groups)."""
         with self._lock:
-            self.rejected.append((self.clock() if t is None else t, samples))
+            self._append("rejected", self.rejected, (self.clock() if t is None else t, samples))
+            self.totals.rejected += samples
 
     def record_depth(self, depth: int, t: float | None = None) -> None:
         with self._lock:
-            self.depth.append((self.clock() if t is None else t, depth))
+            self._append("depth", self.depth, (self.clock() if t is None else t, depth))
+            self.totals.add_depth(depth)
 
     def record_batch(self, size: int, t: float | None = None) -> None:
         with self._lock:
-            self.batches.append((self.clock() if t is None else t, size))
+            self._append("batches", self.batches, (self.clock() if t is None else t, size))
+            self.totals.batch_hist[size] += 1
 
     def record_env_steps(self, steps: int, t: float | None = None) -> None:
         with self._lock:
-            self.env_steps.append((self.clock() if t is None else t, steps))
+            self._append("env_steps", self.env_steps, (self.clock() if t is None else t, steps))
+            self.totals.env_steps += steps
 
-    def snapshot(self) -> dict:
-        """A consistent copy of every record (open idle periods are closed at `now`)."""
+    def total_env_steps(self) -> int:
+        """Low-level env transitions recorded since the start (O(1))."""
+        with self._lock:
+            return self.totals.env_steps
+
+    def sizes(self) -> dict[str, int]:
+        """Entries held by each structure (for soak tests: every one is bounded)."""
+        with self._lock:
+            out = {k: len(getattr(self, k)) for k in ("produced", "consumed", "rejected", "depth", "batches",
+                                                         "env_steps")}
+            out["idle"] = sum(len(d) for d in self.idle.values())
+            out["open_idle"] = len(self._open)
+            out["dropped_marks"] = len(self._dropped)
+            out["totals_idle_keys"] = len(self.totals.idle)
+            out["totals_stale_hist"] = len(self.totals.stale_hist)
+            out["totals_batch_hist"] = len(self.totals.batch_hist)
+            return out
+
+    def window(self, t0: float | None = None, t1: float | None = None) -> tuple[_Agg, bool, float, float]:
+        """(aggregates of the records in [t0, t1] (idle time clipped to it), complete, t0, t1).
+
+        t0 None = the start, t1 None = now. Complete = no record inside the window was dropped
+        from the retained window. The run's totals answer windows that cover the whole run;
+        recent records answer the others, scanned newest first until the window's start: the
+        cost is the window's records, not the run's.
+        """
         with self._lock:
             now = self.clock()
-            idle = list(self.idle) + [(lane, r, t0, now) for lane, (r, t0) in self._open.items()]
+            t0 = self.start if t0 is None else t0
+            t1 = now if t1 is None else t1
+            if t0 <= self.start and t1 >= now:
+                agg = self.totals.copy()
+                for lane, (reason, a) in self._open.items():
+                    agg.idle[(lane, reason)] += max(0.0, min(now, t1) - max(a, t0))
+                return agg, True, t0, t1
+            agg = _Agg()
+            complete = all(t < t0 for t in self._dropped.values())
+            for lane, rows in self.idle.items():
+                for reason, a, b in reversed(rows):
+                    if b < t0:
+                        break
+                    agg.idle[(lane, reason)] += _overlap(a, b, t0, t1)
+            for lane, (reason, a) in self._open.items():
+                agg.idle[(lane, reason)] += _overlap(a, now, t0, t1)
+            for _t, n, s, sp in _recent(self.consumed, t0, t1):
+                agg.add_consumed(n, s, sp)
+            agg.rejected = sum(r[1] for r in _recent(self.rejected, t0, t1))
+            agg.produced = sum(r[1] for r in _recent(self.produced, t0, t1))
+            agg.env_steps = sum(r[1] for r in _recent(self.env_steps, t0, t1))
+            for _, d in _recent(self.depth, t0, t1):
+                agg.add_depth(d)
+            for _, b in _recent(self.batches, t0, t1):
+                agg.batch_hist[b] += 1
+            return agg, complete, t0, t1
+
+    def snapshot(self) -> dict:
+        """A copy of the retained records (open idle periods closed at `now`); bounded by `retain`."""
+        with self._lock:
+            now = self.clock()
+            idle = [(lane, r, a, b) for lane, rows in self.idle.items() for r, a, b in rows]
+            idle += [(lane, r, t0, now) for lane, (r, t0) in self._open.items()]
             rows = {k: list(getattr(self, k)) for k in
                     ("lanes", "produced", "consumed", "rejected", "depth", "batches", "env_steps")}
             return {**rows, "idle": idle, "now": now, "start": self.start}
+
+
+def _recent(rows: collections.deque, t0: float, t1: float) -> list[tuple]:
+    """Rows with t0 <= t <= t1, scanning from the newest back to t0 (rows are in time order)."""
+    out = []
+    for r in reversed(rows):
+        if r[0] < t0:
+            break
+        if r[0] <= t1:
+            out.append(r)
+    return out
 
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
@@ -119,22 +253,21 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 
 def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = None) -> dict[str, float]:
-    """Metrics over the window [t0, t1] (default: from the timeline's start to now)."""
-    snap = timeline.snapshot()
-    t0 = snap["start"] if t0 is None else t0
-    t1 = snap["now"] if t1 is None else t1
+    """Metrics over the window [t0, t1] (default: from the timeline's start to now).
+
+    `window_complete` is 0.0 when the window reaches back past the retained records (the
+    figures then cover only its retained part); windows covering the whole run are exact.
+    """
+    agg, complete, t0, t1 = timeline.window(t0, t1)
     dur = max(t1 - t0, 1e-9)
-    inside = lambda rows: [r for r in rows if t0 <= r[0] <= t1]
-    out: dict[str, float] = {"window_s": t1 - t0}
+    out: dict[str, float] = {"window_s": t1 - t0, "window_complete": float(complete)}
 
     # Idle ratios per role: mean over the role's lanes of (idle time in window / window). Waits
     # for a result of the same role's hot loop (a slot waiting for its action) are not idle
     # (they are reported as `<role>/wait_inference_ratio`), every other wait is.
-    by_reason: dict[tuple[str, str], float] = collections.defaultdict(float)
-    for lane, reason, a, b in snap["idle"]:
-        by_reason[(lane, reason)] += _overlap(a, b, t0, t1)
+    by_reason = agg.idle
     roles: dict[str, list[str]] = collections.defaultdict(list)
-    for lane in snap["lanes"]:
+    for lane in list(timeline.lanes):
         roles[role_of(lane)].append(lane)
     reasons = sorted({r for _, r in by_reason})
     for role, lanes in roles.items():
@@ -145,38 +278,29 @@ def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = No
             if total:
                 out[f"{role}/wait_{reason}_ratio"] = total / len(lanes) / dur
 
-    depth = [d for _, d in inside(snap["depth"])]
-    if depth:
-        out["queue/depth_mean"] = sum(depth) / len(depth)
-        out["queue/depth_max"] = float(max(depth))
+    if agg.depth_n:
+        out["queue/depth_mean"] = agg.depth_sum / agg.depth_n
+        out["queue/depth_max"] = float(agg.depth_max)
 
-    consumed = inside(snap["consumed"])
-    n_consumed = sum(r[1] for r in consumed)
-    if consumed:
-        weights = [r[1] for r in consumed]
-        stale = [r[2] for r in consumed]
-        spans = [r[3] for r in consumed]
-        out["staleness/mean"] = sum(s * w for s, w in zip(stale, weights)) / max(n_consumed, 1)
-        out["staleness/max"] = float(max(stale))
-        out["staleness/stale_samples"] = float(sum(w for s, w in zip(stale, weights) if s > 0))
-        hist = collections.Counter()
-        for s, w in zip(stale, weights):
-            hist[s] += w
-        for k, v in sorted(hist.items()):
+    n_consumed = agg.consumed
+    if agg.consumed_items:
+        out["staleness/mean"] = sum(s * w for s, w in agg.stale_hist.items()) / max(n_consumed, 1)
+        out["staleness/max"] = float(agg.stale_max)
+        out["staleness/stale_samples"] = float(sum(w for s, w in agg.stale_hist.items() if s > 0))
+        for k, v in sorted(agg.stale_hist.items()):
             out[f"staleness/hist_{k}"] = float(v)
-        out["partial/version_span_max"] = float(max(spans))
-        out["partial/version_span_mean"] = sum(spans) / len(spans)
-        rejected = sum(n for _, n in inside(snap["rejected"]))
-        out["samples/acceptance_rate"] = (n_consumed - rejected) / max(n_consumed, 1)
+        out["partial/version_span_max"] = float(agg.span_max)
+        out["partial/version_span_mean"] = agg.span_sum / agg.consumed_items
+        out["samples/acceptance_rate"] = (n_consumed - agg.rejected) / max(n_consumed, 1)
     out["samples/consumed_per_s"] = n_consumed / dur
-    out["samples/produced_per_s"] = sum(n for _, n in inside(snap["produced"])) / dur
-    out["env/steps_per_s"] = sum(n for _, n in inside(snap["env_steps"])) / dur
+    out["samples/produced_per_s"] = agg.produced / dur
+    out["env/steps_per_s"] = agg.env_steps / dur
 
-    sizes = [b for _, b in inside(snap["batches"])]
-    if sizes:
-        out["inference/batch_mean"] = sum(sizes) / len(sizes)
-        out["inference/batch_max"] = float(max(sizes))
-        for k, v in sorted(collections.Counter(sizes).items()):
+    if agg.batch_hist:
+        n = sum(agg.batch_hist.values())
+        out["inference/batch_mean"] = sum(b * c for b, c in agg.batch_hist.items()) / n
+        out["inference/batch_max"] = float(max(agg.batch_hist))
+        for k, v in sorted(agg.batch_hist.items()):
             out[f"inference/batch_hist_{k}"] = float(v)
     return out
 

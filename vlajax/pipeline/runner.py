@@ -35,6 +35,7 @@ parameters (tests/pipeline/test_runner.py).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,7 @@ from vlajax.pipeline.weights import ParamServer
 
 __all__ = ["AsyncRunner", "RunnerCounters", "run_sync"]
 
+HISTORY = 1000  # per-update records an AsyncRunner keeps (on_update sees every one)
 SampleStep = Callable[[int, Any, int], Sequence[Trajectory]]
 TrainStep = Callable[[Any, Iterator[Trajectory]], tuple[Any, dict]]
 
@@ -110,7 +112,8 @@ class AsyncRunner:
         self.group.add("weights", self.weights.lane_body)
         for name, body in extra_lanes:
             self.group.add(name, body)
-        self.history: list[dict] = []  # per update: metrics + version + staleness of its micro-batches
+        # per update (the newest HISTORY): metrics + version + staleness of its micro-batches
+        self.history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
 
     # -- lanes ------------------------------------------------------------------------------
 
@@ -186,8 +189,9 @@ class AsyncRunner:
         out = summarize(self.timeline, t0, t1)
         out.update({f"counters/{k}": float(v) for k, v in self.buffer.counters().items()})
         out["weights/superseded"] = float(self.weights.superseded)
-        if self.weights.transfer_s:
-            out["weights/transfer_s_mean"] = sum(self.weights.transfer_s) / len(self.weights.transfer_s)
+        if self.weights.installed:
+            out["weights/transfer_s_mean"] = self.weights.transfer_sum_s / self.weights.installed
+            out["weights/transfer_s_max"] = self.weights.transfer_max_s
         return out
 
 
@@ -206,7 +210,7 @@ def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep
     tl.register("rollouter")
     tl.register("trainer")
     params = get_params(state)
-    history: list[dict] = []
+    history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
     while c.updates < num_updates:
         items: list[Trajectory] = []
         tl.begin_idle("trainer", "samples")
@@ -236,4 +240,4 @@ def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep
         c.version += 1
         params = get_params(state)
         tl.end_idle("rollouter")
-    return state, history
+    return state, list(history)

@@ -27,6 +27,7 @@ from vlajax.pipeline.metrics import Timeline
 __all__ = ["Request", "DynamicBatcher", "Router"]
 
 _POLL_S = 0.05
+RECENT = 10_000  # per-batch records kept (older ones live on in `batch_hist`)
 
 
 class Request:
@@ -76,7 +77,8 @@ class DynamicBatcher:
         self._cond = threading.Condition()
         self._queue: collections.deque[Request] = collections.deque()
         self.triggers = collections.Counter()  # 'full' / 'wait' -> batches fired
-        self.batch_sizes: list[int] = []
+        self.batch_sizes: collections.deque[int] = collections.deque(maxlen=RECENT)  # the newest fired sizes
+        self.batch_hist = collections.Counter()  # batch size -> batches fired, since the start (<= max_batch keys)
 
     def submit(self, slot: int, payload: Any) -> Request:
         req = Request(slot, payload)
@@ -119,6 +121,7 @@ class DynamicBatcher:
             r.fired = fired
         self.triggers[trigger] += 1
         self.batch_sizes.append(len(batch))
+        self.batch_hist[len(batch)] += 1
         self.timeline.record_batch(len(batch))
         return batch
 

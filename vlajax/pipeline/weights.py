@@ -20,6 +20,7 @@ process's replica onto the local rollout mesh without any cross-host traffic.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from vlajax.pipeline.lanes import Lane, Lifetime
 
 __all__ = ["ParamServer"]
 
+RECENT = 10_000  # per-install transfer times kept (older ones live on in the running sum / max)
 _copy_tree = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
@@ -72,7 +74,10 @@ class ParamServer:
         self.published = 0
         self.installed = 0
         self.superseded = 0
-        self.transfer_s: list[float] = []  # publish -> installed, per installed version
+        # publish -> installed seconds: the newest RECENT installs, and running sum / max over all.
+        self.transfer_s: collections.deque[float] = collections.deque(maxlen=RECENT)
+        self.transfer_sum_s = 0.0
+        self.transfer_max_s = 0.0
 
     # -- trainer side ---------------------------------------------------------------------
 
@@ -130,7 +135,10 @@ class ParamServer:
         with self._cond:
             self._current = (version, placed)
             self.installed += 1
-            self.transfer_s.append(time.monotonic() - t0)
+            dt = time.monotonic() - t0
+            self.transfer_s.append(dt)
+            self.transfer_sum_s += dt
+            self.transfer_max_s = max(self.transfer_max_s, dt)
             self._cond.notify_all()
         for cb in self._listeners:
             cb(version)
