@@ -117,3 +117,21 @@ def test_runner_history_is_windowed_and_on_update_sees_every_update(monkeypatch)
     assert len(r.history) == 20 and [h["update"] for h in r.history] == list(range(n - 19, n + 1))
     assert r.timeline.total_env_steps() >= n * B
     assert r.summary()["samples/consumed_per_s"] > 0
+
+
+def test_soak_verdict_flags_rss_growth_and_structures_over_their_cap():
+    from vlajax.bench.soak import verdict
+
+    def s(minute, rss, n):
+        return {"minute": minute, "rss_mb": rss, "updates": 10 * minute, "sizes": {"timeline/produced": n, "hist": 3}}
+
+    cap = {"timeline/produced": 100}
+    assert verdict([s(1, 90, 10), s(5, 100, 50), s(30, 104, 100)], 5, cap)["ok"]
+    grew = verdict([s(5, 100, 50), s(30, 106, 100)], 5, cap)
+    assert not grew["ok"] and grew["rss_growth_pct"] == pytest.approx(6.0)
+    over = verdict([s(5, 100, 50), s(30, 100, 101)], 5, cap)
+    assert not over["ok"] and set(over["unbounded"]) == {"timeline/produced"}
+    uncapped = [s(5, 100, 50), s(30, 100, 60)]
+    uncapped[-1]["sizes"]["hist"] = 4  # a structure without a cap grew after the settle minute
+    assert set(verdict(uncapped, 5, cap)["unbounded"]) == {"hist"}
+    assert not verdict([s(1, 100, 1)], 5, cap)["ok"]  # too short to judge

@@ -1,0 +1,205 @@
+"""`python -m vlajax.bench soak --minutes N --json PATH`: does a long async run keep its memory flat?
+
+Runs the asynchronous pipeline (env slots + dynamic batching + trainer lane + weight control
+plane, staleness 1, streaming, partial rollout: the `+partial_rollout` mode of `bench async`)
+on a tiny workload for `--minutes`, with a `WindowReporter` summarizing every `--report-every`
+updates as a real run does. Every `--sample-s` seconds (default 60) it records the process's
+resident memory (VmRSS from /proc/self/status), the updates done, and the entries held by
+every per-event structure of the pipeline (timeline records per kind, running-total keys,
+inference batch sizes, weight transfer times, buffer versions / items, runner history).
+
+Verdict (issue 17's acceptance): RSS growth between the sample at `--settle-min` (5) and the
+last sample <= 5 %, and every structure's size at the last sample <= its cap (bounded: it
+stopped growing, or is a recent-records window below its fixed length). Writes the samples +
+verdict as JSON and, with `--plot`, a PNG of RSS and structure sizes over time.
+
+Workloads: `rl` (default; the RL core: `--preset` rl-debug, MLP PPO on the tabletop MJX envs,
+as in `bench async`), `standin` (point-mass + MLP REINFORCE; no MuJoCo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import jax
+from jax.sharding import SingleDeviceSharding
+
+from vlajax.pipeline import buffer as buffer_mod
+from vlajax.pipeline import runner as runner_mod
+from vlajax.pipeline import scheduler, weights
+from vlajax.pipeline.metrics import Timeline, WindowReporter
+from vlajax.pipeline.runner import AsyncRunner
+from vlajax.pipeline.slots import SlotRollout
+
+__all__ = ["rss_mb", "structure_sizes", "verdict", "main"]
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MiB (Linux /proc)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def structure_sizes(runner: AsyncRunner, rollout: SlotRollout) -> dict[str, int]:
+    """Entries held by every per-event structure of a running pipeline."""
+    out = {f"timeline/{k}": v for k, v in runner.timeline.sizes().items()}
+    for g, b in enumerate(getattr(rollout, "batchers", [])):
+        out[f"batcher{g}/batch_sizes"] = len(b.batch_sizes)
+        out[f"batcher{g}/batch_hist"] = len(b.batch_hist)
+    out["weights/transfer_s"] = len(runner.weights.transfer_s)
+    out["buffer/consumed_at"] = len(runner.buffer._consumed_at)
+    out["buffer/items"] = len(runner.buffer)
+    out["runner/history"] = len(runner.history)
+    return out
+
+
+def caps(runner: AsyncRunner, rollout: SlotRollout) -> dict[str, int]:
+    """The most entries each structure may hold (its recent-records window, or its key domain)."""
+    tl, lanes = runner.timeline, len(runner.timeline.lanes)
+    out = {"timeline/idle": tl.retain * lanes, "timeline/open_idle": lanes, "timeline/dropped_marks": 6 + lanes,
+           "weights/transfer_s": weights.RECENT, "buffer/consumed_at": buffer_mod.KEEP_VERSIONS + 2,
+           "buffer/items": runner.buffer.budget, "runner/history": runner_mod.HISTORY,
+           **{f"timeline/{k}": tl.retain for k in ("produced", "consumed", "rejected", "depth", "batches",
+                                                    "env_steps")}}
+    for g, _ in enumerate(getattr(rollout, "batchers", [])):
+        out[f"batcher{g}/batch_sizes"] = scheduler.RECENT
+        out[f"batcher{g}/batch_hist"] = rollout.max_batch
+    return out
+
+
+def verdict(samples: list[dict[str, Any]], settle_min: float, cap: dict[str, int], max_growth_pct: float = 5.0
+            ) -> dict[str, Any]:
+    """RSS growth from the first sample at >= settle_min to the last; structures vs their caps.
+
+    A structure without a cap (running-total keys) must not have grown from the settle sample
+    to the last.
+    """
+    settled = [s for s in samples if s["minute"] >= settle_min]
+    if len(settled) < 2:
+        return {"ok": False, "reason": f"fewer than 2 samples after minute {settle_min}"}
+    a, b = settled[0], settled[-1]
+    growth = 100.0 * (b["rss_mb"] - a["rss_mb"]) / a["rss_mb"]
+    unbounded = {}
+    for k, v in b["sizes"].items():
+        limit = cap.get(k)
+        if (limit is not None and v > limit) or (limit is None and v > a["sizes"].get(k, 0)):
+            unbounded[k] = {"settle": a["sizes"].get(k, 0), "last": v, "cap": limit}
+    return {"ok": growth <= max_growth_pct and not unbounded, "rss_growth_pct": growth,
+            "rss_settle_mb": a["rss_mb"], "rss_last_mb": b["rss_mb"], "settle_minute": a["minute"],
+            "last_minute": b["minute"], "updates_settle_to_last": b["updates"] - a["updates"],
+            "unbounded": unbounded, "max_growth_pct": max_growth_pct}
+
+
+def plot(samples: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [s["minute"] for s in samples]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    ax1.plot(t, [s["rss_mb"] for s in samples], marker="o")
+    ax1.set_ylabel("RSS (MiB)")
+    ax1.set_title("bench soak: async pipeline memory over time")
+    for k in sorted(samples[-1]["sizes"]):
+        ys = [s["sizes"].get(k, 0) for s in samples]
+        if max(ys) > 0:
+            ax2.plot(t, ys, label=k)
+    ax2.set_yscale("symlog")
+    ax2.set_ylabel("entries held")
+    ax2.set_xlabel("minutes")
+    ax2.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vlajax.bench soak", description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock length of the run")
+    ap.add_argument("--json", default="", help="write the samples and the verdict here")
+    ap.add_argument("--plot", default="", help="write a PNG of RSS and structure sizes here")
+    ap.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples")
+    ap.add_argument("--settle-min", type=float, default=5.0, help="growth is measured from this minute on")
+    ap.add_argument("--workload", default="rl", choices=["rl", "standin"])
+    ap.add_argument("--preset", default="rl-debug", help="rl workload: the TrainConfig preset it starts from")
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--envs", type=int, default=8, help="total envs over the slots")
+    ap.add_argument("--horizon", type=int, default=4, help="decisions per slot segment")
+    ap.add_argument("--width", type=int, default=64, help="MLP width")
+    ap.add_argument("--report-every", type=int, default=10, help="WindowReporter period (updates)")
+    ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices when running on CPU")
+    a = ap.parse_args(argv)
+    if a.minutes <= 0 or a.sample_s <= 0:
+        ap.error("--minutes and --sample-s must be > 0")
+    with contextlib.suppress(RuntimeError):  # only possible before the backend starts
+        jax.config.update("jax_num_cpu_devices", a.cpu_devices)
+    from vlajax.bench.async_ import StandIn, StandInWorkload, mode_config, rl_workload
+
+    if a.workload == "rl":
+        w, spec = rl_workload(a.preset, envs=a.envs, horizon=a.horizon, width=a.width)
+    else:
+        spec = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.width, epochs=1)
+        w, spec = StandInWorkload(spec), {"name": "standin", "envs": a.envs, "horizon": a.horizon, "width": a.width}
+    cfg, n = mode_config("+partial_rollout", a.slots, "colocated", "1:1")
+    dev = jax.devices()[0]
+    reset, step, infer = w.env(n, None)
+    rollout = SlotRollout(cfg, reset=reset, step=step, infer=infer, horizon=w.horizon, samples_per_slot=w.envs // n,
+                          env_steps_per_decision=w.envs // n * w.steps_per_decision)
+    timeline = Timeline()
+    reporter = WindowReporter(timeline, None, every=a.report_every)
+    runner = AsyncRunner(cfg, sample_step=rollout.sample_step, train_step=w.trainer(dev, True, cfg.require_batches),
+                         get_params=w.get_params, state=jax.device_put(w.init_state(0), dev),
+                         num_updates=2**62, samples_per_step=w.envs // n, mini_batch=w.envs // n,
+                         rollout=rollout.lanes, timeline=timeline, rollout_shardings=SingleDeviceSharding(dev),
+                         on_update=lambda r, rec: reporter(rec["update"]))
+    samples: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+
+    def sample() -> None:
+        s = {"minute": (time.monotonic() - t0) / 60.0, "rss_mb": rss_mb(), "updates": runner.counters.updates,
+             "sizes": structure_sizes(runner, rollout)}
+        samples.append(s)
+        print(json.dumps(s), flush=True)
+
+    def sampler() -> None:
+        k = 0
+        while not runner.lifetime.stopped:
+            sample()
+            k += 1
+            if (time.monotonic() - t0) / 60.0 >= a.minutes:
+                runner.lifetime.stop()
+                return
+            runner.lifetime.sleep(max(t0 + k * a.sample_s - time.monotonic(), 0.0))
+
+    th = threading.Thread(target=sampler, name="soak-sampler", daemon=True)
+    th.start()
+    status = runner.run()
+    th.join(a.sample_s + 10)
+    out = {"meta": {"workload": spec, "minutes": a.minutes, "sample_s": a.sample_s, "slots": n,
+                    "async": {k: getattr(cfg, k) for k in ("staleness_threshold", "streaming", "partial_rollout")},
+                    "retain": timeline.retain, "cpu_count": os.cpu_count(), "argv": sys.argv[1:],
+                    "loadavg_1m_end": os.getloadavg()[0]},
+           "status": status, "updates": runner.counters.updates, "samples": samples,
+           "verdict": verdict(samples, a.settle_min, caps(runner, rollout))}
+    print(json.dumps(out["verdict"]), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    if a.plot and samples:
+        plot(samples, a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
