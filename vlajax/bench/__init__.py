@@ -9,4 +9,5 @@ BENCHMARKS: dict[str, str] = {
     "packing": "fixed vs dynamic padding vs packing, effective tokens/s (vlajax.bench.packing)",
     "async": "sync vs async pipeline modes and placements, env steps/s (vlajax.bench.async_)",
     "rl_peer": "vlajax sync PPO vs brax PPO env steps/s on one state task (vlajax.bench.rl_peer)",
+    "rollout": "decisions/s of the pixel VLA rollout, flow and token heads (vlajax.bench.rollout)",
 }

@@ -1,0 +1,167 @@
+"""`python -m vlajax.bench rollout --json PATH`: decisions/s of the pixel VLA rollout.
+
+Times the production collection path -- `vlajax.rl.rollout.rollout` (the `lax.scan` over
+`actor_step` that `vlajax.rl.loop.train` runs inside its jitted `collect`) with the VLA actor of
+`vlajax.rl.actors.vla_actor` -- on `--num-envs` tabletop envs from pixels (goal suite, both
+cameras at the RL presets' 32x32, 200-step episodes, continuing mode with auto-reset), for each
+head of `--heads`:
+
+- `flow`: the RL presets' flow sampler (`flow_sde`, x_1 = 0, stochastic last step, noise 0.5)
+  with the VLA's own value head (`value_head='expert'`, PPO's critic);
+- `tokens`: the token head at temperature 1 (no critic, as in `rl-grpo-tokens`).
+
+Weights are freshly initialized (the cost of a decision does not depend on them). Episodes are
+staggered (`--stagger`, default on): env b starts its episode b * L / B low-level steps in
+(L = episode length, rounded down to whole chunks), so, as in a PPO run past its first
+episode, envs finish at different decisions and a decision with a finished env is the common
+case rather than one decision in L / H; `--no-stagger` starts every env at step 0.
+
+One timed call is a jitted rollout of `--decisions` decisions of every env (env state carried
+from call to call); decisions/s = num_envs * decisions / (median seconds of `--repeats` calls
+after the compiling first call). The module only uses the rollout's public functions, so the
+same command runs on older checkouts for side-by-side comparisons (`git worktree add`).
+
+Rows: {head, num_envs, decisions_per_call, decisions_per_s, env_steps_per_s, resets_per_call,
+compile_s, seconds}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax import compile_cache
+from vlajax.config import EnvConfig, ModelConfig
+from vlajax.data.normalize import NormStats
+from vlajax.models.vla import VLA
+from vlajax.policy import Bridge
+from vlajax.rl import actors
+from vlajax.rl import rollout as ro
+
+HEADS = {  # ModelConfig fields of each benchmarked head
+    "flow": dict(action_head="flow", flow_sampler="flow_sde", noise_level=0.5, flow_x1="zeros",
+                 flow_sde_steps="last", value_head="expert"),
+    "tokens": dict(action_head="tokens", value_head="none"),
+}
+
+
+def _identity(n: int) -> NormStats:
+    z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
+    return NormStats(mean=z, std=o, q01=-o, q99=o)
+
+
+def _git_commit() -> str:
+    try:
+        root = pathlib.Path(__file__).resolve().parents[2]
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_length: int, stagger: bool,
+              seed: int = 0) -> dict:
+    """Median decisions/s of `repeats` jitted rollouts of `decisions` decisions (see the module docstring)."""
+    mcfg = ModelConfig(**HEADS[head])
+    env_cfg = EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=mcfg.image_size,
+                        episode_length=episode_length)
+    h = mcfg.action_horizon
+    env = ro.make_env(env_cfg, h)
+    norm = {"actions": _identity(mcfg.action_dim), "state": _identity(8)}
+    bridge = Bridge(mcfg, tuple(sorted(env_cfg.cameras)), norm, env_action_dim=min(mcfg.action_dim, 4))
+    model = VLA(mcfg)
+    actor = actors.vla_actor(model, bridge)
+
+    state = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, num_envs)))(jax.random.key(seed))
+    if stagger:  # env b is b * L / B steps (whole chunks) into its episode
+        offsets = (np.arange(num_envs) * episode_length // num_envs) // h * h
+        state = state.replace(info={**state.info, "steps": jnp.asarray(offsets, jnp.float32)})
+    obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], state.obs), state.info["episode"]["task_id"][:1])
+    params = jax.jit(model.init)(jax.random.key(seed + 1), obs0)["params"]
+
+    @jax.jit
+    def run(params, state, rng):
+        state, traj = ro.rollout(actor, env, params, state, rng, decisions, 0, True)
+        return state, jnp.sum(traj["done"]), jnp.sum(traj["action_mask"])
+
+    t0 = time.perf_counter()
+    state, _, _ = jax.block_until_ready(run(params, state, jax.random.key(seed + 2)))
+    compile_s = time.perf_counter() - t0
+    times, resets, steps = [], [], []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        state, n_done, n_steps = jax.block_until_ready(run(params, state, jax.random.key(seed + 3 + i)))
+        times.append(time.perf_counter() - t0)
+        resets.append(int(n_done))
+        steps.append(float(n_steps))
+    sec = float(np.median(times))
+    return {
+        "head": head,
+        "model": HEADS[head],
+        "num_envs": num_envs,
+        "decisions_per_call": decisions,
+        "decisions_per_s": round(num_envs * decisions / sec, 2),
+        "env_steps_per_s": round(float(np.median(steps)) / sec, 1),
+        "resets_per_call": resets,
+        "compile_s": round(compile_s, 1),
+        "seconds": [round(t, 4) for t in times],
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m vlajax.bench rollout", description=__doc__.splitlines()[0])
+    p.add_argument("--json", type=pathlib.Path, default=None, help="write the results here")
+    p.add_argument("--heads", nargs="+", default=["flow", "tokens"], choices=sorted(HEADS))
+    p.add_argument("--num-envs", type=int, default=16)
+    p.add_argument("--decisions", type=int, default=10, help="decisions of every env per timed call")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls after the compiling one")
+    p.add_argument("--episode-length", type=int, default=200, help="low-level steps per episode")
+    p.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
+                   help="start env b b*L/B steps into its episode (envs finish at different decisions)")
+    args = p.parse_args(argv)
+    for name in ("num_envs", "decisions", "repeats", "episode_length"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
+            return 2
+    compile_cache.enable()
+
+    load_start = os.getloadavg()
+    rows = []
+    for head in args.heads:
+        row = time_head(head, args.num_envs, args.decisions, args.repeats, args.episode_length, args.stagger)
+        rows.append(row)
+        print(f"rollout {head:7s} num_envs={args.num_envs} {row['decisions_per_s']:9.2f} decisions/s "
+              f"({row['env_steps_per_s']} env steps/s; compile {row['compile_s']} s; resets/call "
+              f"{row['resets_per_call']})", flush=True)
+    result = {
+        "benchmark": "rollout",
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": _git_commit(),
+        "machine": {"cores": os.cpu_count(), "platform": platform.platform(),
+                    "load_average_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)]},
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "stagger": args.stagger,
+        "episode_length": args.episode_length,
+        "rows": rows,
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
