@@ -12,9 +12,11 @@ The logical-to-mesh sharding tables are data (`LOGICAL_RULES`), selected by name
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 # ----------------------------------------------------------------------------------------
@@ -26,9 +28,30 @@ class ConfigError(ValueError):
     """A configuration that cannot run. The message is one line that says what to change."""
 
 
+class _ParseConfigError(Exception):
+    """A ConfigError raised while a CLI parser builds the config (not a ValueError, which parsers
+    catch and render as a multi-line box): `parse_errors()` turns it back into a ConfigError."""
+
+
+_PARSING = contextvars.ContextVar("vlajax_config_parsing", default=False)
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
-        raise ConfigError(msg)
+        raise (_ParseConfigError if _PARSING.get() else ConfigError)(msg)
+
+
+@contextlib.contextmanager
+def parse_errors() -> Iterator[None]:
+    """Around a CLI parser (tyro) building a `TrainConfig`: a contradiction leaves as one ConfigError."""
+    token = _PARSING.set(True)
+    try:
+        yield
+    except _ParseConfigError as e:
+        raise ConfigError(str(e)) from None
+    finally:
+        _PARSING.reset(token)
+
 
 
 # ----------------------------------------------------------------------------------------
@@ -374,6 +397,9 @@ class RLConfig:
         _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,
                "rl.value_learning_rate and rl.critic_warmup_iterations must be >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
+        _check(not (self.algo == "ppo" and self.advantage in ("grpo", "rloo")),
+               f"rl.advantage={self.advantage!r} compares rollouts of one group (one initial state): it needs "
+               "rl.algo='grpo'; PPO's envs reset independently, use rl.advantage='gae' (or 'auto')")
         _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1 and self.chunk_steps >= 0,
                "rl.eval_every and rl.chunk_steps must be >= 0 and rl.eval_episodes_per_task >= 1")
 
@@ -508,6 +534,12 @@ class TrainConfig:
                 self.data.batch_size % m.dp == 0,
                 f"data.batch_size={self.data.batch_size} is not divisible by mesh.dp={m.dp}",
             )
+        _check(self.rl.kl_coef == 0, f"rl.kl_coef={self.rl.kl_coef}: the trainers compute no reference-policy "
+               "log-probs yet, so the KL penalty cannot be applied; leave rl.kl_coef at 0")
+        _check(not (self.pipeline.enabled and self.pipeline.num_slots > 1 and self.rl.algo == "ppo"
+                    and self.rl.critic == "privileged"),
+               f"rl.critic='privileged' with pipeline.num_slots={self.pipeline.num_slots}: the env slots carry no "
+               "privileged observations; use pipeline.num_slots=1 or rl.critic='head'")
         if self.rl.algo == "grpo":
             _check(
                 self.env.num_envs % self.rl.group_size == 0,

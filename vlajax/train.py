@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import tyro
 
-from vlajax.config import ConfigError, TrainConfig, get_config, preset_descriptions
+from vlajax.config import ConfigError, TrainConfig, get_config, parse_errors, preset_descriptions
 
 PROG = "python -m vlajax.train"
 # Booleans take a value (`--pipeline.enabled true`, `--checkpoint.resume false`), like every other field.
@@ -102,14 +102,15 @@ def parse(command: str, args: list[str]) -> TrainConfig:
     rest = _apply_aliases(rest, COMMANDS[command].aliases)
     rest = [_BOOLS.get(a, a) for a in rest]
     base = get_config(preset)
-    return tyro.cli(
-        TrainConfig,
-        default=base,
-        args=rest,
-        prog=f"{PROG} {command} --preset {preset}",
-        description=f"{COMMANDS[command].description}. Fields default to preset {preset!r}.",
-        config=_TYRO_CONFIG,
-    )
+    with parse_errors():  # a contradiction is one `error:` line, not tyro's box
+        return tyro.cli(
+            TrainConfig,
+            default=base,
+            args=rest,
+            prog=f"{PROG} {command} --preset {preset}",
+            description=f"{COMMANDS[command].description}. Fields default to preset {preset!r}.",
+            config=_TYRO_CONFIG,
+        )
 
 
 def _resolve(command: str) -> Callable[[TrainConfig], int]:
@@ -120,6 +121,24 @@ def _resolve(command: str) -> Callable[[TrainConfig], int]:
         if e.name == module:
             raise ConfigError(f"the {command!r} command is not built yet (module {module} is missing)") from e
         raise
+
+
+def preflight(cfg: TrainConfig) -> None:
+    """Device-dependent refusals, before the command builds or compiles anything (ConfigError).
+
+    Transformer Engine (`model.attention='te'`, `model.fp8='te'`) needs TE and a GPU. Joining
+    the distributed job first keeps TE's import from starting the backend before it.
+    """
+    wants = [f for f, v in (("model.attention", cfg.model.attention), ("model.fp8", cfg.model.fp8)) if v == "te"]
+    if not wants:
+        return
+    from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+    from vlajax.models.attention import te_available  # noqa: PLC0415
+
+    distributed.initialize(cfg.distributed)
+    if not te_available():
+        raise ConfigError(f"{' and '.join(f + '=te' for f in wants)} needs Transformer Engine and a GPU (not found "
+                          "here); use model.attention='xla' or 'auto', model.fp8='flax' or 'none'")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = parse(command, rest)
+        preflight(cfg)
         run = _resolve(command)
         return int(run(cfg) or 0)
     except ConfigError as e:
