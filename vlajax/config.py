@@ -186,6 +186,14 @@ class ModelConfig:
     attention: Literal["auto", "xla", "cudnn", "te"] = "auto"  # auto: te on GPU with TE, else xla
     fp8: Literal["none", "flax", "te"] = "none"  # FP8 matmuls: flax's emulated ops or Transformer Engine
     remat: bool = False  # recompute each transformer block in the backward pass (saves activation memory)
+    # pi families: SentencePiece model file of the prompts (openpi's paligemma_tokenizer.model)
+    tokenizer_path: str = ""
+    # pi05: the normalized state discretized into the prompt (openpi's discrete_state_input; False =
+    # pi0's prompt format and no state at all, as openpi's pi05_libero)
+    discrete_state_input: bool = True
+    # parameters that train (SFT and RL): 'all'; 'expert' = the VLM frozen, the action expert,
+    # action/time/state projections and value head train (piRL); 'lora' = adapters only (no family has them yet)
+    trainable: Literal["all", "expert", "lora"] = "all"
 
     def __post_init__(self):
         for f in ("image_size", "patch_size", "num_cameras", "vit_width", "vit_depth", "vit_heads", "width",
@@ -208,6 +216,8 @@ class ModelConfig:
         _check(self.action_horizon >= 1 and self.action_dim >= 1, "model.action_horizon/action_dim must be >= 1")
         _check(self.num_denoise_steps >= 1, "model.num_denoise_steps must be >= 1")
         _check(self.noise_level > 0, f"model.noise_level must be > 0, got {self.noise_level}")
+        _check(self.trainable != "lora", "model.trainable='lora' is not available: no model family has LoRA "
+               "adapters yet; use 'all' or 'expert' (the VLM frozen)")
         _check(
             0 < self.noise_std_min < self.noise_std_max,
             f"model.noise_std_min={self.noise_std_min} must be in (0, noise_std_max={self.noise_std_max})",
@@ -292,6 +302,9 @@ class DataConfig:
     camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
     episodes_per_task: int = 50  # demos: successful expert episodes written per task
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
+    # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
+    # (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb; a slot without a camera is masked)
+    camera_map: tuple[str, ...] = ("agentview=base_0_rgb", "wrist=left_wrist_0_rgb")
 
     def __post_init__(self):
         _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
@@ -317,6 +330,9 @@ class SFTConfig:
     eval_episodes_per_task: int = 10  # episodes per task in periodic eval (and the eval command's default)
     eval_replan_steps: int = 0  # closed-loop eval: actions executed per predicted chunk (0 = the whole chunk)
     time_limit_minutes: float = 0.0  # stop (with a checkpoint) once training ran this long (0 = no limit)
+    # checkpoint directory (an SFT run's or `vlajax.models.import_openpi`'s) whose weights start the run;
+    # its model config must match this one's sizes ('' = fresh weights)
+    init_from: str = ""
 
     def __post_init__(self):
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
