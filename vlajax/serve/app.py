@@ -1,0 +1,141 @@
+"""`python -m vlajax.serve --checkpoint DIR [--port 8000] [--host 127.0.0.1] [options]`.
+
+Loads any policy checkpoint (SFT, sync RL, async RL: `vlajax.load_policy`), compiles the
+sampling function for every batch-size bucket, then serves it over openpi's websocket
+protocol (`vlajax.serve.server`) until SIGTERM / SIGINT. Every flag is checked before
+anything is loaded or compiled; a bad one exits 2 with one `error:` line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+import logging
+import os
+import sys
+from typing import Literal
+
+import tyro
+
+from vlajax.serve.batching import BatchedPolicy, default_buckets
+from vlajax.serve.server import PolicyServer
+from vlajax.serve.spec import KeyMap, ObsSpec
+
+log = logging.getLogger(__name__)
+
+PROG = "python -m vlajax.serve"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeArgs:
+    """Serve a checkpoint over openpi's websocket policy protocol, batching concurrent clients."""
+
+    checkpoint: str  # checkpoint directory of an SFT, RL or async-RL run (or one of its <step> directories)
+    port: int = 8000  # TCP port (0 = any free port; the chosen one is printed)
+    host: str = "127.0.0.1"  # interface to bind; loopback by default (0.0.0.0 exposes the policy to the network)
+    step: int = -1  # checkpoint step to load (-1 = the newest)
+    keys: Literal["auto", "suite", "libero"] = "auto"  # wire key map (auto = the checkpoint's, else suite)
+    key: tuple[str, ...] = ()  # overrides of single wire keys: 'CAMERA=KEY', 'state=KEY', 'prompt=KEY'
+    max_batch: int = 16  # B_max: a batch fires when this many requests wait
+    max_wait_ms: float = 5.0  # T_max: ... or when the oldest request has waited this long
+    buckets: tuple[int, ...] = ()  # static batch sizes compiled (default 1, 2, 4, ..., max_batch)
+    max_message_mb: float = 8.0  # larger requests are answered with an error string
+    deterministic: bool = True  # ODE sampler / argmax tokens (as eval); --no-deterministic samples
+    seed: int = 0  # rng of the stochastic samplers (batch k uses fold_in(key(seed), k))
+    drain_timeout_s: float = 30.0  # on SIGTERM, wait at most this long for in-flight requests
+
+    def check(self) -> None:
+        """Raise ValueError naming the first bad flag (before anything loads or compiles)."""
+        if not os.path.isdir(os.path.expanduser(self.checkpoint)):
+            raise ValueError(f"--checkpoint {self.checkpoint}: not a directory")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port {self.port}: must be in [0, 65535]")
+        if self.max_batch < 1:
+            raise ValueError(f"--max-batch {self.max_batch}: must be >= 1")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"--max-wait-ms {self.max_wait_ms}: must be >= 0")
+        if self.buckets and (sorted(set(self.buckets)) != list(self.buckets) or self.buckets[0] < 1
+                             or self.buckets[-1] != self.max_batch):
+            raise ValueError(f"--buckets {list(self.buckets)}: must increase, be >= 1 and end at --max-batch "
+                             f"{self.max_batch}")
+        if self.max_message_mb <= 0:
+            raise ValueError(f"--max-message-mb {self.max_message_mb}: must be > 0")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"--drain-timeout-s {self.drain_timeout_s}: must be >= 0")
+        if self.step < -1:
+            raise ValueError(f"--step {self.step}: must be -1 (newest) or a step")
+        for item in self.key:
+            if "=" not in item:
+                raise ValueError(f"--key {item!r}: must be NAME=KEY")
+        if self.host not in ("localhost",):
+            try:
+                ipaddress.ip_address(self.host)
+            except ValueError:
+                raise ValueError(f"--host {self.host!r}: not an IP address (or 'localhost')") from None
+
+
+def build(args: ServeArgs) -> PolicyServer:
+    """Load the checkpoint and compile every bucket. -> a server ready to `run()`."""
+    import jax
+
+    from vlajax import compile_cache, load_policy
+    from vlajax.config import TrainConfig
+
+    compile_cache.enable(TrainConfig().compilation_cache_dir)
+
+    bridge, model, params, train_cfg, step = load_policy(os.path.expanduser(args.checkpoint), TrainConfig(),
+                                                         None if args.step < 0 else args.step)
+    params = jax.device_put(jax.device_get(params), jax.devices()[0])  # one device: serving is per-request
+    serving = getattr(bridge, "serving", None) or {}
+    keys_name = args.keys if args.keys != "auto" else serving.get("keys", "suite")
+    keys = KeyMap.make(keys_name, bridge.cameras, args.key)
+    size = train_cfg.env.image_size or bridge.model.image_size
+    def encode(text: str):  # the bridge's tokenizer (the packaged one for the suite VLA)
+        ids, mask = bridge.encode_instructions([text])
+        return ids[0], mask[0]
+
+    spec = ObsSpec(keys, (size, size, 3), int(bridge.norm["state"].mean.shape[-1]), bridge.model.max_text_len,
+                   bridge.model.vocab_size, encode)
+    buckets = args.buckets or default_buckets(args.max_batch)
+    policy = BatchedPolicy(bridge, model, params, buckets, deterministic=args.deterministic, seed=args.seed)
+    seconds = policy.warmup(spec.parse(spec.example()))
+    log.info("serve: compiled %d bucket(s) %s in %.1f s", len(buckets), list(buckets), seconds)
+    metadata = {
+        "server": "vlajax.serve",
+        "protocol": "openpi websocket (msgpack-numpy)",
+        "policy": {"checkpoint": os.path.abspath(os.path.expanduser(args.checkpoint)), "step": step,
+                   "preset": train_cfg.name, "source": serving.get("source", "unknown"),
+                   "action_head": bridge.model.action_head, "deterministic": args.deterministic},
+        "observation": spec.metadata(),
+        "keys": keys.to_json(),
+        "action": {"shape": [bridge.model.action_horizon, bridge.env_action_dim], "dtype": "float32",
+                   "range": [-1.0, 1.0]},
+    }
+    return PolicyServer(policy, spec, metadata, host=args.host, port=args.port, max_wait_s=args.max_wait_ms / 1e3,
+                        max_message_bytes=int(args.max_message_mb * (1 << 20)), drain_timeout_s=args.drain_timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(ServeArgs, args=argv, prog=PROG)
+    try:
+        args.check()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's restore chatter
+    try:
+        server = build(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    def ready(port: int) -> None:
+        print(f"serving ws://{args.host}:{port}", flush=True)
+
+    asyncio.run(server.run(ready))
+    return 0
+
+

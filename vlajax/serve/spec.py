@@ -1,0 +1,182 @@
+"""What a served policy reads: wire keys, shapes and dtypes, and the checks on every request.
+
+A request is one unbatched observation (a msgpack-numpy map). `ObsSpec.parse` turns it into the
+policy's inputs or raises `ObsError` naming the first problem:
+
+    <image key> per camera   uint8 [h, w, 3]       (h, w = the training env's image size)
+    <state key>              float32/64 [S]        finite (S = the state the norm stats cover)
+    <prompt key>             str                   free text, tokenized by vlajax.models.tokenizer
+      or 'tokenized_prompt'  int [n <= max_text_len] token ids in [0, vocab_size)
+
+Keys not in the spec are ignored (clients often send extras). Which wire key feeds which input
+is a `KeyMap`: `suite` (our env's keys: `pixels/<camera>`, `state`, `prompt`, what a
+`vlajax.envs` observation already holds) or `libero` (openpi's LIBERO example keys:
+`observation/image`, `observation/wrist_image`, `observation/state`, `prompt`), each entry
+overridable (`camera=key`, `state=key`, `prompt=key`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vlajax.models import tokenizer
+
+__all__ = ["KEY_MAPS", "KeyMap", "ObsError", "ObsSpec", "Parsed"]
+
+TOKENS_KEY = "tokenized_prompt"
+# openpi's LIBERO example (examples/libero/main.py) sends these keys.
+_LIBERO_CAMERAS = {"agentview": "observation/image", "wrist": "observation/wrist_image"}
+KEY_MAPS = ("suite", "libero")
+
+
+class ObsError(ValueError):
+    """A request the policy cannot read (missing key, wrong shape / dtype, non-finite, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyMap:
+    """Wire keys of one policy's inputs."""
+
+    images: tuple[tuple[str, str], ...]  # (camera, wire key), in the policy's camera order
+    state: str = "state"
+    prompt: str = "prompt"
+
+    @classmethod
+    def make(cls, name: str, cameras: Sequence[str], overrides: Sequence[str] = ()) -> KeyMap:
+        """Preset `name` ('suite' / 'libero') for `cameras`, then `overrides` ['camera=key', 'state=key', ...]."""
+        if name == "suite":
+            images, state, prompt = {c: f"pixels/{c}" for c in cameras}, "state", "prompt"
+        elif name == "libero":
+            images = {c: _LIBERO_CAMERAS.get(c, f"observation/{c}") for c in cameras}
+            state, prompt = "observation/state", "prompt"
+        else:
+            raise ValueError(f"unknown key map {name!r} (choose from {', '.join(KEY_MAPS)})")
+        for item in overrides:
+            field, sep, key = item.partition("=")
+            if not sep or not key:
+                raise ValueError(f"key override {item!r} is not NAME=KEY")
+            if field == "state":
+                state = key
+            elif field == "prompt":
+                prompt = key
+            elif field in images:
+                images[field] = key
+            else:
+                raise ValueError(f"key override {item!r}: {field!r} is not a camera of the policy "
+                                 f"({', '.join(cameras)}), 'state' or 'prompt'")
+        keys = [*images.values(), state, prompt]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"two inputs share a wire key: {keys}")
+        return cls(tuple((c, images[c]) for c in cameras), state, prompt)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"images": dict(self.images), "state": self.state, "prompt": self.prompt}
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """One request's policy inputs: images {camera: uint8 [h, w, 3]}, state float32 [S],
+    tokens int32 [L], token_mask bool [L]."""
+
+    images: dict[str, np.ndarray]
+    state: np.ndarray
+    tokens: np.ndarray
+    token_mask: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class ObsSpec:
+    """The shapes a policy expects and the map from wire keys to its inputs."""
+
+    keys: KeyMap
+    image_shape: tuple[int, int, int]  # (h, w, 3)
+    state_dim: int
+    max_text_len: int
+    vocab_size: int
+    # text -> (ids int32 [max_text_len], mask bool [max_text_len]); None = the packaged tokenizer
+    encode: Callable[[str], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        """The `observation` entry of the metadata sent on connect: key -> {shape, dtype, ...}."""
+        out: dict[str, Any] = {}
+        for cam, key in self.keys.images:
+            out[key] = {"shape": list(self.image_shape), "dtype": "uint8", "camera": cam}
+        out[self.keys.state] = {"shape": [self.state_dim], "dtype": "float32"}
+        out[self.keys.prompt] = {"shape": [], "dtype": "str",
+                                 "alternative": f"{TOKENS_KEY}: int32 [<= {self.max_text_len}] "
+                                                f"ids < {self.vocab_size}"}
+        return out
+
+    def example(self, prompt: str = "press the button", seed: int = 0) -> dict[str, Any]:
+        """A valid request (random images, zero state) -- for clients' smoke tests and the bench."""
+        rng = np.random.default_rng(seed)
+        obs: dict[str, Any] = {k: rng.integers(0, 256, self.image_shape, dtype=np.uint8) for _, k in self.keys.images}
+        obs[self.keys.state] = np.zeros((self.state_dim,), np.float32)
+        obs[self.keys.prompt] = prompt
+        return obs
+
+    def parse(self, obs: Any) -> Parsed:
+        """Validated inputs of one request; raises `ObsError` naming the problem."""
+        if not isinstance(obs, Mapping):
+            raise ObsError(f"observation must be a map of key -> value, got {type(obs).__name__}")
+        images = {cam: self._image(obs, key) for cam, key in self.keys.images}
+        return Parsed(images, self._state(obs), *self._prompt(obs))
+
+    def _get(self, obs: Mapping, key: str) -> Any:
+        if key not in obs:
+            have = ", ".join(sorted(str(k) for k in obs)) or "nothing"
+            raise ObsError(f"missing key {key!r} (the observation has: {have})")
+        return obs[key]
+
+    def _image(self, obs: Mapping, key: str) -> np.ndarray:
+        img = self._get(obs, key)
+        if not isinstance(img, np.ndarray):
+            raise ObsError(f"{key!r} must be a uint8 array of shape {self.image_shape}, got {type(img).__name__}")
+        if img.dtype != np.uint8:
+            raise ObsError(f"{key!r} has dtype {img.dtype}; expected uint8 of shape {self.image_shape}")
+        if img.shape != self.image_shape:
+            raise ObsError(f"{key!r} has shape {img.shape}; expected {self.image_shape} (uint8, h x w x 3)")
+        return img
+
+    def _state(self, obs: Mapping) -> np.ndarray:
+        key = self.keys.state
+        s = self._get(obs, key)
+        if not isinstance(s, np.ndarray) or s.dtype.kind != "f":
+            got = s.dtype if isinstance(s, np.ndarray) else type(s).__name__
+            raise ObsError(f"{key!r} must be a float array of shape ({self.state_dim},), got {got}")
+        if s.shape != (self.state_dim,):
+            raise ObsError(f"{key!r} has shape {s.shape}; expected ({self.state_dim},)")
+        bad = np.flatnonzero(~np.isfinite(s))
+        if bad.size:
+            raise ObsError(f"{key!r} has non-finite values at indices {bad.tolist()} ({s[bad].tolist()})")
+        return s.astype(np.float32)
+
+    def _prompt(self, obs: Mapping) -> tuple[np.ndarray, np.ndarray]:
+        if TOKENS_KEY in obs:
+            ids = obs[TOKENS_KEY]
+            if not isinstance(ids, np.ndarray) or ids.dtype.kind not in "iu" or ids.ndim != 1:
+                raise ObsError(f"{TOKENS_KEY!r} must be a 1-d integer array")
+            if ids.size > self.max_text_len:
+                raise ObsError(f"{TOKENS_KEY!r} has {ids.size} tokens; at most {self.max_text_len}")
+            self._check_ids(ids, TOKENS_KEY)
+            out = np.zeros((self.max_text_len,), np.int32)
+            out[: ids.size] = ids
+            mask = np.zeros((self.max_text_len,), bool)
+            mask[: ids.size] = True
+            return out, mask
+        text = self._get(obs, self.keys.prompt)
+        if not isinstance(text, str):
+            raise ObsError(f"{self.keys.prompt!r} must be a string, got {type(text).__name__}")
+        ids, mask = self.encode(text) if self.encode is not None else tokenizer.encode(text, self.max_text_len)
+        self._check_ids(ids[mask], self.keys.prompt)
+        return ids, mask
+
+    def _check_ids(self, ids: np.ndarray, key: str) -> None:
+        bad = ids[(ids < 0) | (ids >= self.vocab_size)]
+        if bad.size:
+            raise ObsError(f"{key!r}: unknown prompt token id(s) {sorted(set(bad.tolist()))[:8]} "
+                           f"(the policy's vocabulary has {self.vocab_size} ids)")
