@@ -10,4 +10,5 @@ BENCHMARKS: dict[str, str] = {
     "async": "sync vs async pipeline modes and placements, env steps/s (vlajax.bench.async_)",
     "rl_peer": "vlajax sync PPO vs brax PPO env steps/s on one state task (vlajax.bench.rl_peer)",
     "rollout": "decisions/s of the pixel VLA rollout, flow and token heads (vlajax.bench.rollout)",
+    "serve": "policy server requests/s and p50/p95 latency vs concurrent clients (vlajax.bench.serve)",
 }
