@@ -11,8 +11,14 @@ plane. All lanes of a run share a `Lifetime`:
   `PipelineStopped` (which the lane treats as a normal exit);
 - a watchdog thread reports a lane that has been *busy* (not waiting) without a heartbeat for
   longer than `watchdog_s` as `LaneStalled`, naming it;
-- Ctrl-C (KeyboardInterrupt) or SIGTERM in the main thread stops the lanes, calls the
-  `on_interrupt` callback (save a checkpoint) and returns `"interrupted"`.
+- Ctrl-C (KeyboardInterrupt) or SIGTERM in the main thread: with a `drain` callback the lanes
+  are asked to stop at their next safe point (the trainer: its next update boundary, where it
+  saves itself) and waited for, bounded by the seconds `drain()` returns; without one they stop
+  at once and `on_interrupt` is called after they are joined. Either way `run()` returns
+  `"interrupted"`. A second signal while draining stops everything at once and raises
+  `RunAborted` (nothing is saved; the last complete checkpoint stays as it is). Lanes still
+  running after the join bound raise `PipelineTimeout` naming them: the caller must then not
+  close what they use.
 
 Waiting time is recorded in the run's `Timeline` (it is what the idle ratios are made of).
 """
@@ -27,7 +33,7 @@ from collections.abc import Callable, Iterator
 
 from vlajax.pipeline.metrics import Timeline
 
-__all__ = ["PipelineTimeout", "PipelineStopped", "LaneStalled", "Lifetime", "Lane", "LaneGroup"]
+__all__ = ["PipelineTimeout", "PipelineStopped", "LaneStalled", "RunAborted", "Lifetime", "Lane", "LaneGroup"]
 
 _POLL_S = 0.05  # granularity at which waits re-check the stop flag
 
@@ -42,6 +48,10 @@ class PipelineStopped(RuntimeError):
 
 class LaneStalled(RuntimeError):
     """The watchdog saw a lane busy without a heartbeat for longer than its limit."""
+
+
+class RunAborted(RuntimeError):
+    """A second SIGTERM / Ctrl-C while the lanes drained: stopped at once, nothing saved."""
 
 
 class Lifetime:
@@ -160,39 +170,65 @@ class LaneGroup:
                     return
 
     def run(self, timeout: float | None = None, on_interrupt: Callable[[], None] | None = None,
-            join_timeout: float = 10.0, handle_sigterm: bool = True) -> str:
+            join_timeout: float | Callable[[], float] = 10.0, handle_sigterm: bool = True,
+            drain: Callable[[], float] | None = None) -> str:
         """Start every lane, wait for all to finish; returns 'done' or 'interrupted'.
 
         Re-raises the first lane error (original traceback, note naming the lane). `timeout`
         bounds the whole run (raises `PipelineTimeout`). Installs a SIGTERM handler while
-        running when called from the main thread.
+        running when called from the main thread. `drain` / `on_interrupt`: see the module
+        docstring. `join_timeout` (seconds, or a function giving them when the lanes stop)
+        bounds the wait for the lanes after the stop.
         """
-        interrupted = threading.Event()
+        sigterms: list[float] = []
         old_handler = None
         if handle_sigterm and threading.current_thread() is threading.main_thread():
-            old_handler = signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+            old_handler = signal.signal(signal.SIGTERM, lambda *_: sigterms.append(time.monotonic()))
         deadline = None if timeout is None else time.monotonic() + timeout
+        interrupts, handled, aborted = 0, 0, False
+        drain_deadline, bound = None, 0.0
         try:
             self.start()
-            try:
-                while not all(lane.done.is_set() for lane in self.lanes) and not self.lifetime.stopped:
-                    if interrupted.is_set():
-                        raise KeyboardInterrupt("SIGTERM")
-                    if deadline is not None and time.monotonic() > deadline:
-                        self.lifetime.stop(PipelineTimeout(f"run exceeded {timeout:.3g} s"), "main")
-                        break
-                    time.sleep(_POLL_S)
-            except KeyboardInterrupt:
-                interrupted.set()
+            while True:
+                try:
+                    while not all(lane.done.is_set() for lane in self.lanes) and not self.lifetime.stopped:
+                        if len(sigterms) > handled:
+                            handled += 1
+                            raise KeyboardInterrupt("SIGTERM")
+                        now = time.monotonic()
+                        if deadline is not None and now > deadline:
+                            self.lifetime.stop(PipelineTimeout(f"run exceeded {timeout:.3g} s"), "main")
+                            break
+                        if drain_deadline is not None and now > drain_deadline:
+                            self.lifetime.stop(PipelineTimeout(
+                                f"interrupted, but the lanes did not reach a safe stopping point within {bound:.3g} s "
+                                f"(still running: {', '.join(self.alive)})"), "main")
+                            break
+                        time.sleep(_POLL_S)
+                    break
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    if interrupts == 1 and drain is not None:
+                        bound = drain()
+                        drain_deadline = time.monotonic() + bound
+                        continue
+                    aborted = interrupts > 1
+                    break
         finally:
             self.lifetime.stop()
-            self._join(join_timeout)
+            if not aborted:
+                self._join(join_timeout() if callable(join_timeout) else join_timeout)
             if old_handler is not None:
                 signal.signal(signal.SIGTERM, old_handler)
+        if aborted:
+            raise RunAborted("a second interrupt: stopped at once without saving; the last complete checkpoint "
+                             "is kept")
         if self.lifetime.error is not None:
             raise self.lifetime.error
-        if interrupted.is_set():
-            if on_interrupt is not None:
+        if self.alive:
+            raise PipelineTimeout(f"lanes still running after the stop: {', '.join(self.alive)}")
+        if interrupts:
+            if drain is None and on_interrupt is not None:
                 on_interrupt()
             return "interrupted"
         return "done"

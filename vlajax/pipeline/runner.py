@@ -38,18 +38,26 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from vlajax.config import AsyncConfig, ConfigError
 from vlajax.pipeline.buffer import Trajectory, TrajectoryBuffer, window_samples
-from vlajax.pipeline.lanes import Lane, LaneGroup, Lifetime
+from vlajax.pipeline.lanes import Lane, LaneGroup, Lifetime, PipelineTimeout
 from vlajax.pipeline.metrics import Timeline, summarize
 from vlajax.pipeline.weights import ParamServer
 
 __all__ = ["AsyncRunner", "RunnerCounters", "run_sync"]
 
 HISTORY = 1000  # per-update records an AsyncRunner keeps (on_update sees every one)
+DRAIN_MARGIN_S = 10.0  # added to twice the longest measured update when waiting for an update boundary
+_GET_SLICE_S = 0.25  # the trainer re-checks a stop request this often while it waits for its first micro-batch
+
+
+class _AtBoundary(Exception):
+    """A stop was requested before the update took its first micro-batch: nothing changed yet."""
 SampleStep = Callable[[int, Any, int], Sequence[Trajectory]]
 TrainStep = Callable[[Any, Iterator[Trajectory]], tuple[Any, dict]]
 
@@ -91,6 +99,7 @@ class AsyncRunner:
         self.state, self.num_updates = state, num_updates
         self.samples_per_step, self.mini_batch = samples_per_step, mini_batch
         self.counters = dataclasses.replace(counters) if counters else RunnerCounters()
+        self._start_calls = self.counters.sample_calls
         self.on_update = on_update
         self.sync_peers = sync_peers
         self._peer_syncs = 0
@@ -114,6 +123,15 @@ class AsyncRunner:
             self.group.add(name, body)
         # per update (the newest HISTORY): metrics + version + staleness of its micro-batches
         self.history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
+        # The trainer owns `state` and `counters`: it holds this lock from taking an update's first
+        # micro-batch to the end of its `on_update`, so `consistent()` never sees a donated state
+        # or counters of another update.
+        self._state_lock = threading.RLock()
+        self._stop_at_boundary = threading.Event()
+        self._on_interrupt: Callable[[AsyncRunner], None] | None = None
+        self.interrupted_at: int | None = None  # the update boundary an interrupt stopped at
+        self.first_update_s: float | None = None  # first update (compiles included), with its on_update
+        self.max_update_s = 0.0  # longest later update, with its on_update (evaluation, saving)
 
     # -- lanes ------------------------------------------------------------------------------
 
@@ -134,10 +152,23 @@ class AsyncRunner:
             self.timeline.record_env_steps(steps)
         return True
 
+    def _first_get(self) -> Trajectory:
+        """The update's first micro-batch; raises `_AtBoundary` if a stop is requested meanwhile."""
+        deadline = time.monotonic() + self.cfg.queue_timeout_s
+        while True:
+            if self._stop_at_boundary.is_set():
+                raise _AtBoundary
+            left = deadline - time.monotonic()
+            try:
+                return self.buffer.get(timeout=max(min(left, _GET_SLICE_S), 0.0))
+            except PipelineTimeout:
+                if left <= _GET_SLICE_S:
+                    raise
+
     def _micro_batches(self, lane: Lane, taken: list[Trajectory]) -> Iterator[Trajectory]:
-        for _ in range(self.cfg.require_batches):
+        for i in range(self.cfg.require_batches):
             with lane.waiting("samples"):
-                item = self.buffer.get()
+                item = self._first_get() if i == 0 else self.buffer.get()
             if self.sync_peers is not None:  # every process takes the same number of micro-batches
                 with lane.waiting("peers"):
                     self.sync_peers(f"vlajax-trainer-{self.counters.updates}-{self._peer_syncs}")
@@ -145,10 +176,35 @@ class AsyncRunner:
             taken.append(item)
             yield item
 
+    def _stop_here(self) -> bool:
+        """At an update boundary after an interrupt: save (in this lane, state not donated), stop."""
+        self.interrupted_at = self.counters.updates
+        if self._on_interrupt is not None:
+            with self._state_lock:
+                self._on_interrupt(self)
+        self.lifetime.stop()
+        return False
+
     def _trainer_body(self, lane: Lane) -> bool:
         if self.counters.updates >= self.num_updates:
             self.lifetime.stop()
             return False
+        if self._stop_at_boundary.is_set():
+            return self._stop_here()
+        t0 = time.monotonic()
+        try:
+            with self._state_lock:
+                self._update(lane)
+        except _AtBoundary:
+            return self._stop_here()
+        dt = time.monotonic() - t0
+        if self.first_update_s is None:
+            self.first_update_s = dt
+        else:
+            self.max_update_s = max(self.max_update_s, dt)
+        return True
+
+    def _update(self, lane: Lane) -> None:
         taken: list[Trajectory] = []
         batches = self._micro_batches(lane, taken)
         if not self.cfg.streaming:
@@ -173,14 +229,45 @@ class AsyncRunner:
         self.history.append(record)
         if self.on_update is not None:
             self.on_update(self, record)
-        return True
 
     # -- driving ----------------------------------------------------------------------------
 
+    def drain_bound(self) -> float:
+        """Seconds to wait for the trainer to reach its next update boundary: twice the longest
+        measured update (the first, which compiles, only until a later one is measured; the
+        watchdog's budget before any), plus `DRAIN_MARGIN_S`."""
+        base = self.max_update_s or self.first_update_s or self.cfg.watchdog_s
+        return DRAIN_MARGIN_S + 2.0 * base
+
+    def request_stop(self) -> float:
+        """Ask the trainer to stop at its next update boundary (it then calls `on_interrupt`).
+        Returns the seconds to wait for it (`drain_bound`)."""
+        self._stop_at_boundary.set()
+        return self.drain_bound()
+
+    def resume_counters(self) -> RunnerCounters:
+        """The counters to checkpoint: `sample_calls` counts the rounds the trainer has consumed
+        (one rollouter lane puts in order), not the rounds started, so samples produced but not
+        yet trained on are produced again after a resume instead of being skipped. Call it from
+        the trainer lane (`on_update` / `on_interrupt`) or inside `consistent`."""
+        consumed = self.buffer.counters()["consumed"]
+        return dataclasses.replace(self.counters, sample_calls=self._start_calls + consumed // self.samples_per_step)
+
+    def consistent(self, fn: Callable[[AsyncRunner], Any]) -> Any:
+        """`fn(self)` while no update is in progress: counters, state and buffer counters of one update."""
+        with self._state_lock:
+            return fn(self)
+
     def run(self, timeout: float | None = None, on_interrupt: Callable[[AsyncRunner], None] | None = None) -> str:
-        """Run until `num_updates` updates; 'done' or 'interrupted' (after `on_interrupt(self)`)."""
-        cb = None if on_interrupt is None else (lambda: on_interrupt(self))
-        status = self.group.run(timeout=timeout, on_interrupt=cb)
+        """Run until `num_updates` updates; 'done' or 'interrupted'.
+
+        On SIGTERM / Ctrl-C the trainer finishes its update in progress, calls
+        `on_interrupt(self)` in its own lane at that boundary (save a checkpoint there: state,
+        counters and buffer are of that one update), and the run stops; the wait is bounded by
+        `drain_bound()`. A second signal raises `RunAborted` at once (nothing saved).
+        """
+        self._on_interrupt = on_interrupt
+        status = self.group.run(timeout=timeout, drain=self.request_stop, join_timeout=self.drain_bound)
         self.weights.install_pending()  # the last publication reaches the rollout side, lanes or not
         return status
 
