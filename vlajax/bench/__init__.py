@@ -10,5 +10,6 @@ BENCHMARKS: dict[str, str] = {
     "async": "sync vs async pipeline modes and placements, env steps/s (vlajax.bench.async_)",
     "rl_peer": "vlajax sync PPO vs brax PPO env steps/s on one state task (vlajax.bench.rl_peer)",
     "rollout": "decisions/s of the pixel VLA rollout, flow and token heads (vlajax.bench.rollout)",
+    "soak": "long async run: RSS and every pipeline structure sampled each minute (vlajax.bench.soak)",
     "serve": "policy server requests/s and p50/p95 latency vs concurrent clients (vlajax.bench.serve)",
 }
