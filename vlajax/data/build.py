@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from vlajax.config import TrainConfig, action_norm
+from vlajax.data import openpi
 from vlajax.data.lerobot import DatasetError, LeRobotData
 from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.normalize import NormStats, load_norm_stats
@@ -68,6 +69,9 @@ def make_source(cfg: TrainConfig, data: LeRobotData | None = None) -> ActionChun
     """The dataset as action chunks of `model.action_horizon`, checked against the model."""
     data = LeRobotData(dataset_dir(cfg)) if data is None else data
     src = ActionChunkSource(data, cfg.model.action_horizon)
+    if openpi.is_pi(cfg.model):  # pi families: actions and state zero-padded to the model's dims
+        openpi.check_source(cfg, src)
+        return src
     info = os.path.join(data.root, "meta", "info.json")
     if src.action_dim != cfg.model.action_dim:
         raise DatasetError(f"{info}: actions have {src.action_dim} dims, model.action_dim={cfg.model.action_dim}")
@@ -90,7 +94,10 @@ def _cameras(cfg: TrainConfig, src: ActionChunkSource) -> tuple[str, ...]:
 
 def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
                    train: bool = True) -> Group:
-    """inputs: select cameras, resize, (camera dropout, augment), tokenize, normalize; outputs: unnormalize."""
+    """inputs: select cameras, resize, (camera dropout, augment), tokenize, normalize; outputs: unnormalize.
+    pi families: `vlajax.data.openpi.make_transform` (openpi's steps and order)."""
+    if openpi.is_pi(cfg.model):
+        return openpi.make_transform(cfg, cameras, norm, train=train)
     steps = [SelectCameras(keep=cameras), ResizeImages(cfg.model.image_size)]
     if train and cfg.data.camera_dropout > 0:  # never the first camera: every sample keeps one
         p = cfg.data.camera_dropout
@@ -124,7 +131,7 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
-    spec = PrefixSpec.from_model(cfg.model, cams)
+    spec = openpi.prefix_spec(cfg.model) if openpi.is_pi(cfg.model) else PrefixSpec.from_model(cfg.model, cams)
     group = make_transform(cfg, cams, norm, train=train)
     transform = Compose(group.inputs)
     pc = jax.process_count()

@@ -7,6 +7,9 @@ so a record always gets the same augmentation and iterator checkpoints stay a fe
     SelectCameras(keep=..., drop=...)  remove cameras; a removed camera has no tokens at all
     RandomDropCamera(camera, p, seed)  remove a camera from a fraction p of samples
     ResizeImages(size)                 uint8 [h, w, 3] -> uint8 [size, size, 3] (bilinear)
+    ResizeWithPad(size)                same, aspect ratio kept, centred on black (openpi's resize_with_pad)
+    RenameCameras(mapping)             camera names -> the model's image slots (openpi: base_0_rgb, ...)
+    PadStateActions(state_dim, action_dim)  zero-pad state [S] and actions [H, A] (openpi's action_dim)
     AugmentImages(seed, ...)           random crop (resized back) + brightness/contrast jitter
     Tokenize(max_len)                  instruction -> tokens int32 [max_len], token_mask bool [max_len]
     Normalize(stats, mode)             state / actions into the normalized space
@@ -27,7 +30,7 @@ from vlajax.data.normalize import Mode, NormStats, normalize, unnormalize
 
 __all__ = [
     "DataTransformFn", "Compose", "SelectCameras", "RandomDropCamera", "ResizeImages", "AugmentImages",
-    "Tokenize", "Normalize", "Unnormalize", "Group",
+    "Tokenize", "Normalize", "Unnormalize", "Group", "ResizeWithPad", "RenameCameras", "PadStateActions",
 ]
 
 
@@ -97,6 +100,59 @@ class ResizeImages:
 
     def __call__(self, sample: dict) -> dict:
         return _with_images(sample, {c: _resize(v, self.size, self.size) for c, v in sample["images"].items()})
+
+
+def resize_with_pad(img: np.ndarray, h: int, w: int) -> np.ndarray:
+    """uint8 [h0, w0, 3] -> uint8 [h, w, 3]: bilinear resize keeping the aspect ratio, centred on
+    black (tf.image.resize_with_pad / openpi's `image_tools.resize_with_pad` size arithmetic)."""
+    h0, w0 = img.shape[:2]
+    ratio = max(w0 / w, h0 / h)
+    rh, rw = int(h0 / ratio), int(w0 / ratio)
+    small = _resize(img, rh, rw)
+    top, left = (h - rh) // 2, (w - rw) // 2
+    out = np.zeros((h, w, img.shape[2]), np.uint8)
+    out[top:top + rh, left:left + rw] = small
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizeWithPad:
+    size: int
+
+    def __call__(self, sample: dict) -> dict:
+        return _with_images(sample, {c: resize_with_pad(v, self.size, self.size) for c, v in sample["images"].items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class RenameCameras:
+    """Cameras renamed by `mapping` ((ours, model's), ...); a camera without an entry is an error."""
+
+    mapping: tuple[tuple[str, str], ...]
+
+    def __call__(self, sample: dict) -> dict:
+        names = dict(self.mapping)
+        unknown = [c for c in sample["images"] if c not in names]
+        if unknown:
+            raise KeyError(f"cameras {unknown} have no image slot in the camera map {dict(self.mapping)}")
+        return _with_images(sample, {names[c]: v for c, v in sample["images"].items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class PadStateActions:
+    """Zero-pad `state` [S] to `state_dim` and `actions` [H, A] to `action_dim` (never truncates)."""
+
+    state_dim: int
+    action_dim: int
+
+    def __call__(self, sample: dict) -> dict:
+        out = dict(sample)
+        for key, dim in (("state", self.state_dim), ("actions", self.action_dim)):
+            if key in sample:
+                x = np.asarray(sample[key], np.float32)
+                if x.shape[-1] > dim:
+                    raise ValueError(f"{key} has {x.shape[-1]} dims > {dim}")
+                out[key] = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, dim - x.shape[-1])])
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

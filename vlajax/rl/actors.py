@@ -6,6 +6,8 @@ it, never pass it as a traced argument. The rollout and the learner see only the
     env_actions, record = actor.sample(params, obs, task_id, rng)         # one decision per env
     logp, entropy, value = actor.logp_value(params, batch, rng)           # the learner's LogpValueFn
     v = actor.value(params, obs, task_id)                                 # [B] (None without a critic)
+    env_actions, record, scores = actor.act(params, obs, task_id, rng)   # sample + its own scores
+    logp, value = actor.score(scores, action_mask)                       # once the env has run
 
 obs is the env observation as the env returns it (flat `[B, 32]` state vector, or the pixels
 dict `{'pixels/<cam>': uint8 [B, h, w, 3], 'state': [B, 8], 'instruction_id': [B]}`), task_id
@@ -14,9 +16,14 @@ int32 [B]. `record` holds what the learner needs to score the decision again: th
 the `tokens` [B, H, A] (token head). `batch` is the record plus `obs`, `task_id` and
 `action_mask` [N, H] (the chunk steps the env executed), with a leading decision axis N.
 
-The rollout records its log-probs by calling `logp_value` on the stored record, with the same
-params, inside its jitted step: the learner's first recomputation on fresh data repeats that
-computation, so the importance ratio starts at 1 (tested for every actor).
+`act` / `score` (the VLA; None for the MLP) are the rollout's one-forward decision: `act` samples
+exactly as `sample` does (same key, same draws) and also returns `scores`, the per-entry
+log-densities of what it drew (`logp_terms` [B, H, A]) and, with a critic, the value [B] -- all
+from the one prefix pass that sampled. Which entries count depends on what the env executed,
+known only after the step, so `score(scores, action_mask [B, k])` applies the same mask as
+`logp_value` and sums: the learner's first recomputation on fresh data (the same formula on the
+stored record) gives the same log-prob to float32 rounding, so the importance ratio starts at 1
+(tested for every actor). Without `act` the rollout samples, then calls `logp_value` on the record.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from vlajax import trainable
 from vlajax.models import heads
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
@@ -46,6 +54,8 @@ class Actor:
     logp_value: Callable[[Any, dict, Array], tuple[Array, Array | None, Array | None]]
     value: Callable[[Any, Any, Array], Array] | None  # None: no critic (GRPO)
     name: str = ""
+    act: Callable[..., tuple[Array, dict[str, Array], dict[str, Array]]] | None = None  # (params, obs, task_id, rng)
+    score: Callable[[dict, Array], tuple[Array, Array | None]] | None = None  # (scores, action_mask [B, k])
 
     @property
     def has_value(self) -> bool:
@@ -129,24 +139,36 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
     if not 1 <= k <= cfg.action_horizon:
         raise ValueError(f"execute={execute} must be in [0, model.action_horizon={cfg.action_horizon}]")
 
-    def sample(params, obs, task_id, rng, deterministic=False):
+    def draw(params, obs, task_id, rng, deterministic):  # -> env actions, record, FlowSample | TokenSample
         v = {"params": params}
         o = bridge.observation(obs, task_id)
         if cfg.action_head == "flow":
             s = heads.flow_sample(model, v, o, rng, sampler="ode" if deterministic else None)
-            return bridge.env_actions(s.actions)[:, :k], {"chain": s.chain, "sde_step": s.sde_step}
+            return bridge.env_actions(s.actions)[:, :k], {"chain": s.chain, "sde_step": s.sde_step}, s
         s = heads.token_sample(model, v, o, rng, temperature=0.0 if deterministic else temperature)
-        return bridge.env_actions(s.actions)[:, :k], {"tokens": s.tokens}
+        return bridge.env_actions(s.actions)[:, :k], {"tokens": s.tokens}, s
+
+    def sample(params, obs, task_id, rng, deterministic=False):
+        return draw(params, obs, task_id, rng, deterministic)[:2]
+
+    def act(params, obs, task_id, rng):  # sample's draws, plus their log-densities and the value
+        env_actions, record, s = draw(params, obs, task_id, rng, False)
+        return env_actions, record, {"logp_terms": s.log_prob_terms} | ({"value": s.value} if use_value else {})
+
+    def mask(executed, n):  # [n, k] executed chunk steps (or None) -> float [n, H, A]
+        if executed is not None and executed.shape[1] < shape[0]:
+            executed = jnp.pad(jnp.asarray(executed) > 0, ((0, 0), (0, shape[0] - executed.shape[1])))
+        return _logp_mask(bridge, executed, (n, *shape), whole_chunk=whole_chunk)
+
+    def score(scores, action_mask):
+        terms = scores["logp_terms"]
+        return jnp.sum(terms * mask(action_mask, terms.shape[0]), axis=(1, 2)), scores.get("value")
 
     def logp_value(params, batch, rng):
         del rng
-        v = {"params": params}
+        v = {"params": trainable.freeze(params, cfg)}  # model.trainable='expert': the VLM gets no gradient
         o = bridge.observation(batch["obs"], batch["task_id"])
-        n = batch["task_id"].shape[0]
-        executed = batch.get("action_mask")
-        if executed is not None and executed.shape[1] < shape[0]:
-            executed = jnp.pad(jnp.asarray(executed) > 0, ((0, 0), (0, shape[0] - executed.shape[1])))
-        m = _logp_mask(bridge, executed, (n, *shape), whole_chunk=whole_chunk)
+        m = mask(batch.get("action_mask"), batch["task_id"].shape[0])
         if cfg.action_head == "flow":
             out = heads.flow_chain_log_prob(model, v, o, batch["chain"], batch["sde_step"], logp_mask=m)
         else:
@@ -157,7 +179,7 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
     def value(params, obs, task_id):
         return heads.value(model, {"params": params}, bridge.observation(obs, task_id))
 
-    return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}")
+    return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}", act, score)
 
 
 def _with_privileged_critic(actor: Actor, critic: mlp_policy.ValueMLP) -> Actor:
@@ -173,7 +195,14 @@ def _with_privileged_critic(actor: Actor, critic: mlp_policy.ValueMLP) -> Actor:
         logp, entropy, _ = actor.logp_value(params, batch, rng)
         return logp, entropy, value(params, batch["obs"], batch["task_id"])
 
-    return Actor(actor.sample, logp_value, value, actor.name + "+privileged-critic")
+    def act(params, obs, task_id, rng):
+        env_actions, record, scores = actor.act(params, obs, task_id, rng)
+        return env_actions, record, scores | {"value": value(params, obs, task_id)}
+
+    def score(scores, action_mask):
+        return actor.score(scores, action_mask)[0], scores["value"]
+
+    return Actor(actor.sample, logp_value, value, actor.name + "+privileged-critic", act, score)
 
 
 CRITIC_PARAMS = ("value_hidden", "value_out")  # the VLA's own value-head modules

@@ -1,0 +1,146 @@
+"""The input pipeline of the π0 / π0.5 families (openpi's model transforms, on our samples).
+
+Per-sample steps (`make_transform`), in openpi's order:
+
+    select cameras -> rename them to openpi's image slots (`data.camera_map`) -> resize with pad
+    to `model.image_size` -> (augment) -> normalize state / actions with the dataset's stats ->
+    tokenize (π0: the prompt; π0.5: the prompt and the normalized state, discretized, before
+    padding) -> zero-pad state to `model.state_dim` and actions to `model.action_dim`
+
+A slot no camera maps to is filled by the collator with a black image and mask False (openpi
+feeds zeros with a False mask for a missing wrist camera). The prefix layout (`prefix_spec`)
+is the slots' patches then the text; π families batch with `data.batching='fixed'` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+
+from vlajax.config import ConfigError, TrainConfig, action_norm
+from vlajax.data.lerobot import DatasetError
+from vlajax.data.normalize import NormStats
+from vlajax.data.packing import PrefixSpec
+from vlajax.data.source import ActionChunkSource
+from vlajax.data.transforms import (
+    AugmentImages,
+    Group,
+    Normalize,
+    PadStateActions,
+    RenameCameras,
+    ResizeWithPad,
+    SelectCameras,
+    Unnormalize,
+)
+
+__all__ = ["SLOTS", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source", "make_transform",
+           "TokenizePi", "load_tokenizer"]
+
+SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's image keys (sorted = its order)
+
+
+def is_pi(model_cfg) -> bool:
+    return getattr(model_cfg, "family", "vla") != "vla"
+
+
+def state_in_prompt(model_cfg) -> bool:
+    """π0.5 with `model.discrete_state_input`: the prompt carries the discretized state."""
+    return model_cfg.family == "pi05" and model_cfg.discrete_state_input
+
+
+def camera_map(entries: tuple[str, ...], cameras: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`data.camera_map` entries 'ours=slot' -> ((camera, slot), ...) for `cameras`; ConfigError
+    for a malformed entry, an unknown slot, two cameras on one slot or a camera without a slot."""
+    pairs = {}
+    for e in entries:
+        ours, sep, slot = e.partition("=")
+        if not sep or not ours or slot not in SLOTS:
+            raise ConfigError(f"data.camera_map entry {e!r} must be 'camera=slot' with slot in {SLOTS}")
+        pairs[ours] = slot
+    missing = [c for c in cameras if c not in pairs]
+    if missing:
+        raise ConfigError(f"cameras {missing} have no entry in data.camera_map {entries} (slots: {SLOTS})")
+    used = [pairs[c] for c in cameras]
+    if len(set(used)) != len(used):
+        raise ConfigError(f"data.camera_map puts two of the cameras {cameras} on one slot: {entries}")
+    return tuple((c, pairs[c]) for c in cameras)
+
+
+def prefix_spec(model_cfg) -> PrefixSpec:
+    """The π prefix layout: every slot's patches, then `max_text_len` text tokens, no state token."""
+    patch = model_cfg.siglip["patch"]
+    return PrefixSpec(SLOTS, model_cfg.image_size, (model_cfg.image_size // patch) ** 2, model_cfg.max_text_len,
+                      False, model_cfg.prefix_len, model_cfg.seq_multiple)
+
+
+def check_source(cfg: TrainConfig, src: ActionChunkSource) -> None:
+    """Actions and state must fit the model's padded dims (they are zero-padded, never cut)."""
+    info = os.path.join(src.data.root, "meta", "info.json")
+    m = cfg.model
+    if src.action_dim > m.action_dim:
+        raise DatasetError(f"{info}: actions have {src.action_dim} dims > model.action_dim={m.action_dim}")
+    if src.state_dim > m.state_dim:
+        raise DatasetError(f"{info}: state has {src.state_dim} dims > model.state_dim={m.state_dim}")
+    if cfg.data.batching != "fixed":
+        raise ConfigError(f"data.batching={cfg.data.batching!r} is not available for model.family="
+                          f"{m.family!r} (its prefix is not packed); use --data.batching fixed")
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(path: str, max_len: int):
+    """The SentencePiece prompt tokenizer of `model.tokenizer_path` (cached per path and length)."""
+    from vlajax.models.sp_tokenizer import PromptTokenizer
+
+    return PromptTokenizer.load(path, max_len)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizePi:
+    """Instruction (+ normalized state for π0.5) -> `tokens` int32 [max_len], `token_mask` bool [max_len]."""
+
+    path: str
+    max_len: int
+    with_state: bool
+
+    def __call__(self, sample: dict) -> dict:
+        tok = load_tokenizer(self.path, self.max_len)
+        if self.with_state:
+            ids, mask = tok.pi05(sample["instruction"], sample["state"])
+        else:
+            ids, mask = tok.pi0(sample["instruction"])
+        return {**sample, "tokens": ids, "token_mask": mask}
+
+
+def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
+                   train: bool = True) -> Group:
+    """inputs: the module docstring's steps; outputs: unnormalize (on the dataset's dims)."""
+    m = cfg.model
+    load_tokenizer(m.tokenizer_path, m.max_text_len)  # a missing file fails here, before any compile
+    steps = [SelectCameras(keep=cameras), RenameCameras(camera_map(cfg.data.camera_map, cameras)),
+             ResizeWithPad(m.image_size)]
+    if train and cfg.data.augment:
+        steps.append(AugmentImages(seed=cfg.seed))
+    mode = action_norm(cfg)
+    steps += [Normalize(norm, cfg.data.state_norm, mode),
+              TokenizePi(m.tokenizer_path, m.max_text_len, state_in_prompt(m)),
+              PadStateActions(m.state_dim, m.action_dim)]
+    dims = (int(np.shape(norm["state"].mean)[-1]), int(np.shape(norm["actions"].mean)[-1]))
+    return Group(tuple(steps), (CutStateActions(*dims), Unnormalize(norm, cfg.data.state_norm, mode)))
+
+
+@dataclasses.dataclass(frozen=True)
+class CutStateActions:
+    """Inverse of `PadStateActions`: the first `state_dim` / `action_dim` dims (model -> dataset)."""
+
+    state_dim: int
+    action_dim: int
+
+    def __call__(self, sample: dict) -> dict:
+        out = dict(sample)
+        for key, dim in (("state", self.state_dim), ("actions", self.action_dim)):
+            if key in sample:
+                out[key] = sample[key][..., :dim]
+        return out
