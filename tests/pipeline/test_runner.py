@@ -54,6 +54,13 @@ def test_async_reduces_exactly_to_sync(trigger, require, placement):
     assert [h["version"] for h in runner.history] == [h["version"] for h in sync_hist]
     assert all(s == 0 for h in runner.history for s in h["staleness"])
     assert runner.counters.version == num_updates // trigger
+    # Staleness in optimizer updates: with trigger K, the k-th update of a window trains on
+    # samples k - 1 updates old at version lag 0 (both loops, history and metrics).
+    expected = [[(u % trigger)] * require for u in range(num_updates)]
+    assert [h["staleness_updates"] for h in runner.history] == expected
+    assert [h["staleness_updates"] for h in sync_hist] == expected
+    m = runner.summary()
+    assert m["staleness/max"] == 0 and m["staleness/updates_max"] == trigger - 1
     # The sampler saw exactly the versions the synchronous loop used, call by call.
     assert not np.array_equal(_leaves(sync_state)[0], _leaves(toy.init_state(0))[0])  # it did learn something
     if placement == "disaggregated":

@@ -107,7 +107,8 @@ class TrajectoryBuffer:
     """
 
     def __init__(self, window: int, staleness_threshold: float, *, timeout_s: float = 120.0,
-                 lifetime: Lifetime | None = None, timeline: Timeline | None = None, version: int = 0):
+                 lifetime: Lifetime | None = None, timeline: Timeline | None = None, version: int = 0,
+                 updates: int = 0):
         if window < 1 or staleness_threshold < 0:
             raise ValueError(f"window={window} must be >= 1 and staleness_threshold={staleness_threshold} >= 0")
         self.window = window
@@ -130,6 +131,7 @@ class TrajectoryBuffer:
         # version -> samples consumed when it was published (a resumed run starts at `version`);
         # versions older than the installed one by more than KEEP_VERSIONS are forgotten.
         self._consumed_at: dict[int, int] = {version: 0}
+        self._updates_at: dict[int, int] = {version: updates}  # version -> optimizer updates behind it
         self._oldest = version
         self.rollout_version = version
         self.trainer_version = version
@@ -209,17 +211,21 @@ class TrajectoryBuffer:
                 self.rollout_version = version
                 while self._oldest < version - KEEP_VERSIONS:  # O(1) amortized: each version once
                     self._consumed_at.pop(self._oldest, None)
+                    self._updates_at.pop(self._oldest, None)
                     self._oldest += 1
                 self._cond.notify_all()
 
     # -- trainer side -------------------------------------------------------------------
 
-    def record_publish(self, version: int) -> None:
-        """The trainer publishes `version` after consuming `self.consumed` samples."""
+    def record_publish(self, version: int, updates: int | None = None) -> None:
+        """The trainer publishes `version` after consuming `self.consumed` samples and doing
+        `updates` optimizer updates (None: one update per version)."""
         with self._cond:
             if version <= self.trainer_version:
                 raise ValueError(f"published version {version} is not newer than {self.trainer_version}")
             self._consumed_at[version] = self.consumed
+            last = self._updates_at.get(self.trainer_version, self.trainer_version)
+            self._updates_at[version] = last + (version - self.trainer_version) if updates is None else updates
             self.trainer_version = version
             self._cond.notify_all()
 
@@ -227,11 +233,13 @@ class TrajectoryBuffer:
         window = self.consumed // self.window
         return next((i for i, (deadline, _) in enumerate(self._items) if deadline <= window), None)
 
-    def get(self, timeout: float | None = None) -> Trajectory:
+    def get(self, timeout: float | None = None, updates: int | None = None) -> Trajectory:
         """Pop the first item of the current sync window (blocking, with a timeout); count its staleness.
 
         Items arrive in completion order; one whose reservation belongs to a later window waits
         until the current window is complete (a straggler of this window is waited for).
+        `updates`: optimizer updates the trainer has done (staleness in updates is counted from
+        it; None = the updates behind the trainer's published version).
         """
         with self._cond:
             self.lifetime.wait_until(self._cond, lambda: self._next_index() is not None,
@@ -247,10 +255,17 @@ class TrajectoryBuffer:
             self.max_seen_staleness = max(self.max_seen_staleness, stale)
             if stale > 0:
                 self.stale_consumed += item.num_samples
-            self.timeline.record_consumed(item.num_samples, stale, item.span)
+            now_u = self._updates_at.get(self.trainer_version, 0) if updates is None else updates
+            stale_u = now_u - self._updates_at.get(item.version_min, now_u - stale)
+            self.timeline.record_consumed(item.num_samples, stale, item.span, staleness_updates=stale_u)
             self.timeline.record_depth(self._depth())
             self._cond.notify_all()
             return item
+
+    def updates_at(self, version: int) -> int | None:
+        """Optimizer updates behind `version` (None once forgotten)."""
+        with self._cond:
+            return self._updates_at.get(version)
 
     # -- state ----------------------------------------------------------------------------
 

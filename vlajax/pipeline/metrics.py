@@ -12,8 +12,11 @@ verl and RL-VLA3 report:
   it waits for weights (a slot waiting for its action is not idle: `<role>/wait_inference_ratio`).
   `<role>/wait_<reason>_ratio` breaks every wait down by its reason.
 - `queue/depth_mean`, `queue/depth_max`: buffer depth (samples) as sampled at puts and gets.
-- `staleness/mean`, `staleness/max`, `staleness/hist_<k>`: policy-version lag per consumed
-  sample (trainer version - oldest version in the sample); `staleness/stale_samples`.
+- `staleness/mean`, `staleness/max`, `staleness/hist_<k>`: lag in *published versions* per
+  consumed sample (trainer version - oldest version in the sample); `staleness/stale_samples`.
+  `staleness/updates_mean`, `staleness/updates_max`: the same lag in *optimizer updates*
+  (updates done by the trainer - updates behind the sample's oldest version); with
+  `trigger_parameter_sync_step=K` a sample can be K-1 updates old at version lag 0.
 - `partial/version_span_max`, `partial/version_span_mean`: newest - oldest version inside one
   consumed trajectory (0 without partial rollouts).
 - `samples/produced_per_s`, `samples/consumed_per_s`, `samples/acceptance_rate` (consumed samples the
@@ -46,17 +49,21 @@ class _Agg:
     """Additive aggregates of a set of records (the whole run, or the records inside a window)."""
 
     __slots__ = ("idle", "consumed", "consumed_items", "stale_hist", "stale_max", "span_sum", "span_max",
-                 "rejected", "produced", "env_steps", "depth_sum", "depth_n", "depth_max", "batch_hist")
+                 "rejected", "produced", "env_steps", "depth_sum", "depth_n", "depth_max", "batch_hist",
+                 "upd_sum", "upd_max")
 
     def __init__(self):
         self.idle: dict[tuple[str, str], float] = collections.defaultdict(float)  # (lane, reason) -> s
         self.consumed = self.consumed_items = self.span_sum = self.rejected = self.produced = 0
         self.env_steps = self.depth_sum = self.depth_n = 0
-        self.stale_max = self.span_max = self.depth_max = -1
+        self.stale_max = self.span_max = self.depth_max = self.upd_max = -1
+        self.upd_sum = 0  # sample-weighted staleness in optimizer updates
         self.stale_hist: collections.Counter = collections.Counter()  # staleness -> samples
         self.batch_hist: collections.Counter = collections.Counter()  # batch size -> batches
 
-    def add_consumed(self, samples: int, staleness: int, span: int) -> None:
+    def add_consumed(self, samples: int, staleness: int, span: int, updates: int) -> None:
+        self.upd_sum += updates * samples
+        self.upd_max = max(self.upd_max, updates)
         self.consumed += samples
         self.consumed_items += 1
         self.stale_hist[staleness] += samples
@@ -97,7 +104,7 @@ class Timeline:
         self.idle: dict[str, collections.deque] = {}  # lane -> recent (reason, t0, t1)
         self._open: dict[str, tuple[str, float]] = {}  # lane -> (reason, t0) of an idle period in progress
         self.produced: collections.deque = row()  # recent (t, samples)
-        self.consumed: collections.deque = row()  # recent (t, samples, staleness, version span)
+        self.consumed: collections.deque = row()  # recent (t, samples, staleness, version span, staleness in updates)
         self.rejected: collections.deque = row()  # recent (t, consumed samples the trainer filtered out)
         self.depth: collections.deque = row()  # recent (t, samples waiting in the buffer)
         self.batches: collections.deque = row()  # recent (t, inference batch size)
@@ -145,10 +152,13 @@ class Timeline:
             self._append("produced", self.produced, (self.clock() if t is None else t, samples))
             self.totals.produced += samples
 
-    def record_consumed(self, samples: int, staleness: int, span: int = 0, t: float | None = None) -> None:
+    def record_consumed(self, samples: int, staleness: int, span: int = 0, t: float | None = None,
+                        staleness_updates: int | None = None) -> None:
+        """staleness: in published versions; staleness_updates: in optimizer updates (None = the same)."""
+        upd = staleness if staleness_updates is None else staleness_updates
         with self._lock:
-            self._append("consumed", self.consumed, (self.clock() if t is None else t, samples, staleness, span))
-            self.totals.add_consumed(samples, staleness, span)
+            self._append("consumed", self.consumed, (self.clock() if t is None else t, samples, staleness, span, upd))
+            self.totals.add_consumed(samples, staleness, span, upd)
 
     def record_rejected(self, samples: int, t: float | None = None) -> None:
         """Consumed samples the trainer dropped (e.g. zero-advantage groups)."""
@@ -215,8 +225,8 @@ class Timeline:
                     agg.idle[(lane, reason)] += _overlap(a, b, t0, t1)
             for lane, (reason, a) in self._open.items():
                 agg.idle[(lane, reason)] += _overlap(a, now, t0, t1)
-            for _t, n, s, sp in _recent(self.consumed, t0, t1):
-                agg.add_consumed(n, s, sp)
+            for _t, n, s, sp, upd in _recent(self.consumed, t0, t1):
+                agg.add_consumed(n, s, sp, upd)
             agg.rejected = sum(r[1] for r in _recent(self.rejected, t0, t1))
             agg.produced = sum(r[1] for r in _recent(self.produced, t0, t1))
             agg.env_steps = sum(r[1] for r in _recent(self.env_steps, t0, t1))
@@ -286,6 +296,8 @@ def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = No
     if agg.consumed_items:
         out["staleness/mean"] = sum(s * w for s, w in agg.stale_hist.items()) / max(n_consumed, 1)
         out["staleness/max"] = float(agg.stale_max)
+        out["staleness/updates_mean"] = agg.upd_sum / max(n_consumed, 1)
+        out["staleness/updates_max"] = float(agg.upd_max)
         out["staleness/stale_samples"] = float(sum(w for s, w in agg.stale_hist.items() if s > 0))
         for k, v in sorted(agg.stale_hist.items()):
             out[f"staleness/hist_{k}"] = float(v)

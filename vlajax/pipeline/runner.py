@@ -107,7 +107,7 @@ class AsyncRunner:
         self.lifetime = Lifetime()
         self.buffer = TrajectoryBuffer(self.window, cfg.staleness_threshold, timeout_s=cfg.queue_timeout_s,
                                        lifetime=self.lifetime, timeline=self.timeline,
-                                       version=self.counters.version)
+                                       version=self.counters.version, updates=self.counters.updates)
         self.weights = ParamServer(get_params(state), rollout_shardings, lifetime=self.lifetime,
                                    version=self.counters.version, gather_to=publish_sharding)
         self.weights.on_install(self.buffer.set_rollout_version)
@@ -160,7 +160,7 @@ class AsyncRunner:
                 raise _AtBoundary
             left = deadline - time.monotonic()
             try:
-                return self.buffer.get(timeout=max(min(left, _GET_SLICE_S), 0.0))
+                return self.buffer.get(timeout=max(min(left, _GET_SLICE_S), 0.0), updates=self.counters.updates)
             except PipelineTimeout:
                 if left <= _GET_SLICE_S:
                     raise
@@ -168,7 +168,7 @@ class AsyncRunner:
     def _micro_batches(self, lane: Lane, taken: list[Trajectory]) -> Iterator[Trajectory]:
         for i in range(self.cfg.require_batches):
             with lane.waiting("samples"):
-                item = self._first_get() if i == 0 else self.buffer.get()
+                item = self._first_get() if i == 0 else self.buffer.get(updates=self.counters.updates)
             if self.sync_peers is not None:  # every process takes the same number of micro-batches
                 with lane.waiting("peers"):
                     self.sync_peers(f"vlajax-trainer-{self.counters.updates}-{self._peer_syncs}")
@@ -218,13 +218,16 @@ class AsyncRunner:
         if rejected:
             self.timeline.record_rejected(rejected)
         version = self.buffer.trainer_version
+        done = self.counters.updates
+        stale_u = [done - u if (u := self.buffer.updates_at(t.version_min)) is not None else None for t in taken]
         self.counters.updates += 1
         record = {"update": self.counters.updates, "version": version,
-                  "staleness": [version - t.version_min for t in taken], "span": [t.span for t in taken],
+                  "staleness": [version - t.version_min for t in taken], "staleness_updates": stale_u,
+                  "span": [t.span for t in taken],
                   "env_steps": sum(t.env_steps for t in taken), "metrics": metrics}
         if self.counters.updates % self.cfg.trigger_parameter_sync_step == 0:
             self.counters.version += 1
-            self.buffer.record_publish(self.counters.version)
+            self.buffer.record_publish(self.counters.version, self.counters.updates)
             self.weights.publish(self.counters.version, self.get_params(self.state))
         self.history.append(record)
         if self.on_update is not None:
@@ -297,6 +300,7 @@ def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep
     tl.register("rollouter")
     tl.register("trainer")
     params = get_params(state)
+    published_at = c.updates  # optimizer updates behind c.version
     history: collections.deque[dict] = collections.deque(maxlen=HISTORY)
     while c.updates < num_updates:
         items: list[Trajectory] = []
@@ -316,15 +320,18 @@ def run_sync(cfg: AsyncConfig, *, sample_step: SampleStep, train_step: TrainStep
                 break
             taken = [next(queue) for _ in range(cfg.require_batches)]
             for t in taken:
-                tl.record_consumed(t.num_samples, c.version - t.version_min, t.span)
+                tl.record_consumed(t.num_samples, c.version - t.version_min, t.span,
+                                   staleness_updates=c.updates - published_at)
             state, metrics = train_step(state, iter(taken))
+            record = {"update": c.updates + 1, "version": c.version,
+                      "staleness": [c.version - t.version_min for t in taken],
+                      "staleness_updates": [c.updates - published_at] * len(taken), "metrics": metrics}
             c.updates += 1
-            record = {"update": c.updates, "version": c.version,
-                      "staleness": [c.version - t.version_min for t in taken], "metrics": metrics}
             history.append(record)
             if on_update is not None:
                 on_update(record)
         c.version += 1
+        published_at = c.updates
         params = get_params(state)
         tl.end_idle("rollouter")
     return state, list(history)
