@@ -19,6 +19,9 @@ Conventions (the same as training, see `vlajax.data.build.make_transform`):
             tokenizer (`vlajax.models.tokenizer`) to `model.max_text_len` (a table lookup).
   state     env `state` [B, 8] normalized with the dataset stats (`data.state_norm`), padded
             to `model.state_dim`.
+  π0/π0.5   (model.family 'pi0' | 'pi05') images resized with pad into openpi's camera slots
+            (`camera_map`), SentencePiece prompts (π0.5: with the discretized state, per step),
+            state padded to `model.state_dim`: `vlajax.policy_pi`.
   actions   model actions [B, H, A] (normalized) -> unnormalized with the dataset stats
             (`data.action_norm`), first `env_action_dim` dims, clipped to [-1, 1].
 """
@@ -81,12 +84,23 @@ class Bridge:
     action_norm: str = "quantile"
     state_norm: str = "mean_std"
     env_action_dim: int = 4  # dims sent to the env (the first ones of the model's action_dim)
+    camera_map: tuple[tuple[str, str], ...] = ()  # pi families: (env camera, openpi image slot) pairs
 
     def __post_init__(self):
         if tuple(sorted(self.cameras)) != tuple(self.cameras):
             raise ValueError(f"Bridge.cameras must be sorted (the model reads them sorted): {self.cameras}")
         if set(self.norm) != {"actions", "state"}:
             raise ValueError(f"Bridge.norm needs 'actions' and 'state' statistics, got {sorted(self.norm)}")
+        object.__setattr__(self, "camera_map", tuple(tuple(p) for p in self.camera_map))
+        object.__setattr__(self, "_pi", None)
+        if getattr(self.model, "family", "vla") != "vla":
+            from vlajax.envs.tabletop import tasks
+            from vlajax.policy_pi import PiInputs
+
+            state_dims = int(np.shape(self.norm["state"].mean)[-1])
+            object.__setattr__(self, "_pi", PiInputs(self.model, self.cameras, self.camera_map,
+                                                     [list(t.instructions()) for t in tasks.TASKS], state_dims))
+            return
         ids, mask = instruction_table(self.model.max_text_len)
         object.__setattr__(self, "_tokens", ids)
         object.__setattr__(self, "_token_mask", mask)
@@ -96,8 +110,13 @@ class Bridge:
     @classmethod
     def from_data(cls, cfg, info) -> Bridge:
         """From a `TrainConfig` and the `DataInfo` of its loader (`vlajax.data.make_loader`)."""
+        cmap = ()
+        if getattr(cfg.model, "family", "vla") != "vla":
+            from vlajax.data.openpi import camera_map
+
+            cmap = camera_map(cfg.data.camera_map, tuple(info.cameras))
         return cls(cfg.model, tuple(info.cameras), dict(info.norm), action_norm(cfg), cfg.data.state_norm,
-                   env_action_dim=min(cfg.model.action_dim, 4))
+                   env_action_dim=min(cfg.model.action_dim, 4), camera_map=cmap)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,13 +126,15 @@ class Bridge:
             "action_norm": self.action_norm,
             "state_norm": self.state_norm,
             "env_action_dim": self.env_action_dim,
+            "camera_map": [list(p) for p in self.camera_map],
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Bridge:
         return cls(ModelConfig(**d["model"]), tuple(d["cameras"]),
                    {k: _stats_from_json(v) for k, v in d["norm"].items()},
-                   d["action_norm"], d["state_norm"], int(d.get("env_action_dim", 4)))
+                   d["action_norm"], d["state_norm"], int(d.get("env_action_dim", 4)),
+                   tuple(tuple(p) for p in d.get("camera_map", ())))
 
     def save(self, directory: str) -> str:
         """Write `<directory>/policy.json` atomically. -> its path."""
@@ -142,13 +163,15 @@ class Bridge:
         iid = jnp.asarray(instruction_id, jnp.int32)
         return jnp.asarray(self._tokens)[tid, iid], jnp.asarray(self._token_mask)[tid, iid]
 
-    def normalize_state(self, state) -> jax.Array:
+    def normalize_state(self, state, pad: bool = True) -> jax.Array:
         s = self.norm["state"]
         state = jnp.asarray(state, jnp.float32)
         if self.state_norm == "mean_std":
             out = (state - s.mean) / (s.std + EPS)
         else:
             out = 2.0 * (state - s.q01) / (s.q99 - s.q01 + EPS) - 1.0
+        if not pad:
+            return out
         pad = self.model.state_dim - out.shape[-1]
         return jnp.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, pad)]) if pad > 0 else out[..., : self.model.state_dim]
 
@@ -156,6 +179,8 @@ class Bridge:
         """Batched pixels observation `{'pixels/<cam>': uint8 [B,h,w,3], 'state': [B,8],
         'instruction_id': int [B]}` and task ids int [B] (or a scalar) -> `Observation`."""
         b = env_obs["state"].shape[0]
+        if self._pi is not None:
+            return self._pi_observation(env_obs, task_id, b)
         n = self.model.image_size
         images, masks = {}, {}
         for c in self.cameras:
@@ -170,6 +195,26 @@ class Bridge:
         tokens, token_mask = self.tokens(task_id, env_obs["instruction_id"])
         return Observation(images, masks, tokens, token_mask, self.normalize_state(env_obs["state"]))
 
+    def _pi_observation(self, env_obs, task_id, b: int) -> Observation:
+        images, masks = self._pi.images(env_obs, self.cameras, b)
+        raw = self.normalize_state(env_obs["state"], pad=False)
+        if "tokens" in env_obs:
+            tokens, token_mask = jnp.asarray(env_obs["tokens"], jnp.int32), jnp.asarray(env_obs["token_mask"], bool)
+        else:
+            task_id = jnp.broadcast_to(jnp.asarray(task_id, jnp.int32), (b,))
+            tokens, token_mask = self._pi.tokens(task_id, env_obs["instruction_id"], raw)
+        pad = self.model.state_dim - raw.shape[-1]
+        return Observation(images, masks, tokens, token_mask, jnp.pad(raw, ((0, 0), (0, max(pad, 0)))))
+
+    @property
+    def model_cameras(self) -> tuple[str, ...]:
+        """The image names the model reads (sorted): the cameras, or openpi's slots for the pi families."""
+        if self._pi is None:
+            return self.cameras
+        from vlajax.data.openpi import SLOTS
+
+        return SLOTS
+
     def observation_from_state(self, state) -> Observation:
         """`observation(state.obs, state.info['episode']['task_id'])` for a batched env `State`."""
         return self.observation(state.obs, state.info["episode"]["task_id"])
@@ -178,7 +223,8 @@ class Bridge:
 
     def env_actions(self, actions) -> jax.Array:
         """Normalized model actions [..., A] -> env actions [..., env_action_dim] in [-1, 1]."""
-        raw = unnormalize(jnp.asarray(actions, jnp.float32), self.norm["actions"], self.action_norm)
+        dims = np.shape(self.norm["actions"].mean)[-1]  # pi families: the model's padded dims are cut
+        raw = unnormalize(jnp.asarray(actions, jnp.float32)[..., :dims], self.norm["actions"], self.action_norm)
         return jnp.clip(raw[..., : self.env_action_dim], -1.0, 1.0)
 
     def act(self, model, variables, state_or_obs, rng, *, task_id=None, deterministic: bool = True) -> jax.Array:
