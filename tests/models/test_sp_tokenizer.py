@@ -78,3 +78,13 @@ def test_state_prompt_table_refuses_a_tokenizer_it_cannot_reproduce(model_path):
         tok = Merging(f.read(), 200, "merging.model")
     with pytest.raises(ValueError, match="merging.model: the jit-able"):
         spt.StatePromptTable.build(tok, PROMPTS)
+
+
+def test_cli_trains_a_tokenizer_for_the_dummy_presets(tmp_path, capsys):
+    out = str(tmp_path / "t.model")
+    assert spt.main([out, "--vocab-size", "700"]) == 0
+    tok = spt.PromptTokenizer.load(out, 200)
+    assert tok.vocab_size <= 700 and "wrote" in capsys.readouterr().out
+    from vlajax.envs.tabletop import tasks
+
+    spt.StatePromptTable.build(tok, tasks.TASKS[0].instructions())  # the jit-able prompt reproduces it

@@ -229,3 +229,24 @@ def train_tiny_model(path: str, texts: Sequence[str], vocab_size: int = 1000) ->
     with open(path, "wb") as f:
         f.write(buf.getvalue())
     return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m vlajax.models.sp_tokenizer OUT.model [--vocab-size N]`: a tiny SentencePiece model
+    trained on the tabletop tasks' instructions (for the dummy presets' `model.tokenizer_path`)."""
+    import argparse
+
+    from vlajax.envs.tabletop import tasks
+
+    p = argparse.ArgumentParser(prog="python -m vlajax.models.sp_tokenizer", description=main.__doc__)
+    p.add_argument("out", help="the .model file to write")
+    p.add_argument("--vocab-size", type=int, default=1000, help="pieces at most (the dummy presets take 1,024)")
+    args = p.parse_args(argv)
+    texts = sorted({i for t in tasks.TASKS for i in t.instructions()})
+    path = train_tiny_model(args.out, texts, args.vocab_size)
+    print(f"wrote {path} ({PromptTokenizer.load(path, 1).vocab_size} pieces)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
