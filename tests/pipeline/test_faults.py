@@ -241,20 +241,44 @@ def test_a_slot_that_raises_stops_the_run_naming_the_slot():
 
 @pytest.mark.timeout(60)
 def test_a_hanging_simulator_step_is_named_by_the_watchdog_within_its_timeout():
-    release = threading.Event()
+    release, calls, hung = threading.Event(), [0], []
 
     def step(slot, env_state, out):
         if slot == 0:
-            release.wait(30)  # hangs (released at the end so the thread ends)
+            calls[0] += 1
+            if calls[0] == 3:  # slot 0's second segment: past its first call's budget for compiles
+                hung.append(time.monotonic())
+                release.wait(30)  # hangs (released at the end so the thread ends)
         return env_state, out, {"o": out}
 
-    t0 = time.monotonic()
     try:
         with pytest.raises(LaneStalled, match="rollouter/slot0"):
             _slot_run(step, watchdog_s=1.0).run(timeout=50)
+        named = time.monotonic()
     finally:
         release.set()
-    assert time.monotonic() - t0 < 30.0  # the watchdog limit (1 s) + the join bound (10 s + 2 x watchdog)
+    # within the slot's limit (watchdog 1 s; its segments take far less) + polling + the join bound
+    assert hung and named - hung[0] < 1.0 + 15.0
+
+
+@pytest.mark.timeout(60)
+def test_slow_is_not_stuck_first_calls_and_slow_updates_outlive_short_timeouts():
+    """queue_timeout 0.3 s, watchdog 0.3 s: a first update of 1.5 s (a compile) and later
+    updates of 0.6 s (slow, not stuck) finish; rollout waits meanwhile without timing out."""
+    def step(slot, env_state, out):
+        return env_state, out, {"o": out}
+
+    runner = _slot_run(step, watchdog_s=0.3, queue_timeout_s=0.3)
+    durations = iter([1.5] + [0.6] * 10)
+
+    def slow_train(state, batches):
+        for _ in batches:
+            pass
+        time.sleep(next(durations))
+        return state, {}
+
+    runner.train_step = slow_train
+    assert runner.run(timeout=50) == "done" and runner.counters.updates == 3
 
 
 @pytest.mark.timeout(60)

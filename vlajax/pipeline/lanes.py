@@ -6,11 +6,16 @@ plane. All lanes of a run share a `Lifetime`:
 
 - any exception in a lane stops every lane, and `LaneGroup.run()` re-raises that exception in
   the calling (main) thread, with its original traceback and a note naming the lane;
-- every wait has a timeout (`Lifetime.wait_until`); a wait that times out raises
-  `PipelineTimeout` naming what it waited for, a wait interrupted by a stop raises
+- every wait has a timeout (`Lifetime.wait_until`) that means "stuck", not "slow": it fires
+  only when no other lane has been busy during the last timeout (every lane waiting = nothing
+  can ever arrive); while some lane works, the wait goes on and that lane is the watchdog's
+  business. A wait that times out
+  raises `PipelineTimeout` naming what it waited for, a wait interrupted by a stop raises
   `PipelineStopped` (which the lane treats as a normal exit);
 - a watchdog thread reports a lane that has been *busy* (not waiting) without a heartbeat for
-  longer than `watchdog_s` as `LaneStalled`, naming it;
+  longer than its limit as `LaneStalled`, naming it. The limit is `watchdog_s`, or 3x the
+  lane's longest completed iteration when that is longer (a slow lane is not a stuck one);
+  a lane's first iteration (compiles) gets `FIRST_CALL_BUDGET x watchdog_s`;
 - Ctrl-C (KeyboardInterrupt) or SIGTERM in the main thread: with a `drain` callback the lanes
   are asked to stop at their next safe point (the trainer: its next update boundary, where it
   saves itself) and waited for, bounded by the seconds `drain()` returns; without one they stop
@@ -36,6 +41,8 @@ from vlajax.pipeline.metrics import Timeline
 __all__ = ["PipelineTimeout", "PipelineStopped", "LaneStalled", "RunAborted", "Lifetime", "Lane", "LaneGroup"]
 
 _POLL_S = 0.05  # granularity at which waits re-check the stop flag
+FIRST_CALL_BUDGET = 10.0  # a lane's first iteration (first-call compiles) may stay busy this many watchdog_s
+SLOW_FACTOR = 3.0  # later iterations: busy up to this many times the longest completed one
 
 
 class PipelineTimeout(TimeoutError):
@@ -62,6 +69,9 @@ class Lifetime:
         self._lock = threading.Lock()
         self.error: BaseException | None = None
         self.error_lane: str | None = None
+        # busy_elsewhere(window_s): some lane other than the caller's is busy or was within the
+        # last window_s seconds (set by LaneGroup); a wait past its timeout then goes on
+        self.busy_elsewhere: Callable[[float], bool] = lambda window_s: False
 
     @property
     def stopped(self) -> bool:
@@ -79,14 +89,17 @@ class Lifetime:
         return not self._stop.wait(seconds)
 
     def wait_until(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        """Wait on `cond` (held by the caller) until `predicate()`; raises on timeout or stop."""
+        """Wait on `cond` (held by the caller) until `predicate()`; raises on stop, and on timeout
+        unless another lane is busy (then the deadline moves on: see the module docstring)."""
         deadline = time.monotonic() + timeout
         while not predicate():
             if self.stopped:
                 raise PipelineStopped(f"stopped while waiting for {what}")
             left = deadline - time.monotonic()
             if left <= 0:
-                raise PipelineTimeout(f"waited {timeout:.3g} s for {what}")
+                if not self.busy_elsewhere(timeout):
+                    raise PipelineTimeout(f"waited {timeout:.3g} s for {what} while no other lane was busy")
+                deadline, left = time.monotonic() + timeout, timeout
             cond.wait(min(left, _POLL_S))
 
 
@@ -100,6 +113,8 @@ class Lane:
     def __init__(self, name: str, body: Callable[[Lane], bool | None], lifetime: Lifetime, timeline: Timeline):
         self.name, self.body, self.lifetime, self.timeline = name, body, lifetime, timeline
         self.iterations = 0
+        self.longest_s = 0.0  # longest completed body call
+        self.last_active = time.monotonic()  # when its last busy period ended
         self._busy_since = time.monotonic()
         self._waiting: str | None = None
         self.thread = threading.Thread(target=self._run, name=f"lane:{name}", daemon=True)
@@ -112,6 +127,7 @@ class Lane:
     @contextlib.contextmanager
     def waiting(self, reason: str) -> Iterator[None]:
         self._waiting = reason
+        self.last_active = time.monotonic()
         self.timeline.begin_idle(self.name, reason)
         try:
             yield
@@ -126,12 +142,24 @@ class Lane:
             return 0.0
         return now - self._busy_since
 
+    def limit(self, watchdog_s: float) -> float:
+        """Busy seconds without a heartbeat before this lane counts as stalled."""
+        if self.iterations == 0:
+            return FIRST_CALL_BUDGET * watchdog_s
+        return max(watchdog_s, SLOW_FACTOR * self.longest_s)
+
+    @property
+    def busy(self) -> bool:
+        return self._waiting is None and self.thread.is_alive() and not self.done.is_set()
+
     def _run(self) -> None:
         try:
             while not self.lifetime.stopped:
                 self.beat()
+                t0 = time.monotonic()
                 if self.body(self) is False:
                     break
+                self.longest_s = max(self.longest_s, time.monotonic() - t0)
                 self.iterations += 1
         except PipelineStopped:
             pass
@@ -139,6 +167,7 @@ class Lane:
             e.add_note(f"raised in pipeline lane {self.name!r}")
             self.lifetime.stop(e, self.name)
         finally:
+            self.last_active = time.monotonic()
             self.done.set()
 
 
@@ -151,6 +180,11 @@ class LaneGroup:
         self.watchdog_s = watchdog_s
         self.lanes: list[Lane] = []
         self._watchdog: threading.Thread | None = None
+        self.lifetime.busy_elsewhere = self._busy_elsewhere
+
+    def _busy_elsewhere(self, window_s: float) -> bool:
+        me, now = threading.current_thread(), time.monotonic()
+        return any(lane.busy or now - lane.last_active < window_s for lane in self.lanes if lane.thread is not me)
 
     def add(self, name: str, body: Callable[[Lane], bool | None]) -> Lane:
         lane = Lane(name, body, self.lifetime, self.timeline)
@@ -162,10 +196,11 @@ class LaneGroup:
         while self.lifetime.sleep(period):
             now = time.monotonic()
             for lane in self.lanes:
-                busy = lane.busy_for(now)
-                if busy > self.watchdog_s:
+                busy, limit = lane.busy_for(now), lane.limit(self.watchdog_s)
+                if busy > limit:
                     err = LaneStalled(f"lane {lane.name!r} stalled: busy {busy:.2f} s without a heartbeat "
-                                      f"(watchdog {self.watchdog_s:.3g} s)")
+                                      f"(limit {limit:.3g} s: watchdog {self.watchdog_s:.3g} s"
+                                      f"{', first call' if lane.iterations == 0 else ''})")
                     self.lifetime.stop(err, lane.name)
                     return
 

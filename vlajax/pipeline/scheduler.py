@@ -58,6 +58,9 @@ class Request:
             if lifetime is not None and lifetime.stopped:
                 raise PipelineStopped(f"stopped while slot {self.slot} waited for inference")
             if time.monotonic() >= deadline:
+                if lifetime is not None and lifetime.busy_elsewhere(timeout):  # a generator works: slow, not stuck
+                    deadline = time.monotonic() + timeout
+                    continue
                 raise PipelineTimeout(f"slot {self.slot} waited {timeout:.3g} s for inference")
         if self._error is not None:
             raise self._error
