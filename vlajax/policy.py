@@ -112,9 +112,9 @@ class Bridge:
         """From a `TrainConfig` and the `DataInfo` of its loader (`vlajax.data.make_loader`)."""
         cmap = ()
         if getattr(cfg.model, "family", "vla") != "vla":
-            from vlajax.data.openpi import camera_map
+            from vlajax.data.openpi import camera_map, model_slots
 
-            cmap = camera_map(cfg.data.camera_map, tuple(info.cameras))
+            cmap = camera_map(cfg.data.camera_map, tuple(info.cameras), model_slots(cfg.model))
         return cls(cfg.model, tuple(info.cameras), dict(info.norm), action_norm(cfg), cfg.data.state_norm,
                    env_action_dim=min(cfg.model.action_dim, 4), camera_map=cmap)
 
@@ -211,9 +211,9 @@ class Bridge:
         """The image names the model reads (sorted): the cameras, or openpi's slots for the pi families."""
         if self._pi is None:
             return self.cameras
-        from vlajax.data.openpi import SLOTS
+        from vlajax.data.openpi import model_slots
 
-        return SLOTS
+        return model_slots(self.model)
 
     def observation_from_state(self, state) -> Observation:
         """`observation(state.obs, state.info['episode']['task_id'])` for a batched env `State`."""

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.data.openpi import SLOTS, load_tokenizer, state_in_prompt
+from vlajax.data.openpi import load_tokenizer, model_slots, state_in_prompt
 
 __all__ = ["PiInputs", "resize_with_pad"]
 
@@ -68,7 +68,7 @@ class PiInputs:
             self.ids, self.mask = tok.batch_pi0(flat)
 
     def images(self, env_obs: dict, cameras: tuple[str, ...], b: int) -> tuple[dict, dict]:
-        """Images and masks per slot (all of `SLOTS`), float32 [B, S, S, 3] in [0, 1] / bool [B]."""
+        """Images and masks per slot (all of `model_slots`), float32 [B, S, S, 3] in [0, 1] / bool [B]."""
         n = self.model.image_size
         images, masks = {}, {}
         for c in cameras:
@@ -77,7 +77,7 @@ class PiInputs:
                 raise KeyError(f"the policy reads camera {c!r} but the env observation has {sorted(env_obs)}")
             img = jnp.asarray(env_obs[key]).astype(jnp.float32) / 255.0
             images[self.slot[c]], masks[self.slot[c]] = resize_with_pad(img, n), jnp.ones((b,), bool)
-        for s in SLOTS:
+        for s in model_slots(self.model):
             if s not in images:
                 images[s], masks[s] = jnp.zeros((b, n, n, 3), jnp.float32), jnp.zeros((b,), bool)
         return images, masks

@@ -7,7 +7,8 @@ Per-sample steps (`make_transform`), in openpi's order:
     tokenize (π0: the prompt; π0.5: the prompt and the normalized state, discretized, before
     padding) -> zero-pad state to `model.state_dim` and actions to `model.action_dim`
 
-A slot no camera maps to is filled by the collator with a black image and mask False (openpi
+A π model has openpi's three slots (`model.num_cameras` = 3; fewer keeps the first ones, for
+CPU tests). A slot no camera maps to is filled by the collator with a black image and mask False (openpi
 feeds zeros with a False mask for a missing wrist camera). The prefix layout (`prefix_spec`)
 is the slots' patches then the text; π families batch with `data.batching='fixed'` only.
 """
@@ -36,8 +37,8 @@ from vlajax.data.transforms import (
     Unnormalize,
 )
 
-__all__ = ["SLOTS", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source", "make_transform",
-           "TokenizePi", "load_tokenizer"]
+__all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
+           "make_transform", "TokenizePi", "load_tokenizer"]
 
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's image keys (sorted = its order)
 
@@ -51,18 +52,28 @@ def state_in_prompt(model_cfg) -> bool:
     return model_cfg.family == "pi05" and model_cfg.discrete_state_input
 
 
-def camera_map(entries: tuple[str, ...], cameras: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def model_slots(model_cfg) -> tuple[str, ...]:
+    """The image slots of a π model: openpi's three, or its first `model.num_cameras` (CPU tests)."""
+    return SLOTS[: model_cfg.num_cameras]
+
+
+def camera_map(entries: tuple[str, ...], cameras: tuple[str, ...],
+               slots: tuple[str, ...] = SLOTS) -> tuple[tuple[str, str], ...]:
     """`data.camera_map` entries 'ours=slot' -> ((camera, slot), ...) for `cameras`; ConfigError
     for a malformed entry, an unknown slot, two cameras on one slot or a camera without a slot."""
     pairs = {}
     for e in entries:
         ours, sep, slot = e.partition("=")
-        if not sep or not ours or slot not in SLOTS:
-            raise ConfigError(f"data.camera_map entry {e!r} must be 'camera=slot' with slot in {SLOTS}")
+        if not sep or not ours:
+            raise ConfigError(f"data.camera_map entry {e!r} must be 'camera=slot' with slot in {slots}")
         pairs[ours] = slot
     missing = [c for c in cameras if c not in pairs]
     if missing:
-        raise ConfigError(f"cameras {missing} have no entry in data.camera_map {entries} (slots: {SLOTS})")
+        raise ConfigError(f"cameras {missing} have no entry in data.camera_map {entries} (slots: {slots})")
+    for c in cameras:
+        if pairs[c] not in slots:
+            raise ConfigError(f"data.camera_map puts {c!r} on {pairs[c]!r}, not one of the model's slots {slots} "
+                              "(model.num_cameras keeps openpi's first slots)")
     used = [pairs[c] for c in cameras]
     if len(set(used)) != len(used):
         raise ConfigError(f"data.camera_map puts two of the cameras {cameras} on one slot: {entries}")
@@ -72,8 +83,9 @@ def camera_map(entries: tuple[str, ...], cameras: tuple[str, ...]) -> tuple[tupl
 def prefix_spec(model_cfg) -> PrefixSpec:
     """The π prefix layout: every slot's patches, then `max_text_len` text tokens, no state token."""
     patch = model_cfg.siglip["patch"]
-    return PrefixSpec(SLOTS, model_cfg.image_size, (model_cfg.image_size // patch) ** 2, model_cfg.max_text_len,
-                      False, model_cfg.prefix_len, model_cfg.seq_multiple)
+    m = model_cfg
+    return PrefixSpec(model_slots(m), m.image_size, (m.image_size // patch) ** 2, m.max_text_len, False,
+                      m.prefix_len, m.seq_multiple)
 
 
 def check_source(cfg: TrainConfig, src: ActionChunkSource) -> None:
@@ -119,7 +131,8 @@ def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, N
     """inputs: the module docstring's steps; outputs: unnormalize (on the dataset's dims)."""
     m = cfg.model
     load_tokenizer(m.tokenizer_path, m.max_text_len)  # a missing file fails here, before any compile
-    steps = [SelectCameras(keep=cameras), RenameCameras(camera_map(cfg.data.camera_map, cameras)),
+    steps = [SelectCameras(keep=cameras),
+             RenameCameras(camera_map(cfg.data.camera_map, cameras, model_slots(m))),
              ResizeWithPad(m.image_size)]
     if train and cfg.data.augment:
         steps.append(AugmentImages(seed=cfg.seed))
