@@ -298,5 +298,32 @@ def test_a_trainer_that_raises_stops_the_run_naming_the_trainer():
     assert any("'trainer'" in n for n in e.value.__notes__)
 
 
+@pytest.mark.timeout(120)
+def test_a_failing_checkpoint_write_stops_the_run_naming_the_path_and_keeps_the_previous(tmp_path, monkeypatch):
+    """The filesystem refuses step 2's final rename (ENOSPC at Orbax's atomic commit): the
+    error reaches the trainer lane with the path in it, step 1 stays the newest complete
+    checkpoint and restores, and no directory for step 2 appears."""
+    import errno
+
+    from orbax.checkpoint._src.path import async_path
+
+    rename = async_path.rename
+
+    async def failing_rename(src, dst):
+        if os.path.basename(str(dst)) == "2":
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return await rename(src, dst)
+
+    monkeypatch.setattr(async_path, "rename", failing_rename)
+    d = tmp_path / "ckpt"
+    with pytest.raises(OSError, match="No space left") as e:
+        _toy(str(d), total=4, save_every=1)
+    assert str(d / "2") in str(e.value) and any("'trainer'" in n for n in e.value.__notes__)
+    monkeypatch.setattr(async_path, "rename", rename)
+    steps, state, extra = _restore(d)
+    assert steps == [1] and extra["counters"]["updates"] == 1 == int(state["step"])
+    assert "2" not in os.listdir(d)
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
     sys.exit(_worker(sys.argv[2:]))
