@@ -247,14 +247,14 @@ def warm_start(exp: Experiment) -> tuple[Any, dict]:
 
 
 def make_setup(cfg, exp: Experiment | PixelExperiment):
-    """The loop's `Setup` for `cfg` with the warm-started actor (critic and log-std fresh per seed);
+    """The loops' `Setup` (`vlajax.rl.setup`) for `cfg` with the warm-started actor (critic and log-std fresh per seed);
     pixels: the SFT checkpoint's policy, evaluated on the `eval_seed` episodes whatever the run's seed."""
     from vlajax import sharding
-    from vlajax.rl import loop
+    from vlajax.rl.setup import build
 
     if isinstance(exp, PixelExperiment):
-        return loop.build(dataclasses.replace(cfg, seed=exp.eval_seed), sharding.make_mesh(cfg.mesh))
-    setup = loop.build(cfg)
+        return build(dataclasses.replace(cfg, seed=exp.eval_seed), sharding.make_mesh(cfg.mesh))
+    setup = build(cfg)
     actor, _ = warm_start(exp)
     base = setup.init_params
     shapes = jax.tree.map(jnp.shape, jax.eval_shape(base, jax.random.key(0))["actor"])

@@ -38,8 +38,8 @@ from vlajax import compile_cache, sharding  # noqa: E402
 from vlajax.config import get_config  # noqa: E402
 from vlajax.models import heads  # noqa: E402
 from vlajax.models.vla import VLA  # noqa: E402
-from vlajax.rl import loop  # noqa: E402
 from vlajax.rl import rollout as ro  # noqa: E402
+from vlajax.rl import setup as rl_setup  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +56,8 @@ def _setup(preset: str, init_from: str, probe: Probe, **model_overrides):
                               env=dataclasses.replace(cfg.env, num_envs=probe.envs),
                               model=dataclasses.replace(cfg.model, **model_overrides))
     mesh = sharding.make_mesh(cfg.mesh)
-    setup = loop.build(cfg, mesh)
-    model_cfg, bridge, _ = loop._load_sft(cfg, mesh)
+    setup = rl_setup.build(cfg, mesh)
+    model_cfg, bridge, _ = rl_setup.load_sft(cfg, mesh)
     return cfg, setup, VLA(model_cfg), bridge, setup.init_params(jax.random.key(probe.seed))
 
 

@@ -65,7 +65,7 @@ _API: dict[str, str] = {
     "rl_train_async": "vlajax.rl.async_loop",
     # Evaluation
     "evaluate": "vlajax.evaluate",
-    "load_policy": "vlajax.evaluate",
+    "load_policy": "vlajax.run_files",
 }
 _RENAMES = {
     "initialize_distributed": "initialize",

@@ -33,11 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import checkpoint, compile_cache, sharding
+from vlajax import compile_cache
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import write_gif
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
+from vlajax.run_files import load_policy
 
 log = logging.getLogger(__name__)
 
@@ -173,24 +174,6 @@ def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_p
                 clip = np.moveaxis(frames[:, i * g:(i + 1) * g], 1, 0)  # [g, S, h, w, 3]
                 write_gif(os.path.join(out_dir, n.replace("/", "__") + ".gif"), clip, fps=25)
     return result
-
-
-def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
-    """(bridge, model, params, train config, step) from an SFT checkpoint directory."""
-    from vlajax.sft import abstract_train_state, eval_params, load_config
-
-    ckpt_dir = os.path.abspath(os.path.expanduser(ckpt_dir))
-    if os.path.isfile(os.path.join(os.path.dirname(ckpt_dir), "policy.json")) and os.path.basename(
-            ckpt_dir).isdigit():  # a step directory: <dir>/<step>
-        step, ckpt_dir = int(os.path.basename(ckpt_dir)), os.path.dirname(ckpt_dir)
-    bridge = Bridge.load(ckpt_dir)
-    train_cfg = load_config(ckpt_dir)
-    mesh = sharding.make_mesh(cfg.mesh)
-    target, _ = abstract_train_state(train_cfg, bridge.cameras, mesh)
-    ckpt = checkpoint.Checkpointer(ckpt_dir, async_save=False)
-    state, extra = ckpt.restore(target, step=step)
-    ckpt.close()
-    return bridge, VLA(bridge.model), eval_params(state), train_cfg, int(extra.get("step", -1))
 
 
 def run(cfg: TrainConfig) -> int:

@@ -28,15 +28,12 @@ Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `po
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import time
-import typing
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,99 +43,17 @@ from vlajax import checkpoint, compile_cache, distributed, sharding
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.packing import gather_prefix, rows_to_samples
+from vlajax.evaluate import evaluate
 from vlajax.logging import MetricsLogger, Progress
 from vlajax.models import heads
-from vlajax.models.observation import Observation, fake_observation
+from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
+from vlajax.run_files import CONFIG_FILE, config_to_dict, eval_params, init_fn, make_schedule, write_json
 from vlajax.train_state import TrainState, step_rng
 
 log = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.json"
-
-
-# ------------------------------------------------------------------------------------------
-# Config files
-# ------------------------------------------------------------------------------------------
-
-
-def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
-
-
-def _from_dict(cls, d: dict[str, Any]):
-    hints = typing.get_type_hints(cls)
-    kw = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in d:
-            continue
-        v, t = d[f.name], hints[f.name]
-        if dataclasses.is_dataclass(t):
-            v = _from_dict(t, v)
-        elif isinstance(v, list):
-            v = tuple(v)
-        kw[f.name] = v
-    return cls(**kw)
-
-
-def config_from_dict(d: dict[str, Any]) -> TrainConfig:
-    """Inverse of `config_to_dict` (unknown keys are ignored, missing ones take defaults)."""
-    return _from_dict(TrainConfig, d)
-
-
-def load_config(directory: str) -> TrainConfig:
-    path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: missing (a checkpoint directory written by `vlajax.train sft` has it)")
-    with open(path) as f:
-        return config_from_dict(json.load(f))
-
-
-def _write_json(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
-# ------------------------------------------------------------------------------------------
-# Optimizer and state
-# ------------------------------------------------------------------------------------------
-
-
-def make_schedule(cfg: TrainConfig) -> optax.Schedule:
-    s = cfg.sft
-    return optax.warmup_cosine_decay_schedule(
-        0.0, s.learning_rate, max(s.warmup_steps, 1), max(s.num_steps, s.warmup_steps + 1),
-        end_value=s.learning_rate * s.end_lr_fraction)
-
-
-def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    s = cfg.sft
-    parts = [optax.clip_by_global_norm(s.grad_clip)] if s.grad_clip > 0 else []
-    return optax.chain(*parts, optax.adamw(make_schedule(cfg), weight_decay=s.weight_decay))
-
-
-def init_fn(cfg: TrainConfig, cameras: tuple[str, ...]):
-    """`rng -> TrainState` (boxed params inside; see `sharding.init_sharded`)."""
-    model = VLA(cfg.model)
-    tx = make_optimizer(cfg)
-
-    def init(rng):
-        obs = fake_observation(rng, 1, cfg.model, cameras=cameras)
-        params = model.init(rng, obs)["params"]
-        return TrainState.create(params, tx, rng, ema=cfg.sft.ema_decay > 0)
-
-    return init
-
-
-def abstract_train_state(cfg: TrainConfig, cameras: tuple[str, ...], mesh) -> tuple[Any, Any]:
-    """(abstract unboxed state with shardings, shardings) for restoring onto `mesh`."""
-    abstract = jax.eval_shape(init_fn(cfg, cameras), jax.random.key(cfg.seed))
-    shardings = sharding.tree_shardings(abstract, mesh, cfg.mesh.logical_rules)
-    return checkpoint.abstract_state(nn.unbox(abstract), shardings), shardings
 
 
 # ------------------------------------------------------------------------------------------
@@ -217,11 +132,6 @@ def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, 
     )
 
 
-def eval_params(state: TrainState):
-    """The parameters to evaluate: the EMA when kept, else the live ones."""
-    return state.ema_params if state.ema_params is not None else state.params
-
-
 # ------------------------------------------------------------------------------------------
 # The command
 # ------------------------------------------------------------------------------------------
@@ -268,7 +178,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
                                    save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
     if distributed.is_main_process():
-        _write_json(os.path.join(ckpt_dir, CONFIG_FILE), config_to_dict(cfg))
+        write_json(os.path.join(ckpt_dir, CONFIG_FILE), config_to_dict(cfg))
         bridge.save(ckpt_dir)
     start = 0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
@@ -334,8 +244,6 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
 
 def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
-    from vlajax.evaluate import evaluate
-
     out_dir = os.path.join(cfg.output_dir, "eval", f"step-{step}")
     result = evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,
                       out_dir=out_dir, gifs=cfg.logging.video_every > 0)

@@ -46,7 +46,7 @@ COMMANDS: dict[str, Command] = {
                      (("--suite", "--env.suite"), ("--episodes-per-task", "--data.episodes-per-task"),
                       ("--out", "--data.dataset-dir"))),
     "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
-    "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.loop:run"),
+    "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.command:run"),
     "eval": Command("closed-loop evaluation in the simulator", "vlajax.evaluate:run",
                     (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
                      ("--episodes-per-task", "--sft.eval-episodes-per-task"))),

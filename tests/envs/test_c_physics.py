@@ -129,12 +129,12 @@ def test_rl_workload_slots_step_with_c_physics():
 
     import vlajax.presets  # noqa: F401
     from vlajax.config import get_config
-    from vlajax.pipeline.rl_workload import RLWorkload
-    from vlajax.rl import loop
+    from vlajax.rl.async_workload import RLWorkload
+    from vlajax.rl.setup import build
 
     cfg = get_config("rl-debug")
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=4))
-    work = RLWorkload(cfg, loop.build(cfg))
+    work = RLWorkload(cfg, build(cfg))
     params = work.init_state(0).params
     recs = {}
     for impl in ("jax", "c"):

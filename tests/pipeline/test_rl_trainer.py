@@ -1,4 +1,4 @@
-"""The pipeline's RL trainer (`vlajax.pipeline.rl_workload.Trainer`) on the real MLP actor and learner.
+"""The pipeline's RL trainer (`vlajax.rl.async_workload.Trainer`) on the real MLP actor and learner.
 
 Streaming (a gradient per arriving micro-batch, one update per global batch) equals the
 non-streaming update over the concatenated micro-batches; decoupled PPO with recomputed
@@ -16,8 +16,8 @@ import pytest
 import vlajax.presets  # noqa: F401
 from vlajax.config import ConfigError, get_config
 from vlajax.pipeline.buffer import Trajectory
-from vlajax.pipeline.rl_workload import Trainer
 from vlajax.rl import actors, learner, mlp_policy
+from vlajax.rl.async_workload import Trainer
 from vlajax.train_state import TrainState
 
 N, H, A, OBS = 16, 2, 4, 32

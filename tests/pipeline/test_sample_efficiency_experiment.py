@@ -98,12 +98,12 @@ def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():
     """The experiment trains on `rl.reward='success'`: the async slot path (`RLWorkload`) must build its envs
     with it, as the sync loop's `collect` does (it used to build them with the shaped reward)."""
     from vlajax.config import get_config
-    from vlajax.pipeline.rl_workload import RLWorkload
-    from vlajax.rl import loop
+    from vlajax.rl.async_workload import RLWorkload
+    from vlajax.rl.setup import build
 
     cfg = get_config("rl-debug")
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward="success"))
-    setup = loop.build(cfg)
+    setup = build(cfg)
     slot_env = RLWorkload(cfg, setup)._env_fns(cfg.env.num_envs // 2)[0]
     scales = dict(slot_env.unwrapped.config.reward_scales)
     assert scales == dict(setup.env.unwrapped.config.reward_scales)

@@ -23,8 +23,9 @@ from vlajax.config import (
     TrainConfig,
     get_config,
 )
-from vlajax.rl import actors, learner, loop, mlp_policy
+from vlajax.rl import actors, command, learner, loop, mlp_policy
 from vlajax.rl import rollout as ro
+from vlajax.rl import setup as rl_setup
 
 B, H, EP = 8, 2, 12
 
@@ -51,7 +52,7 @@ def toy_setup(cfg, poison_from=None):
         s = np.asarray(run_eval(params, jax.random.key(7))["success"])
         return {"mean_success": float(s.mean()), "per_task": {"t0": float(s[:4].mean()), "t1": float(s[4:].mean())}}
 
-    return loop.Setup(actor, env, lambda k: model.init(k, jnp.zeros((1, toy.OBS_DIM)))["params"], evaluate, H,
+    return rl_setup.Setup(actor, env, lambda k: model.init(k, jnp.zeros((1, toy.OBS_DIM)))["params"], evaluate, H,
                       ro.decisions_per_episode(EP, H))
 
 
@@ -92,7 +93,7 @@ def test_nonfinite_stops_with_last_good_checkpoint(tmp_path):
         loop.train(cfg, toy_setup(cfg, poison_from=2))  # iteration index 2 (the third) goes NaN
     ckpt = checkpoint.Checkpointer(os.path.join(tmp_path / "bad", "checkpoints"), async_save=False)
     assert ckpt.latest_step() == 2 and ckpt.all_steps() == [1, 2]
-    target = {"train": clean["state"], "env": loop._env_leaves(loop.initial_env_state(cfg, toy_setup(cfg).env))}
+    target = {"train": clean["state"], "env": rl_setup.env_leaves(rl_setup.initial_env_state(cfg, toy_setup(cfg).env))}
     restored, extra = ckpt.restore(checkpoint.abstract_state(target))
     ckpt.close()
     assert extra["iteration"] == 2
@@ -104,7 +105,7 @@ def test_nonfinite_stops_with_last_good_checkpoint(tmp_path):
 def test_run_returns_one_line_error_on_nonfinite(tmp_path, monkeypatch, capsys):
     cfg = toy_config(tmp_path, iterations=3)
     monkeypatch.setattr(loop, "build", lambda c, mesh=None: toy_setup(c, poison_from=0))
-    assert loop.run(cfg) == 1
+    assert command.run(cfg) == 1
     out = capsys.readouterr().out
     assert "error: non-finite loss or gradient" in out and "last finite ones" in out
 
@@ -145,15 +146,15 @@ def test_eval_seed_fixes_the_evaluation_episodes_across_run_seeds(monkeypatch):
         jax.debug.callback(lambda k: seen.append(np.asarray(k)), jax.random.key_data(rng))  # runs under jit
         return real(actor, env, params, rng, task_id, length)
 
-    monkeypatch.setattr(loop.ro, "evaluate", spy)
+    monkeypatch.setattr(ro, "evaluate", spy)
     cfg = dataclasses.replace(get_config("rl-mlp-state"), env=EnvConfig(
         suite="goal", task="goal/press_button", obs_mode="state", num_envs=4, episode_length=8))
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, eval_episodes_per_task=2))
     for seed, eval_seed in ((0, -1), (1, 0), (1, -1)):
         c = dataclasses.replace(cfg, seed=seed, rl=dataclasses.replace(cfg.rl, eval_seed=eval_seed))
-        setup = loop.build(c)
+        setup = rl_setup.build(c)
         setup.evaluate(setup.init_params(jax.random.key(0)), 0)
-    assert loop.eval_seed(dataclasses.replace(cfg, seed=5)) == 5
+    assert rl_setup.eval_seed(dataclasses.replace(cfg, seed=5)) == 5
     np.testing.assert_array_equal(seen[0], seen[1])  # seed 1 evaluated on seed 0's episodes
     assert not np.array_equal(seen[0], seen[2])
 
@@ -162,7 +163,7 @@ def test_privileged_critic_needs_pixels():
     cfg = get_config("rl-mlp-state")
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, critic="privileged"))
     with pytest.raises(ConfigError, match="privileged"):
-        loop.build(cfg)
+        rl_setup.build(cfg)
 
 
 def test_rl_presets_validate():
@@ -181,7 +182,7 @@ def test_init_from_merge_keeps_new_heads_and_loads_the_rest():
 
     fresh = {"a": nn.LogicallyPartitioned(jnp.zeros((2, 3)), ("embed", "mlp")), "value_head": {"w": jnp.ones(2)}}
     loaded = {"a": np.full((2, 3), 5.0, np.float32)}
-    out = loop._merge(fresh, loaded)
+    out = rl_setup.merge_params(fresh, loaded)
     assert isinstance(out["a"], nn.LogicallyPartitioned) and out["a"].names == ("embed", "mlp")
     np.testing.assert_array_equal(np.asarray(out["a"].value), 5.0)
     np.testing.assert_array_equal(np.asarray(out["value_head"]["w"]), 1.0)

@@ -16,9 +16,10 @@ from vlajax.data.normalize import NormStats
 from vlajax.models import heads
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
-from vlajax.rl import actors, learner, loop, mlp_policy
+from vlajax.rl import actors, learner, mlp_policy
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl import rollout as ro
+from vlajax.rl import setup as rl_setup
 from vlajax.train_state import TrainState
 
 B, H = 8, 2
@@ -194,7 +195,7 @@ def _model_and_bridge(head):
 
 @pytest.mark.parametrize("head", ["mlp", "flow_sde", "flow_sde_last", "tokens"])
 def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
-    """`loop.collect` (rollout + advantages + learner batch), then `learner.update`: the first
+    """`rl_setup.collect` (rollout + advantages + learner batch), then `learner.update`: the first
     update's importance ratio is 1. The MLP's is exactly 1. The VLA heads record their log-prob
     with the learner's own `logp_value` on the stored chain / tokens with the same params, but
     inside another XLA program (the scan; the learner's is inside grad and three nested scans),
@@ -208,9 +209,9 @@ def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
     rl = RLConfig(algo=algo, group_size=4, rollout_length=4, update_epochs=1, num_minibatches=1, micro_batches=t,
                   learning_rate=1e-3, filter_zero_advantage=False)
     cfg = TrainConfig(env=EnvConfig(num_envs=B, episode_length=6), rl=rl)
-    setup = loop.Setup(actor, env, None, None, H, 3)
-    env_state = jax.jit(functools.partial(loop.initial_env_state, cfg, env))()
-    _, batch, _ = jax.jit(functools.partial(loop.collect, cfg, setup))(params, env_state, jax.random.key(1),
+    setup = rl_setup.Setup(actor, env, None, None, H, 3)
+    env_state = jax.jit(functools.partial(rl_setup.initial_env_state, cfg, env))()
+    _, batch, _ = jax.jit(functools.partial(rl_setup.collect, cfg, setup))(params, env_state, jax.random.key(1),
                                                                       jnp.int32(0))
     assert batch["old_logp"].shape == (B * t,)
     if algo == "grpo":  # a group whose returns tie would have all-zero advantages: give every row a signal

@@ -18,7 +18,8 @@ from vlajax.data.normalize import load_norm_stats
 from vlajax.data.packing import PackedBatchDataset, PrefixSpec
 from vlajax.data.transforms import Compose
 from vlajax.models.vla import VLA
-from vlajax.sft import config_from_dict, config_to_dict, init_fn, loss_fn, train
+from vlajax.run_files import config_from_dict, config_to_dict, init_fn
+from vlajax.sft import loss_fn, train
 
 
 def _batches(cfg, n=6):

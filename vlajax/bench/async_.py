@@ -222,8 +222,8 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int, update_epoc
     import vlajax.presets  # noqa: F401  (registers the presets)
     from vlajax import compile_cache
     from vlajax.config import get_config
-    from vlajax.pipeline.rl_workload import RLWorkload
-    from vlajax.rl import loop
+    from vlajax.rl.async_workload import RLWorkload
+    from vlajax.rl.setup import build
 
     cfg = get_config(preset)
     compile_cache.enable(cfg.compilation_cache_dir)
@@ -237,7 +237,7 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int, update_epoc
             "horizon": horizon, "action_horizon": cfg.model.action_horizon, "width": width, "depth": cfg.model.depth,
             "episode_length": cfg.env.episode_length, "algo": cfg.rl.algo, "update_epochs": update_epochs,
             "minibatches": minibatches, "grad_streaming": update_epochs * minibatches == 1}
-    return RLWorkload(cfg, loop.build(cfg)), spec
+    return RLWorkload(cfg, build(cfg)), spec
 
 
 # ----------------------------------------------------------------------------------------

@@ -64,9 +64,9 @@ def _fit(model, params, obs, steps: int, lr: float):
 
 
 def _load(ckpt_dir: str) -> dict:
-    """Trained policy from an SFT checkpoint (see `vlajax.evaluate.load_policy`)."""
+    """Trained policy from an SFT checkpoint (see `vlajax.run_files.load_policy`)."""
     from vlajax.config import TrainConfig  # noqa: PLC0415
-    from vlajax.evaluate import load_policy  # noqa: PLC0415
+    from vlajax.run_files import load_policy  # noqa: PLC0415
 
     bridge, model, params, train_cfg, step = load_policy(ckpt_dir, TrainConfig())
     return {"bridge": bridge, "model": model, "params": params, "train_cfg": train_cfg, "step": step}

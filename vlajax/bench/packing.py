@@ -107,7 +107,8 @@ def run_bench(n_batches: int = 8, repeats: int = 2) -> dict:
     from vlajax.config import DataConfig, MeshConfig, SFTConfig, TrainConfig
     from vlajax.data.build import packed_rows
     from vlajax.models.vla import VLA
-    from vlajax.sft import init_fn, make_train_step
+    from vlajax.run_files import init_fn
+    from vlajax.sft import make_train_step
 
     mcfg = _model_config()
     cfg = TrainConfig(model=mcfg, mesh=MeshConfig(dp=1), data=DataConfig(batch_size=BATCH),

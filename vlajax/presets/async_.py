@@ -1,5 +1,5 @@
 """Async RL presets (`python -m vlajax.train rl --preset NAME`; needs the `rl` command's dispatch
-to `vlajax.rl.async_loop.run_async` when `pipeline.enabled`).
+to `vlajax.rl.async_loop.run_async` when `pipeline.enabled`, see `vlajax.rl.command`).
 
 - `rl-async-debug`: `rl-debug` through the pipeline: 2 env slots, staleness 1, streaming,
   partial rollout (one PPO epoch over one minibatch per update, as streaming requires).

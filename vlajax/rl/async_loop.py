@@ -1,17 +1,17 @@
 """`python -m vlajax.rl.async_loop --preset NAME [overrides]`: the RL core through the async pipeline.
 
 `run_async(cfg) -> int` is the entry for `python -m vlajax.train rl --pipeline.enabled true`
-(`vlajax.rl.loop.run` dispatches here when `cfg.pipeline.enabled`); this module's `__main__`
+(`vlajax.rl.command.run` dispatches here when `cfg.pipeline.enabled`); this module's `__main__`
 parses the same flags (`vlajax.train.parse`).
 Two rollout paths:
 
 - `pipeline.num_slots == 1`: the rollouter lane calls the synchronous loop's own jitted
-  `collect` (the `lax.scan` rollout over all envs, advantages, flat learner batch) with the
+  `collect` (`vlajax.rl.setup.collect`) (the `lax.scan` rollout over all envs, advantages, flat learner batch) with the
   newest installed weights; call c uses `iteration_keys(seed, c)[0]` and tags its decisions with
   the version. The trainer runs the loop's own jitted `learner.update` (same shardings, same
   donation, update u keyed `iteration_keys(seed, u)[1]`). With staleness 0, trigger 1, one slot
   and no streaming this is the synchronous loop, bit for bit (tests/pipeline/test_rl_async.py).
-- `pipeline.num_slots > 1`: `vlajax.pipeline.rl_workload` (env slots + dynamic batching,
+- `pipeline.num_slots > 1`: `vlajax.rl.async_workload` (env slots + dynamic batching,
   per-decision inference, advantages per segment in the trainer).
 
 Mesh: the train state lives on the loop's mesh (`cfg.mesh`); every lane enters that mesh
@@ -65,10 +65,11 @@ from vlajax.logging import MetricsLogger
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.placement import Placement, make_placement
-from vlajax.pipeline.rl_workload import RLWorkload, Trainer, check_streaming
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
-from vlajax.rl import learner, loop
+from vlajax.rl import learner
+from vlajax.rl import setup as rl_setup
+from vlajax.rl.async_workload import RLWorkload, Trainer, check_streaming
 from vlajax.train_state import TrainState
 
 log = logging.getLogger(__name__)
@@ -126,16 +127,16 @@ __all__ = ["run_async", "train_async"]
 class _Collect:
     """The num_slots == 1 rollouter: the loop's jitted `collect` over all envs, one call per sample_step."""
 
-    def __init__(self, cfg: TrainConfig, setup: loop.Setup, mesh, env_state: Any, calls: int):
+    def __init__(self, cfg: TrainConfig, setup: rl_setup.Setup, mesh, env_state: Any, calls: int):
         self.cfg, self.mesh = cfg, mesh
-        self.fn = jax.jit(functools.partial(loop.collect, cfg, setup), donate_argnums=(1,))
+        self.fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup), donate_argnums=(1,))
         self.env_state, self.calls = env_state, calls
         self.lock = threading.Lock()
         self.by_call: dict[int, dict[str, float]] = {}  # call -> its rollout metrics (until consumed)
         self.before: dict[int, Any] = {}  # call -> copy of the env state it started from (not yet consumed)
 
     def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
-        k_collect, _ = loop.iteration_keys(self.cfg.seed, call)
+        k_collect, _ = rl_setup.iteration_keys(self.cfg.seed, call)
         with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules), self.lock:
             if self.env_state is not None:  # kept until consumed: a checkpoint resumes from here
                 self.before[call] = jax.tree.map(jnp.copy, self.env_state)
@@ -164,7 +165,7 @@ class _Collect:
             return consumed, None if state is None else jax.tree.map(jnp.copy, state)
 
 
-def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: int | None = None,
+def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_at: int | None = None,
                 timeout: float | None = None) -> dict[str, Any]:
     """Run to `rl.num_iterations` optimizer updates (resuming from the newest checkpoint). -> summary.
 
@@ -181,8 +182,8 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
     roll_mesh = placement.rollout_mesh if hosts is not None or not colocated else mesh
     roll_cfg = cfg if hosts is None else dataclasses.replace(hosts.cfg, seed=hosts.seed)  # this host's envs
     rules = cfg.mesh.logical_rules
-    setup = setup or loop.build(cfg if hosts is None else hosts.cfg, mesh)
-    decisions = loop._check(roll_cfg, setup, mesh)  # per process
+    setup = setup or rl_setup.build(cfg if hosts is None else hosts.cfg, mesh)
+    decisions = rl_setup.check_decisions(roll_cfg, setup, mesh)  # per process
     log.info("rl async: process %d/%d, %d envs here; placement %s (rollout on this host's devices)",
              jax.process_index(), jax.process_count(), roll_cfg.env.num_envs,
              Placement(placement.kind, roll_mesh, mesh).describe())
@@ -199,14 +200,14 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
                         donate_argnums=(1,))
     slots = p.num_slots > 1
     with sharding.use_mesh(roll_mesh, rules):
-        env_state = None if slots else loop._place(
-            jax.jit(functools.partial(loop.initial_env_state, roll_cfg, setup.env))(), roll_mesh)
+        env_state = None if slots else rl_setup.place_env_state(
+            jax.jit(functools.partial(rl_setup.initial_env_state, roll_cfg, setup.env))(), roll_mesh)
 
     # ---- Checkpoint and resume -------------------------------------------------------------
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
                                    save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
-    env_rows = loop._env_leaves if hosts is None else (lambda e: hosts.stack(loop._env_leaves(e)))
+    env_rows = rl_setup.env_leaves if hosts is None else (lambda e: hosts.stack(rl_setup.env_leaves(e)))
     pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_rows(e)})  # multi-host: a row per process
     counters, env_steps = RunnerCounters(), 0.0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
@@ -214,13 +215,14 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
             target = checkpoint.abstract_state(pack(state, env_state))
         else:
             target = {"train": checkpoint.abstract_state(state)} | (
-                {} if env_state is None else {"env": hosts.abstract_stack(loop._env_leaves(env_state))})
+                {} if env_state is None else {"env": hosts.abstract_stack(rl_setup.env_leaves(env_state))})
         restored, extra = ckpt.restore(target)
         state = restored["train"]
         if env_state is not None and hosts is None:
-            env_state = loop._env_unleaves(env_state, restored["env"])
+            env_state = rl_setup.env_unleaves(env_state, restored["env"])
         elif env_state is not None:
-            env_state = loop._place(loop._env_unleaves(env_state, hosts.unstack(restored["env"])), roll_mesh)
+            env_state = rl_setup.place_env_state(
+                rl_setup.env_unleaves(env_state, hosts.unstack(restored["env"])), roll_mesh)
         counters = RunnerCounters(**extra["counters"])
         env_steps = float(extra["env_steps"])
         log.info("rl async: resumed at update %d (version %d)", counters.updates, counters.version)
@@ -293,7 +295,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
                 f.write(json.dumps({"update": u, "train": m}) + "\n")
         save(runner, force=u in (total, end))
         if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
-            evals.append(loop._log_eval(setup, logger, runner.state.params, u, steps_box[0], step_name="update"))
+            evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0], step_name="update"))
         if u >= end:
             runner.lifetime.stop()
 
@@ -311,7 +313,7 @@ def train_async(cfg: TrainConfig, setup: loop.Setup | None = None, *, stop_at: i
                          sync_peers=None if hosts is None else hosts.barrier)
     t0 = time.perf_counter()
     if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 of the curve (as in sync)
-        evals.append(loop._log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
+        evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
     try:
         status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
         ckpt.wait()
@@ -344,7 +346,7 @@ def _short(summary: dict) -> dict:
 
 def run_async(cfg: TrainConfig) -> int:
     """The `rl` command with `--pipeline.enabled true`; 0 on success, 1 on a non-finite update."""
-    return loop.run_and_report(cfg, train_async, _short)
+    return rl_setup.run_and_report(cfg, train_async, _short)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The real RL workload on the pipeline: tabletop envs in slots, the RL core's actor and learner.
+"""The RL workload of the async pipeline (`vlajax.pipeline`): tabletop envs in slots, the RL actor and learner.
 
 `RLWorkload(cfg, setup)` implements the bench `Workload` interface (and `vlajax.rl.async_loop`
 uses it for `pipeline.num_slots > 1`):
@@ -24,7 +24,7 @@ uses it for `pipeline.num_slots > 1`):
   `rl.micro_batches == pipeline.require_batches`; advantages are normalized per micro-batch).
   `pipeline.use_rollout_log_probs=False` adds `prox_logp` recomputed with the trainer's params
   before the update: the decoupled-PPO loss of `vlajax.rl.losses` (behaviour = rollout log-probs).
-  Update u uses `vlajax.rl.loop.iteration_keys(seed, u)[1]`, as the synchronous loop does.
+  Update u uses `vlajax.rl.setup.iteration_keys(seed, u)[1]`, as the synchronous loop does.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from vlajax.pipeline.latency import LatencyModel, with_latency
 from vlajax.rl import actors, learner
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl import rollout as ro
-from vlajax.rl.loop import Setup, iteration_keys
+from vlajax.rl.setup import Setup, iteration_keys
 from vlajax.train_state import TrainState
 
 __all__ = ["RLWorkload", "check_streaming", "prepare_segment"]

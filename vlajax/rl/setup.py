@@ -1,0 +1,344 @@
+"""What the two RL loops share: the `Setup` (actor, env, evaluation), its `build`, the pure pieces.
+
+`vlajax.rl.loop` (synchronous) and `vlajax.rl.async_loop` (through the asynchronous pipeline,
+with `vlajax.rl.async_workload` for env slots) both take from here; neither imports the other.
+
+- rng streams and keys: iteration i uses `fold_in(key(seed), i)`, then `ENV_STREAM` for its
+  collect and `UPDATE_STREAM` for its update (`iteration_keys`); `EVAL_STREAM` for evaluation.
+- `collect(cfg, setup, params, env_state, rng, version)`: one iteration's data (the jitted
+  `lax.scan` rollout, advantages, the flat learner batch [N, ...]).
+- `build(cfg, mesh)`: the policy of the run -- the MLP Gaussian chunk policy for
+  `env.obs_mode='state'`, the VLA through `vlajax.policy.Bridge` for pixels (optionally
+  initialized from an SFT run: `load_sft`, `merge_params`).
+- env state helpers for checkpoints (`env_leaves`, `env_unleaves`) and meshes
+  (`place_env_state`), the decisions check (`check_decisions`), the logged evaluation
+  (`log_eval`) and the `rl` command's ending (`run_and_report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax import checkpoint, distributed, run_files, sharding
+from vlajax.config import ConfigError, TrainConfig
+from vlajax.envs.base import Env
+from vlajax.logging import MetricsLogger
+from vlajax.rl import actors, learner, mlp_policy
+from vlajax.rl import advantages as adv_lib
+from vlajax.rl import rollout as ro
+
+__all__ = [
+    "ENV_STREAM", "EVAL_STREAM", "UPDATE_STREAM", "Setup", "build", "check_decisions", "collect", "env_leaves",
+    "env_unleaves", "episodic", "eval_seed", "initial_env_state", "iteration_keys", "load_sft", "log_eval",
+    "merge_params", "place_env_state", "run_and_report",
+]
+
+log = logging.getLogger(__name__)
+
+ENV_STREAM, UPDATE_STREAM, EVAL_STREAM = 1, 2, 3  # rng streams folded into each iteration's key
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Setup:
+    """Everything the loop needs besides the config (built by `build`; tests pass toy ones)."""
+
+    actor: actors.Actor
+    env: Env  # the training batch (env.num_envs envs)
+    init_params: Callable[[jax.Array], Any]  # rng -> params (may be flax-boxed)
+    evaluate: Callable[[Any, int], dict[str, Any]]  # (params, iteration) -> {'mean_success', 'per_task'}
+    action_horizon: int
+    episode_decisions: int  # decisions that cover one episode (GRPO rollout length)
+
+
+# ----------------------------------------------------------------------------------------
+# The pure pieces (module level; both loops and the async workload use them)
+# ----------------------------------------------------------------------------------------
+
+
+def episodic(cfg: TrainConfig) -> bool:
+    """GRPO plays one episode per env per iteration; PPO runs continuing envs."""
+    return cfg.rl.algo == "grpo"
+
+
+def initial_env_state(cfg: TrainConfig, env: Env):
+    """The PPO env state before iteration 0 (None for GRPO, which resets every iteration)."""
+    if episodic(cfg):
+        return None
+    key = jax.random.fold_in(jax.random.key(cfg.seed), ENV_STREAM)
+    return ro.reset(env, ro.group_keys(key, cfg.env.num_envs))
+
+
+def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: jax.Array, version: jax.Array):
+    """One iteration's data. -> (env_state, learner batch [N, ...], metrics).
+
+    GRPO: reset `num_envs` envs in groups of `rl.group_size` from `rng` (tasks dealt to the
+    groups in turn with `rl.group_tasks='balanced'`, else drawn per group) and play one episode;
+    PPO: `rl.rollout_length` decisions from `env_state`. Advantages by `rl.advantage`. The
+    recorded log-probs come from the actor's `logp_value` (the learner's function) on [B] rows,
+    so the first update's ratio is 1: exactly for the MLP policy, to float32 rounding for the
+    VLA heads (the learner's program rounds differently, ~1e-6 in a log-prob; measured in
+    `tests/rl/test_rollout.py::test_first_update_on_fresh_data_has_ratio_exactly_one`).
+    """
+    k_reset, k_roll = jax.random.split(rng)
+    if episodic(cfg):
+        n, g = cfg.env.num_envs, cfg.rl.group_size
+        tasks = None
+        if cfg.rl.group_tasks == "balanced":
+            tasks = ro.balanced_task_ids(setup.env, jax.random.fold_in(k_reset, 1), n, g)
+        env_state = ro.reset(setup.env, ro.group_keys(k_reset, n, g), tasks)
+        length, auto = setup.episode_decisions, False
+    else:
+        length, auto = cfg.rl.rollout_length, True
+    env_state, traj = ro.rollout(setup.actor, setup.env, params, env_state, k_roll, length, version, auto)
+    result = adv_lib.get_estimator(adv_lib.estimator_name(cfg.rl))(cfg.rl, ro.advantage_inputs(traj))
+    metrics = ro.rollout_metrics(traj) | result.metrics
+    return (None if episodic(cfg) else env_state), ro.learner_batch(traj, result), metrics
+
+
+def iteration_keys(seed: int, iteration: int) -> tuple[jax.Array, jax.Array]:
+    """(collect key, update key) of an iteration: derived, never stored."""
+    key = jax.random.fold_in(jax.random.key(seed), iteration)
+    return jax.random.fold_in(key, ENV_STREAM), jax.random.fold_in(key, UPDATE_STREAM)
+
+
+# ----------------------------------------------------------------------------------------
+# Policies
+# ----------------------------------------------------------------------------------------
+
+
+def build(cfg: TrainConfig, mesh=None) -> Setup:
+    """The actor, env and evaluation for `cfg` (MLP for state observations, VLA for pixels)."""
+    if cfg.env.obs_mode == "state":
+        return _build_mlp(cfg)
+    return _build_vla(cfg, mesh)
+
+
+def _build_mlp(cfg: TrainConfig) -> Setup:
+    if cfg.rl.critic == "privileged":
+        raise ConfigError("rl.critic='privileged' is for pixel policies (env.obs_mode='pixels'): the state MLP's "
+                          "own critic already reads the privileged state")
+    h = cfg.model.action_horizon
+    env = ro.make_env(cfg.env, h, reward=cfg.rl.reward)
+    hidden = (cfg.model.width,) * cfg.model.depth
+    model = mlp_policy.MLPActorCritic(action_horizon=h, action_dim=env.action_size, hidden=hidden,
+                                      value_hidden=hidden)
+    obs_dim = env.observation_size
+    actor = actors.mlp_actor(model, use_value=cfg.rl.algo == "ppo")
+    n_eval, decisions = _eval_sizes(cfg)
+    eval_env = ro.make_env(cfg.env, h, num_envs=n_eval)
+    task_ids = np.repeat(np.asarray(eval_env.task_ids, np.int32), cfg.rl.eval_episodes_per_task)
+    run_eval = jax.jit(functools.partial(ro.evaluate, actor, eval_env, length=decisions))
+
+    def evaluate(params, iteration):
+        key = jax.random.fold_in(jax.random.key(eval_seed(cfg)), EVAL_STREAM)
+        out = jax.device_get(run_eval(params, key, jnp.asarray(task_ids)))
+        return _per_task(cfg, task_ids, out["success"])
+
+    def init_params(rng):
+        return model.init(rng, jnp.zeros((1, obs_dim)))["params"]
+
+    return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h))
+
+
+def eval_seed(cfg: TrainConfig) -> int:
+    """The evaluation episodes' seed: `rl.eval_seed`, or the run's seed when it is -1."""
+    return cfg.seed if cfg.rl.eval_seed < 0 else cfg.rl.eval_seed
+
+
+def _eval_sizes(cfg: TrainConfig) -> tuple[int, int]:
+    from vlajax.envs import registry
+
+    n_tasks = len(registry.tasks_for(cfg.env))
+    decisions = ro.decisions_per_episode(cfg.env.episode_length, cfg.model.action_horizon)
+    return n_tasks * cfg.rl.eval_episodes_per_task, decisions
+
+
+def _per_task(cfg: TrainConfig, task_ids: np.ndarray, success: np.ndarray) -> dict[str, Any]:
+    from vlajax.envs.tabletop import tasks
+
+    per = {tasks.TASKS[t].name: float(np.mean(success[task_ids == t])) for t in np.unique(task_ids)}
+    return {"mean_success": float(np.mean(list(per.values()))), "per_task": per, "episodes": int(success.size)}
+
+
+def _build_vla(cfg: TrainConfig, mesh) -> Setup:
+    from vlajax.envs.tabletop import env as tabletop_env
+    from vlajax.models.observation import fake_observation
+    from vlajax.models.vla import VLA
+    from vlajax.policy import Bridge
+
+    model_cfg, bridge, sft_params = load_sft(cfg, mesh) if cfg.rl.init_from else (cfg.model, None, None)
+    if bridge is None:
+        bridge = _identity_bridge(cfg)
+    privileged = cfg.rl.algo == "ppo" and cfg.rl.critic == "privileged"
+    if privileged:  # the critic is its own MLP: the VLA needs no value head
+        model_cfg = dataclasses.replace(model_cfg, value_head="none")
+        bridge = dataclasses.replace(bridge, model=model_cfg)
+    model = VLA(model_cfg)
+    h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
+    env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
+    critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
+    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", execute=cfg.rl.chunk_steps,
+                             critic=critic)
+
+    def init_params(rng):
+        obs = fake_observation(rng, 1, model_cfg, cameras=bridge.cameras)
+        params = model.init(rng, obs)["params"]
+        if sft_params is not None:
+            params = merge_params(params, sft_params)
+        if critic is not None:
+            x = jnp.zeros((1, tabletop_env.PRIVILEGED_SIZE))
+            params = {**params, "critic": critic.init(jax.random.fold_in(rng, 7), x)["params"]}
+        return params
+
+    eval_cfg = dataclasses.replace(cfg, model=model_cfg, seed=eval_seed(cfg),
+                                   sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))
+
+    def evaluate(params, iteration):
+        from vlajax.evaluate import evaluate as closed_loop_eval
+
+        out_dir = os.path.join(cfg.output_dir, "eval", f"iteration-{iteration}")
+        res = closed_loop_eval(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
+                               out_dir=out_dir, gifs=cfg.logging.video_every > 0)
+        return {"mean_success": res["mean_success"], "per_task": res["per_task"],
+                "episodes": int(sum(1 for _ in res["per_task"]) * cfg.rl.eval_episodes_per_task)}
+
+    del Bridge
+    return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h))
+
+
+def _identity_bridge(cfg: TrainConfig):
+    """A bridge without dataset statistics (RL from scratch): identity normalization."""
+    from vlajax.data.normalize import NormStats
+    from vlajax.policy import Bridge
+
+    def ident(n):
+        z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
+        return NormStats(mean=z, std=o, q01=-o, q99=o)
+
+    norm = {"actions": ident(cfg.model.action_dim), "state": ident(8)}
+    return Bridge(cfg.model, tuple(sorted(cfg.env.cameras)), norm, env_action_dim=min(cfg.model.action_dim, 4))
+
+
+def load_sft(cfg: TrainConfig, mesh):
+    """(model config, bridge, params) of the SFT checkpoint in `rl.init_from`."""
+    from vlajax.policy import Bridge
+
+    directory = os.path.abspath(os.path.expanduser(cfg.rl.init_from))
+    try:
+        sft_cfg = run_files.load_config(directory)
+        bridge = Bridge.load(directory)
+    except FileNotFoundError as e:
+        raise ConfigError(f"rl.init_from: {e}") from None
+    abstract, _ = run_files.abstract_train_state(sft_cfg, bridge.cameras, mesh)
+    ckpt = checkpoint.Checkpointer(directory, async_save=False)
+    try:
+        state, extra = ckpt.restore(abstract)
+    except FileNotFoundError as e:
+        raise ConfigError(f"rl.init_from: {e}") from None
+    finally:
+        ckpt.close()
+    params = state.ema_params if state.ema_params is not None else state.params
+    m = cfg.model
+    model_cfg = dataclasses.replace(sft_cfg.model, flow_sampler=m.flow_sampler, noise_level=m.noise_level,
+                                    flow_x1=m.flow_x1, flow_sde_steps=m.flow_sde_steps, value_head=m.value_head)
+    bridge = dataclasses.replace(bridge, model=model_cfg)
+    log.info("rl: initialized from %s (SFT step %s)", directory, extra.get("step"))
+    return model_cfg, bridge, params
+
+
+def merge_params(fresh: Any, loaded: Any) -> Any:
+    """`fresh` (maybe flax-boxed) with every leaf that `loaded` has replaced by the loaded value."""
+    flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
+
+    def one(path, leaf):
+        key = tuple(p for p in path if not (isinstance(p, jax.tree_util.GetAttrKey) and p.name == "value"))
+        if key in flat_loaded:
+            new = flat_loaded[key]
+            if isinstance(leaf, nn.spmd.LogicallyPartitioned | nn.Partitioned):
+                return leaf.replace_boxed(jnp.asarray(new, leaf.value.dtype))
+            return jnp.asarray(new, leaf.dtype)
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(one, fresh, is_leaf=lambda x: isinstance(
+        x, nn.spmd.LogicallyPartitioned | nn.Partitioned))
+
+
+# ----------------------------------------------------------------------------------------
+# Env state, checks, evaluation, the command's ending
+# ----------------------------------------------------------------------------------------
+
+
+def place_env_state(env_state: Any, mesh) -> Any:
+    """Env state (None for GRPO) split over `dp` along the env axis (each device steps its share of the envs)."""
+    if env_state is None:
+        return None
+    dp = mesh.shape[sharding.DP]
+
+    def one(x):
+        ok = x.ndim >= 1 and x.shape[0] % dp == 0
+        return jax.device_put(x, sharding.data_sharding(mesh) if ok else sharding.replicated(mesh))
+
+    return jax.tree.map(one, env_state)
+
+
+def env_leaves(env_state: Any) -> list:
+    """The env state's non-empty leaves (Orbax refuses zero-size arrays; mjx.Data has some)."""
+    return [x for x in jax.tree.leaves(env_state) if x.size > 0]
+
+
+def env_unleaves(template: Any, leaves: list) -> Any:
+    """Inverse of `env_leaves`: `template`'s structure and empty leaves, `leaves` for the rest."""
+    flat, treedef = jax.tree.flatten(template)
+    it = iter(leaves)
+    return jax.tree.unflatten(treedef, [next(it) if x.size > 0 else x for x in flat])
+
+
+def check_decisions(cfg: TrainConfig, setup: Setup, mesh) -> int:
+    """Decisions per iteration (all envs); ConfigError when they do not split into minibatches."""
+    t = setup.episode_decisions if episodic(cfg) else cfg.rl.rollout_length
+    n = cfg.env.num_envs * t
+    k = cfg.rl.num_minibatches * cfg.rl.micro_batches
+    if n % k:
+        raise ConfigError(f"{n} decisions per iteration (env.num_envs={cfg.env.num_envs} x {t}) do not split "
+                          f"into rl.num_minibatches x rl.micro_batches = {k}")
+    return n
+
+
+def log_eval(setup: Setup, logger: MetricsLogger, params: Any, iteration: int, env_steps: float,
+              step_name: str = "iteration") -> dict:
+    """Closed-loop evaluation at `iteration` (the async loop counts updates: `step_name='update'`),
+    logged to TensorBoard and the log. -> the record {step_name, env_steps, seconds, ...evaluate's}."""
+    t0 = time.perf_counter()
+    ev = setup.evaluate(params, iteration)
+    logger.scalars(iteration, {"mean_success": ev["mean_success"],
+                               **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
+    log.info("rl: %s %d eval mean success %.3f %s", step_name, iteration, ev["mean_success"], ev["per_task"])
+    return {step_name: iteration, "env_steps": env_steps, "seconds": round(time.perf_counter() - t0, 1)} | ev
+
+
+def run_and_report(cfg: TrainConfig, train_fn: Callable[[TrainConfig], dict],
+                   short: Callable[[dict], dict]) -> int:
+    """The `rl` commands' ending: run `train_fn`; a non-finite update prints one `error:` line and
+    returns 1; otherwise process 0 prints `short(summary)` as one JSON line and 0 is returned."""
+    try:
+        summary = train_fn(cfg)
+    except learner.NonFiniteError as e:
+        print(f"error: {e}", flush=True)
+        distributed.shutdown()
+        return 1
+    if distributed.is_main_process():
+        print(json.dumps(short(summary), default=float), flush=True)
+    distributed.shutdown()
+    return 0
