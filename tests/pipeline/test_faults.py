@@ -325,5 +325,30 @@ def test_a_failing_checkpoint_write_stops_the_run_naming_the_path_and_keeps_the_
     assert "2" not in os.listdir(d)
 
 
+def test_sft_prefetch_wait_is_bounded(monkeypatch):
+    """The data loader's consumer raises when its prefetch thread died silently or is stuck."""
+    import queue as queue_mod
+    import types
+
+    from vlajax.data import loader
+
+    monkeypatch.setattr(loader, "_POLL_S", 0.05)
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    fake = types.SimpleNamespace(_queue=queue_mod.Queue(), _thread=dead)
+    with pytest.raises(RuntimeError, match="ended without a batch"):
+        loader.Loader._next_item(fake)
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, daemon=True)
+    stuck.start()
+    monkeypatch.setattr(loader, "STALL_S", 0.2)
+    try:
+        with pytest.raises(TimeoutError, match="no batch"):
+            loader.Loader._next_item(types.SimpleNamespace(_queue=queue_mod.Queue(), _thread=stuck))
+    finally:
+        release.set()
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
     sys.exit(_worker(sys.argv[2:]))

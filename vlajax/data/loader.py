@@ -62,6 +62,9 @@ def make_dataset(
                               groups=groups)
 
 
+_POLL_S = 1.0  # the consumer re-checks the prefetch thread this often
+STALL_S = 1800.0  # no batch for this long = stuck (a first batch may wait for slow storage or decoding)
+
 class _Stop:
     pass
 
@@ -141,7 +144,7 @@ class Loader(grain.DatasetIterator):
             return batch
         if self._thread is None:
             self._start()
-        item = self._queue.get()
+        item = self._next_item()
         if isinstance(item, _Stop):
             self._queue.put(item)
             raise StopIteration
@@ -149,6 +152,21 @@ class Loader(grain.DatasetIterator):
             raise item
         batch, self._state = item
         return batch
+
+    def _next_item(self) -> Any:
+        """The prefetch thread's next item; raises if it died without one or produced none for
+        `STALL_S` seconds (a stuck read), instead of waiting forever."""
+        waited = 0.0
+        while True:
+            try:
+                return self._queue.get(timeout=_POLL_S)
+            except queue.Empty:
+                waited += _POLL_S
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("data prefetch thread ended without a batch or an error") from None
+                if waited >= STALL_S:
+                    raise TimeoutError(f"data prefetch produced no batch for {STALL_S:.0f} s (stuck reading "
+                                       "the dataset?)") from None
 
     def get_state(self) -> dict[str, Any]:
         return self._state
