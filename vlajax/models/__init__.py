@@ -30,11 +30,20 @@ from vlajax.models.quantize import dequantize_params, quantize_params
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
 
+
+def build_model(cfg):
+    """The network for a `ModelConfig`: `VLA(cfg)` for family 'vla', openpi's pi0 / pi0.5 otherwise."""
+    if cfg.family == "vla":
+        return VLA(cfg)
+    from vlajax.models.openpi import Pi0  # noqa: PLC0415
+
+    return Pi0(cfg)
+
 __all__ = [
     # inputs
     "Observation", "fake_observation",
     # the network
-    "VLA", "KVCache", "PRESETS", "get_model_config", "attend", "resolve_backend", "te_available",
+    "VLA", "build_model", "KVCache", "PRESETS", "get_model_config", "attend", "resolve_backend", "te_available",
     # flow head
     "FlowSample", "flow_loss", "flow_sample", "flow_chain_log_prob",
     # token head

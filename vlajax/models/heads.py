@@ -52,8 +52,8 @@ def flow_loss(model: VLA, variables, obs: Observation, actions, rng, action_mask
     t = jax.random.beta(k_t, 1.5, 1.0, (b,)) * 0.999 + 0.001
     eps = jax.random.normal(k_eps, actions.shape)
     x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
-    v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity)
+    _, cache = model.apply(variables, obs, method="prefix")
+    v, _, _ = model.apply(variables, cache, x_t, t, method="velocity")
     m = _mask(action_mask, actions.shape)
     loss = jnp.sum(m * (v - (eps - actions)) ** 2) / jnp.maximum(m.sum(), 1.0)
     return loss, {"flow_mse": loss}
@@ -80,11 +80,16 @@ def _step_gaussian(sampler, noise_level, v, log_std, x, t, d, stochastic):
     return jnp.where(s, sde_mean, ode_mean), jnp.where(s, math.sqrt(d) * sigma, 0.0) * jnp.ones_like(x)
 
 
-def _gauss_logp(x, mean, std, m):
-    """Sum over masked entries of log N(x; mean, std^2); entries with std == 0 contribute 0. -> [B]."""
+def _gauss_logp_terms(x, mean, std):
+    """Entry-wise log N(x; mean, std^2) [B, H, A]; entries with std == 0 are 0."""
     safe = jnp.where(std > 0, std, 1.0)
     lp = -0.5 * ((x - mean) / safe) ** 2 - jnp.log(safe) - 0.5 * _LOG_2PI
-    return jnp.sum(jnp.where(std > 0, lp, 0.0) * m, axis=(1, 2))
+    return jnp.where(std > 0, lp, 0.0)
+
+
+def _gauss_logp(x, mean, std, m):
+    """Sum over masked entries of log N(x; mean, std^2); entries with std == 0 contribute 0. -> [B]."""
+    return jnp.sum(_gauss_logp_terms(x, mean, std) * m, axis=(1, 2))
 
 
 def _gauss_entropy(std, m):
@@ -101,6 +106,9 @@ class FlowSample:
     log_prob: jax.Array  # [B] (0 for the ODE sampler)
     sde_step: jax.Array  # int32 [B]: the stochastic step of flow_sde (-1 otherwise)
     value: jax.Array | None  # [B] when cfg.value_head != 'none'
+    # [B, H, A]: each entry's log-density summed over the denoising steps, unmasked (a log-prob
+    # under any mask m is sum(log_prob_terms * m); what the rollout scores once the env has run)
+    log_prob_terms: jax.Array | None = None
 
 
 def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | None = None,
@@ -113,7 +121,7 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     b, K = obs.batch_size, cfg.num_denoise_steps
     shape = (b, cfg.action_horizon, cfg.action_dim)
     k_x, k_j, k_steps = jax.random.split(rng, 3)
-    hidden, cache = model.apply(variables, obs, method=VLA.prefix)
+    hidden, cache = model.apply(variables, obs, method="prefix")
     x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
     one = sampler == "flow_sde" and cfg.flow_sde_steps == "one"
     last = sampler == "flow_sde" and cfg.flow_sde_steps == "last"
@@ -125,15 +133,16 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     def step(x, inp):
         k, t, key = inp
         tb = jnp.full((b,), t)
-        v, log_std, _ = model.apply(variables, cache, x, tb, method=VLA.velocity)
+        v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, (j == k) | every)
         x_next = mean + std * jax.random.normal(key, shape)
-        return x_next, (x_next, _gauss_logp(x_next, mean, std, m))
+        return x_next, (x_next, _gauss_logp_terms(x_next, mean, std))
 
-    _, (xs, lps) = jax.lax.scan(step, x1, (jnp.arange(K), ts, jax.random.split(k_steps, K)))
+    _, (xs, terms) = jax.lax.scan(step, x1, (jnp.arange(K), ts, jax.random.split(k_steps, K)))
     chain = jnp.concatenate([x1[:, None], jnp.moveaxis(xs, 0, 1)], axis=1)
+    terms = terms.sum(0)  # [B, H, A]; flow_sde 'one'/'last': one nonzero step per entry, so exact
     val = _value_from(model, variables, hidden, cache) if cfg.value_head != "none" else None
-    return FlowSample(chain[:, -1], chain, lps.sum(0), j.astype(jnp.int32), val)
+    return FlowSample(chain[:, -1], chain, jnp.sum(terms * m, axis=(1, 2)), j.astype(jnp.int32), val, terms)
 
 
 def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step=None, *,
@@ -150,17 +159,17 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     shape = chain.shape[:1] + chain.shape[2:]
     ts, d = _times(K)
     m = _mask(logp_mask, shape)
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
+    _, cache = model.apply(variables, obs, method="prefix")
     every = sampler == "flow_sde" and cfg.flow_sde_steps == "all"
     if sampler == "flow_sde" and cfg.flow_sde_steps == "last":
         def ode_step(x, k):
             tb = jnp.full((b,), ts[k])
-            v, _, _ = model.apply(variables, cache, x, tb, method=VLA.velocity)
+            v, _, _ = model.apply(variables, cache, x, tb, method="velocity")
             return _step_gaussian("ode", cfg.noise_level, v, None, x, tb, d, None)[0], None
 
         x, _ = jax.lax.scan(ode_step, chain[:, 0], jnp.arange(K - 1))  # x_{t_K-1} under `variables`
         t = jnp.full((b,), ts[K - 1])
-        v, _, _ = model.apply(variables, cache, x, t, method=VLA.velocity)
+        v, _, _ = model.apply(variables, cache, x, t, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, None, x, t, d, jnp.ones((b,), bool))
         return {"log_prob": _gauss_logp(chain[:, K], mean, std, m), "entropy": _gauss_entropy(std, m)}
     if sampler == "flow_sde" and not every:
@@ -169,14 +178,14 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
         x = jnp.take_along_axis(chain, sde_step[:, None, None, None], axis=1)[:, 0]
         x_next = jnp.take_along_axis(chain, sde_step[:, None, None, None] + 1, axis=1)[:, 0]
         t = ts[sde_step]
-        v, log_std, _ = model.apply(variables, cache, x, t, method=VLA.velocity)
+        v, log_std, _ = model.apply(variables, cache, x, t, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, t, d, jnp.ones((b,), bool))
         return {"log_prob": _gauss_logp(x_next, mean, std, m), "entropy": _gauss_entropy(std, m)}
 
     def step(carry, k):
         x, x_next = chain[:, k], chain[:, k + 1]
         tb = jnp.full((b,), ts[k])
-        v, log_std, _ = model.apply(variables, cache, x, tb, method=VLA.velocity)
+        v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, jnp.full((b,), every))
         return carry, (_gauss_logp(x_next, mean, std, m), _gauss_entropy(std, m))
 
@@ -205,8 +214,8 @@ def token_log_probs(logits, temperature: float = 1.0) -> jax.Array:
 
 def token_loss(model: VLA, variables, obs: Observation, actions, action_mask=None):
     """Cross-entropy of the binned actions. -> (loss, metrics with token accuracy)."""
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
-    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    _, cache = model.apply(variables, obs, method="prefix")
+    logits, _ = model.apply(variables, cache, method="action_logits")
     target = actions_to_bins(actions, model.cfg.num_bins)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
     m = _mask(action_mask, actions.shape)
@@ -224,14 +233,15 @@ class TokenSample:
     tokens: jax.Array  # int32 [B, H, A]
     log_prob: jax.Array  # [B]
     value: jax.Array | None  # [B] when cfg.value_head != 'none'
+    log_prob_terms: jax.Array | None = None  # [B, H, A]: each token's log-prob, unmasked
 
 
 def token_sample(model: VLA, variables, obs: Observation, rng, *, temperature: float = 1.0,
                  logp_mask=None) -> TokenSample:
     """Parallel decoding of the whole chunk at temperature T (T = 0: argmax)."""
     cfg = model.cfg
-    hidden, cache = model.apply(variables, obs, method=VLA.prefix)
-    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    hidden, cache = model.apply(variables, obs, method="prefix")
+    logits, _ = model.apply(variables, cache, method="action_logits")
     if temperature == 0:
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     else:
@@ -239,14 +249,14 @@ def token_sample(model: VLA, variables, obs: Observation, rng, *, temperature: f
     lp = jnp.take_along_axis(token_log_probs(logits, temperature), tokens[..., None], axis=-1)[..., 0]
     m = _mask(logp_mask, tokens.shape)
     val = _value_from(model, variables, hidden, cache) if cfg.value_head != "none" else None
-    return TokenSample(bins_to_actions(tokens, cfg.num_bins), tokens, jnp.sum(lp * m, axis=(1, 2)), val)
+    return TokenSample(bins_to_actions(tokens, cfg.num_bins), tokens, jnp.sum(lp * m, axis=(1, 2)), val, lp)
 
 
 def token_chunk_log_prob(model: VLA, variables, obs: Observation, tokens, *, temperature: float = 1.0,
                          logp_mask=None) -> dict[str, jax.Array]:
     """Log-prob [B] and entropy [B] of stored tokens int32 [B, H, A] under `variables`."""
-    _, cache = model.apply(variables, obs, method=VLA.prefix)
-    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    _, cache = model.apply(variables, obs, method="prefix")
+    logits, _ = model.apply(variables, cache, method="action_logits")
     logp = token_log_probs(logits, temperature)
     m = _mask(logp_mask, tokens.shape)
     lp = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
@@ -260,19 +270,19 @@ def token_chunk_log_prob(model: VLA, variables, obs: Observation, tokens, *, tem
 def _value_from(model: VLA, variables, hidden, cache) -> jax.Array:
     cfg = model.cfg
     if cfg.value_head == "prefix":
-        return model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.value)
+        return model.apply(variables, hidden, cache.segment_ids > 0, method="value")
     if cfg.action_head == "flow":  # the expert on a zero chunk at t = 1: a function of the observation only
         b = hidden.shape[0]
         x = jnp.zeros((b, cfg.action_horizon, cfg.action_dim))
-        _, _, head = model.apply(variables, cache, x, jnp.ones((b,)), method=VLA.velocity)
+        _, _, head = model.apply(variables, cache, x, jnp.ones((b,)), method="velocity")
     else:
-        _, head = model.apply(variables, cache, method=VLA.action_logits)
-    return model.apply(variables, head, jnp.ones(head.shape[:2], bool), method=VLA.value)
+        _, head = model.apply(variables, cache, method="action_logits")
+    return model.apply(variables, head, jnp.ones(head.shape[:2], bool), method="value")
 
 
 def value(model: VLA, variables, obs: Observation) -> jax.Array:
     """State value [B] from the configured value head (cfg.value_head must not be 'none')."""
     if model.cfg.value_head == "none":
         raise ValueError("model.value_head='none': this model has no value head")
-    hidden, cache = model.apply(variables, obs, method=VLA.prefix)
+    hidden, cache = model.apply(variables, obs, method="prefix")
     return _value_from(model, variables, hidden, cache)

@@ -1,0 +1,132 @@
+"""pi0 / pi0.5 modules at a tiny size: the VLA interface (heads run unchanged), cache vs joint pass,
+masked vs absent cameras, config refusals, bf16."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vlajax.config import ConfigError, ModelConfig
+from vlajax.models import build_model, fake_observation, heads
+from vlajax.models.openpi import Pi0
+
+B = 2
+
+
+def tiny(family: str, **kw) -> ModelConfig:
+    base = dict(name=f"{family}-tiny", family=family, paligemma_variant="dummy", action_expert_variant="dummy",
+                siglip_variant="mu/14", siglip_depth=1, image_size=28, num_cameras=2, vocab_size=128,
+                max_text_len=8, action_dim=6, action_horizon=3, state_dim=5, num_denoise_steps=2)
+    return ModelConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module", params=["pi0", "pi05"])
+def setup(request):
+    cfg = tiny(request.param, flow_sampler="flow_sde", value_head="expert")
+    model = build_model(cfg)
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    variables = jax.jit(model.init)(jax.random.key(1), obs)
+    # openpi zero-initialises the adaRMS modulation: randomise every leaf so no pathway is hidden
+    leaves, tree = jax.tree.flatten(variables)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    variables = jax.tree.unflatten(tree, [x + 0.1 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+    return cfg, model, obs, variables
+
+
+def test_build_model_family():
+    assert isinstance(build_model(tiny("pi0")), Pi0)
+    assert type(build_model(dataclasses.replace(ModelConfig()))).__name__ == "VLA"
+
+
+def test_heads_run_on_pi(setup):
+    cfg, model, obs, variables = setup
+    actions = jax.random.uniform(jax.random.key(3), (B, cfg.action_horizon, cfg.action_dim), minval=-1, maxval=1)
+
+    def run(v):  # one compile: loss + grads, sampler, recomputed log-prob, value
+        loss, grads = jax.value_and_grad(lambda v: heads.flow_loss(model, v, obs, actions, jax.random.key(4))[0])(v)
+        sample = heads.flow_sample(model, v, obs, jax.random.key(5))
+        lp = heads.flow_chain_log_prob(model, v, obs, sample.chain, sample.sde_step)
+        gnorm = {k: sum(jnp.sum(g ** 2) for g in jax.tree.leaves(sub)) for k, sub in grads["params"].items()}
+        return loss, gnorm, sample, lp["log_prob"], heads.value(model, v, obs)
+
+    loss, gnorm, sample, lp, val = jax.jit(run)(variables)
+    assert np.isfinite(float(loss))
+    assert all(float(gnorm[k]) > 0 for k in ("vision", "llm", "action_in", "action_out")), gnorm
+    assert sample.actions.shape == (B, cfg.action_horizon, cfg.action_dim)
+    np.testing.assert_allclose(np.asarray(lp), np.asarray(sample.log_prob), rtol=1e-4, atol=1e-3)
+    assert val.shape == (B,) and np.isfinite(np.asarray(val)).all()
+
+
+def test_cached_velocity_equals_joint_pass(setup):
+    cfg, model, obs, variables = setup
+    x = jax.random.normal(jax.random.key(6), (B, cfg.action_horizon, cfg.action_dim))
+    t = jnp.array([0.3, 0.9])
+
+    def both(v):
+        _, cache = model.apply(v, obs, method="prefix")
+        return model.apply(v, cache, x, t, method="velocity")[0], model.apply(v, obs, x, t, method="joint")[2]
+
+    with jax.default_matmul_precision("highest"):
+        cached, joint = jax.jit(both)(variables)
+    np.testing.assert_allclose(np.asarray(cached), np.asarray(joint), atol=1e-5)
+    assert float(jnp.std(cached)) > 1e-3
+
+
+def test_absent_camera_equals_masked_camera(setup):
+    cfg, model, obs, variables = setup
+    masked = dataclasses.replace(obs, image_masks={**obs.image_masks, "cam1": jnp.zeros((B,), bool)})
+    absent = dataclasses.replace(obs, images={"cam0": obs.images["cam0"]},
+                                 image_masks={"cam0": obs.image_masks["cam0"]})
+    x = jax.random.normal(jax.random.key(7), (B, cfg.action_horizon, cfg.action_dim))
+    t = jnp.array([0.5, 0.7])
+
+    def vel(v, o):
+        _, cache = model.apply(v, o, method="prefix")
+        return model.apply(v, cache, x, t, method="velocity")[0]
+
+    f = jax.jit(vel)
+    with jax.default_matmul_precision("highest"):
+        a, b, full = f(variables, masked), f(variables, absent), f(variables, obs)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    assert float(jnp.max(jnp.abs(a - full))) > 1e-4  # the camera mattered
+
+
+def test_pi05_has_no_state_token_and_pi0_reads_state(setup):
+    cfg, model, obs, variables = setup
+    other = dataclasses.replace(obs, state=obs.state + 1.0)
+    x = jnp.zeros((B, cfg.action_horizon, cfg.action_dim))
+    f = jax.jit(lambda o: model.apply(variables, o, x, jnp.ones((B,)), method="joint")[2])
+    diff = float(jnp.max(jnp.abs(f(obs) - f(other))))
+    assert (diff > 1e-4) if cfg.family == "pi0" else (diff == 0.0)
+
+
+def test_bf16_runs_close_to_f32():
+    cfg = tiny("pi05")
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    model, model16 = build_model(cfg), build_model(dataclasses.replace(cfg, dtype="bfloat16"))
+    x, t = jnp.zeros((B, cfg.action_horizon, cfg.action_dim)), jnp.full((B,), 0.5)
+
+    def run(key):
+        v = model.init(key, obs)
+        return model.apply(v, obs, x, t, method="joint")[2], model16.apply(v, obs, x, t, method="joint")[2]
+
+    v32, v16 = jax.jit(run)(jax.random.key(1))
+    assert v16.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(v16 - v32))) < 0.1 * float(jnp.max(jnp.abs(v32))) + 1e-2
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(action_head="tokens"), "model.action_head"),
+    (dict(fp8="flax"), "model.fp8"),
+    (dict(attention="cudnn"), "model.attention"),
+    (dict(siglip_variant="Huge/14"), "model.siglip_variant"),
+    (dict(image_size=30), "model.siglip_variant"),
+    (dict(paligemma_variant="gemma_2b"), "model.paligemma_variant"),
+])
+def test_config_refusals(kw, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        tiny("pi0", **kw)

@@ -1,0 +1,136 @@
+"""openpi's parameter layout -> ours, leaf by leaf (every leaf keeps its shape; only names change).
+
+    table = path_table(cfg)                       # {openpi path: our path}, '/'-joined
+    params = from_openpi(tree, cfg, fresh)        # nested dict of arrays in our layout
+
+`tree` is openpi's params pytree (`{"PaliGemma": ..., "action_in_proj": ...}`, optionally wrapped
+in `{"params": ...}` as openpi's checkpoints store it). `fresh` is an initialised params tree of
+our model (`Pi0(cfg).init(...)["params"]`, boxed or not): it gives the expected shapes and the
+leaves openpi does not have (value head, flow_noise std). A leaf left over in `tree`, a mapped
+leaf missing from it, or a shape mismatch raises `OpenpiLayoutError` naming the path(s) and shape(s);
+openpi's LoRA leaves (`lora_a` / `lora_b`) are refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import numpy as np
+
+from vlajax.config import ModelConfig
+
+_VIT = "PaliGemma/img/"
+_BLOCK = _VIT + "Transformer/encoderblock/"
+_LLM = "PaliGemma/llm/"
+
+
+class OpenpiLayoutError(ValueError):
+    """An openpi params tree that does not match the configured model (message names the leaves)."""
+
+
+def path_table(cfg: ModelConfig) -> dict[str, str]:
+    """{openpi leaf path: our leaf path} for every leaf openpi's `Pi0` has under `cfg`."""
+    t = {
+        _VIT + "embedding/kernel": "vision/patch/kernel",
+        _VIT + "embedding/bias": "vision/patch/bias",
+        _VIT + "pos_embedding": "vision/pos_embedding",
+        _VIT + "Transformer/encoder_norm/scale": "vision/norm/scale",
+        _VIT + "Transformer/encoder_norm/bias": "vision/norm/bias",
+        _VIT + "head/kernel": "vision/head/kernel",
+        _VIT + "head/bias": "vision/head/bias",
+        _LLM + "embedder/input_embedding": "llm/embed",
+    }
+    blocks = {"LayerNorm_0": "ln_attn", "LayerNorm_1": "ln_mlp", "MlpBlock_0/Dense_0": "mlp_in",
+              "MlpBlock_0/Dense_1": "mlp_out", "MultiHeadDotProductAttention_0/query": "q",
+              "MultiHeadDotProductAttention_0/key": "k", "MultiHeadDotProductAttention_0/value": "v",
+              "MultiHeadDotProductAttention_0/out": "o"}
+    for theirs, ours in blocks.items():
+        leaves = ("scale", "bias") if theirs.startswith("LayerNorm") else ("kernel", "bias")
+        for leaf in leaves:
+            t[f"{_BLOCK}{theirs}/{leaf}"] = f"vision/blocks/{ours}/{leaf}"
+    for i in range(2):
+        sfx = "" if i == 0 else f"_{i}"
+        adaptive = i == 1 and cfg.family == "pi05"
+        t[f"{_LLM}layers/attn/q_einsum{sfx}/w"] = f"llm/layers/e{i}_in/q"
+        t[f"{_LLM}layers/attn/kv_einsum{sfx}/w"] = f"llm/layers/e{i}_in/kv"
+        t[f"{_LLM}layers/attn/attn_vec_einsum{sfx}/w"] = f"llm/layers/e{i}_out/o"
+        t[f"{_LLM}layers/mlp{sfx}/gating_einsum"] = f"llm/layers/e{i}_out/gate_up"
+        t[f"{_LLM}layers/mlp{sfx}/linear"] = f"llm/layers/e{i}_out/down"
+        norms = {f"layers/pre_attention_norm{sfx}": f"layers/e{i}_in/attn_norm",
+                 f"layers/pre_ffw_norm{sfx}": f"layers/e{i}_out/mlp_norm",
+                 f"final_norm{sfx}": f"final_norms_{i}"}
+        for theirs, ours in norms.items():
+            if adaptive:
+                t[f"{_LLM}{theirs}/Dense_0/kernel"] = f"llm/{ours}/kernel"
+                t[f"{_LLM}{theirs}/Dense_0/bias"] = f"llm/{ours}/bias"
+            else:
+                t[f"{_LLM}{theirs}/scale"] = f"llm/{ours}/scale"
+    heads = {"action_in_proj": "action_in", "action_out_proj": "action_out"}
+    if cfg.family == "pi05":
+        heads.update(time_mlp_in="time_mlp_in", time_mlp_out="time_mlp_out")
+    else:
+        heads.update(state_proj="state_proj", action_time_mlp_in="action_time_mlp_in",
+                     action_time_mlp_out="action_time_mlp_out")
+    for theirs, ours in heads.items():
+        t[f"{theirs}/kernel"] = f"{ours}/kernel"
+        t[f"{theirs}/bias"] = f"{ours}/bias"
+    return t
+
+
+def flatten(tree: Any) -> dict[str, Any]:
+    """Nested dict -> {'a/b/c': leaf}; a top-level {'params': ...} wrapper is removed; boxes unboxed."""
+    tree = flax.core.unfreeze(tree) if isinstance(tree, flax.core.FrozenDict) else tree
+    if isinstance(tree, dict) and set(tree) == {"params"}:
+        tree = tree["params"]
+    flat = flax.traverse_util.flatten_dict(tree, sep="/")
+    return {k: (v.unbox() if isinstance(v, flax.linen.meta.AxisMetadata) else v) for k, v in flat.items()}
+
+
+def _shape(x) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.shape(x))
+
+
+def _listing(paths, flat) -> str:
+    return ", ".join(f"{p} {list(_shape(flat[p]))}" for p in sorted(paths))
+
+
+def from_openpi(tree: Any, cfg: ModelConfig, fresh: Any) -> dict:
+    """openpi params -> our nested params dict (arrays cast to `fresh`'s dtypes).
+
+    Raises `OpenpiLayoutError` naming LoRA leaves, leaves left over or missing, shape mismatches.
+    """
+    theirs = flatten(tree)
+    ours = flatten(fresh)
+    table = path_table(cfg)
+    lora = [p for p in theirs if "lora_a" in p.split("/") or "lora_b" in p.split("/")]
+    if lora:
+        raise OpenpiLayoutError(
+            f"openpi LoRA leaves are not supported (merge or drop the adapters first): {_listing(lora, theirs)}")
+    extra = set(theirs) - set(table)
+    missing = set(table) - set(theirs)
+    if extra or missing:
+        parts = []
+        if extra:
+            parts.append(f"leaves not in a {cfg.family} model: {_listing(extra, theirs)}")
+        if missing:
+            parts.append("leaves missing from the checkpoint: " + ", ".join(
+                f"{p} {list(_shape(ours[table[p]]))}" for p in sorted(missing)))
+        raise OpenpiLayoutError(f"openpi params do not match model.family={cfg.family!r}: " + "; ".join(parts))
+    unknown = set(table.values()) - set(ours)
+    if unknown:  # the table and our module disagree: a bug here, not in the checkpoint
+        raise AssertionError(f"path table names leaves our model lacks: {sorted(unknown)}")
+    bad = [(p, _shape(theirs[p]), _shape(ours[q])) for p, q in table.items() if _shape(theirs[p]) != _shape(ours[q])]
+    if bad:
+        raise OpenpiLayoutError("shape mismatch (openpi leaf shape vs model shape): " + ", ".join(
+            f"{p} {list(a)} vs {table[p]} {list(b)}" for p, a, b in bad))
+    out = dict(ours)
+    for p, q in table.items():
+        out[q] = jax.numpy.asarray(theirs[p], dtype=ours[q].dtype)
+    return flax.traverse_util.unflatten_dict(out, sep="/")
+
+
+def fresh_only(cfg: ModelConfig, fresh: Any) -> list[str]:
+    """Our leaves that openpi does not have (initialised fresh on import), sorted."""
+    return sorted(set(flatten(fresh)) - set(path_table(cfg).values()))
