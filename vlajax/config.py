@@ -12,9 +12,11 @@ The logical-to-mesh sharding tables are data (`LOGICAL_RULES`), selected by name
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 # ----------------------------------------------------------------------------------------
@@ -26,9 +28,30 @@ class ConfigError(ValueError):
     """A configuration that cannot run. The message is one line that says what to change."""
 
 
+class _ParseConfigError(Exception):
+    """A ConfigError raised while a CLI parser builds the config (not a ValueError, which parsers
+    catch and render as a multi-line box): `parse_errors()` turns it back into a ConfigError."""
+
+
+_PARSING = contextvars.ContextVar("vlajax_config_parsing", default=False)
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
-        raise ConfigError(msg)
+        raise (_ParseConfigError if _PARSING.get() else ConfigError)(msg)
+
+
+@contextlib.contextmanager
+def parse_errors() -> Iterator[None]:
+    """Around a CLI parser (tyro) building a `TrainConfig`: a contradiction leaves as one ConfigError."""
+    token = _PARSING.set(True)
+    try:
+        yield
+    except _ParseConfigError as e:
+        raise ConfigError(str(e)) from None
+    finally:
+        _PARSING.reset(token)
+
 
 
 # ----------------------------------------------------------------------------------------
@@ -189,54 +212,14 @@ class ModelConfig:
     attention: Literal["auto", "xla", "cudnn", "te"] = "auto"  # auto: te on GPU with TE, else xla
     fp8: Literal["none", "flax", "te"] = "none"  # FP8 matmuls: flax's emulated ops or Transformer Engine
     remat: bool = False  # recompute each transformer block in the backward pass (saves activation memory)
-    # Vision tower.
-    image_size: int = 32  # square input image side in pixels (images are resized to it)
-    patch_size: int = 8  # ViT patch side in pixels
-    num_cameras: int = 2  # cameras the prefix has room for (each gives (image_size/patch_size)^2 tokens)
-    vit_width: int = 64  # ViT embedding width
-    vit_depth: int = 2  # ViT blocks
-    vit_heads: int = 8  # ViT attention heads
-    vit_mlp_dim: int = 128  # ViT MLP hidden width
-    # Prefix transformer ("VLM").
-    width: int = 64  # transformer embedding width
-    depth: int = 2  # transformer blocks (the flow expert has as many, one per prefix layer)
-    num_heads: int = 8  # query heads
-    num_kv_heads: int = 4  # key/value heads (grouped-query attention); divides num_heads
-    head_dim: int = 8  # per-head width
-    mlp_dim: int = 128  # gated-MLP hidden width
-    rope_max_wavelength: float = 10_000.0  # RoPE base wavelength
-    vocab_size: int = 512  # text vocabulary size (>= the packaged tokenizer's)
-    max_text_len: int = 16  # instruction tokens (padded/truncated)
-    use_state_token: bool = True  # add one token carrying the proprioceptive state
-    state_dim: int = 8  # proprioceptive state size (zero-padded/truncated to it)
-    seq_multiple: int = 8  # the unpacked prefix is padded to a multiple of this (keep it a multiple of mesh.sp)
-    # Action head.
-    action_head: Literal["flow", "tokens"] = "flow"  # pi0-style flow matching, or OFT-style tokens
-    action_dim: int = 7  # robot action dims (the chunk is action_horizon x action_dim)
-    action_horizon: int = 4  # actions per chunk (H)
-    expert_width: int = 64  # flow action-expert width
-    expert_mlp_dim: int = 128  # flow action-expert gated-MLP hidden width
-    num_denoise_steps: int = 4  # Euler steps of the flow sampler
-    flow_sampler: Literal["ode", "flow_sde", "flow_noise"] = "ode"  # stochastic variants give log-probs
-    noise_level: float = 0.5  # flow_sde noise scale (sigma_t = noise_level * sqrt(t / (1 - t)))
-    # flow sampler's start x_1: 'normal' = N(0, I) per chunk (pi0); 'zeros' = x_1 = 0, so the ODE
-    # policy is deterministic and flow_sde's credited step noise is all of a chunk's randomness
-    flow_x1: Literal["normal", "zeros"] = "normal"
-    # flow_sde: 'one' = one uniformly drawn denoising step per chunk is stochastic (its log-density
-    # is the log-prob); 'all' = every step is an SDE step and the log-prob sums all K of them;
-    # 'last' = only the last step is stochastic and the learner re-runs the K - 1 ODE steps before
-    # it from the stored x_1, so the log-prob is the exact density of the executed actions given x_1
-    flow_sde_steps: Literal["one", "all", "last"] = "one"
-    noise_std_min: float = 0.08  # flow_noise: lower bound of the learned per-step std
-    noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
-    num_bins: int = 256  # token head: bins per action dim
-    value_head: Literal["none", "prefix", "expert"] = "none"  # where the PPO value head reads from
-    # Numerics and kernels.
-    dtype: Literal["float32", "bfloat16"] = "float32"  # activation dtype
-    param_dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype
-    attention: Literal["auto", "xla", "cudnn", "te"] = "auto"  # auto: te on GPU with TE, else xla
-    fp8: Literal["none", "flax", "te"] = "none"  # FP8 matmuls: flax's emulated ops or Transformer Engine
-    remat: bool = False  # recompute each transformer block in the backward pass (saves activation memory)
+    # pi families: SentencePiece model file of the prompts (openpi's paligemma_tokenizer.model)
+    tokenizer_path: str = ""
+    # pi05: the normalized state discretized into the prompt (openpi's discrete_state_input; False =
+    # pi0's prompt format and no state at all, as openpi's pi05_libero)
+    discrete_state_input: bool = True
+    # parameters that train (SFT and RL): 'all'; 'expert' = the VLM frozen, the action expert,
+    # action/time/state projections and value head train (piRL); 'lora' = adapters only (no family has them yet)
+    trainable: Literal["all", "expert", "lora"] = "all"
 
     def __post_init__(self):
         for f in ("image_size", "patch_size", "num_cameras", "vit_width", "vit_depth", "vit_heads", "width",
@@ -262,6 +245,8 @@ class ModelConfig:
         _check(self.action_horizon >= 1 and self.action_dim >= 1, "model.action_horizon/action_dim must be >= 1")
         _check(self.num_denoise_steps >= 1, "model.num_denoise_steps must be >= 1")
         _check(self.noise_level > 0, f"model.noise_level must be > 0, got {self.noise_level}")
+        _check(self.trainable != "lora", "model.trainable='lora' is not available: no model family has LoRA "
+               "adapters yet; use 'all' or 'expert' (the VLM frozen)")
         _check(
             0 < self.noise_std_min < self.noise_std_max,
             f"model.noise_std_min={self.noise_std_min} must be in (0, noise_std_max={self.noise_std_max})",
@@ -375,6 +360,9 @@ class DataConfig:
     camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
     episodes_per_task: int = 50  # demos: successful expert episodes written per task
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
+    # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
+    # (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb; a slot without a camera is masked)
+    camera_map: tuple[str, ...] = ("agentview=base_0_rgb", "wrist=left_wrist_0_rgb")
 
     def __post_init__(self):
         _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
@@ -400,6 +388,9 @@ class SFTConfig:
     eval_episodes_per_task: int = 10  # episodes per task in periodic eval (and the eval command's default)
     eval_replan_steps: int = 0  # closed-loop eval: actions executed per predicted chunk (0 = the whole chunk)
     time_limit_minutes: float = 0.0  # stop (with a checkpoint) once training ran this long (0 = no limit)
+    # checkpoint directory (an SFT run's or `vlajax.models.import_openpi`'s) whose weights start the run;
+    # its model config must match this one's sizes ('' = fresh weights)
+    init_from: str = ""
 
     def __post_init__(self):
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
@@ -480,6 +471,9 @@ class RLConfig:
         _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,
                "rl.value_learning_rate and rl.critic_warmup_iterations must be >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
+        _check(not (self.algo == "ppo" and self.advantage in ("grpo", "rloo")),
+               f"rl.advantage={self.advantage!r} compares rollouts of one group (one initial state): it needs "
+               "rl.algo='grpo'; PPO's envs reset independently, use rl.advantage='gae' (or 'auto')")
         _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1 and self.chunk_steps >= 0,
                "rl.eval_every and rl.chunk_steps must be >= 0 and rl.eval_episodes_per_task >= 1")
 
@@ -614,6 +608,12 @@ class TrainConfig:
                 self.data.batch_size % m.dp == 0,
                 f"data.batch_size={self.data.batch_size} is not divisible by mesh.dp={m.dp}",
             )
+        _check(self.rl.kl_coef == 0, f"rl.kl_coef={self.rl.kl_coef}: the trainers compute no reference-policy "
+               "log-probs yet, so the KL penalty cannot be applied; leave rl.kl_coef at 0")
+        _check(not (self.pipeline.enabled and self.pipeline.num_slots > 1 and self.rl.algo == "ppo"
+                    and self.rl.critic == "privileged"),
+               f"rl.critic='privileged' with pipeline.num_slots={self.pipeline.num_slots}: the env slots carry no "
+               "privileged observations; use pipeline.num_slots=1 or rl.critic='head'")
         if self.rl.algo == "grpo":
             _check(
                 self.env.num_envs % self.rl.group_size == 0,
