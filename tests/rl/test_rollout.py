@@ -134,6 +134,27 @@ def test_reset_into_given_tasks_matches_reset_task():
         ro.reset(env, keys, tasks[:3])
 
 
+def test_reset_done_resets_and_renders_only_the_finished_envs():
+    """Auto-reset: rows of finished envs become the fresh reset of their key, the others are
+    left bit for bit as they were (the reset runs per finished env, not for the whole batch)."""
+    actor, params = mlp()
+    env = toy.make_env(B, H, episode_length=6)
+    state, _ = collect(actor, env, params, length=1)[1]  # a state one decision in (not a reset state)
+    done = jnp.asarray([True, False, False, True, False, False, False, True])
+    keys = ro.group_keys(jax.random.key(7), B)
+    out = jax.jit(functools.partial(ro.reset_done, env))(done, keys, state)
+    fresh = jax.jit(functools.partial(ro.reset, env))(keys)
+    d = np.asarray(done)
+    for a, f, s in zip(jax.tree.leaves(out), jax.tree.leaves(fresh), jax.tree.leaves(state)):
+        a, f, s = np.asarray(a), np.asarray(f), np.asarray(s)
+        np.testing.assert_array_equal(a[d], f[d].astype(a.dtype))
+        np.testing.assert_array_equal(a[~d], s[~d])
+    assert not np.array_equal(np.asarray(state.obs)[d], np.asarray(fresh.obs)[d])  # the reset did something
+    none = jax.jit(functools.partial(ro.reset_done, env))(jnp.zeros((B,), bool), keys, state)
+    for a, s in zip(jax.tree.leaves(none), jax.tree.leaves(state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(s))
+
+
 def test_rollout_traces_once():
     actor, params = mlp()
     env = toy.make_env(B, H)
@@ -196,10 +217,11 @@ def _model_and_bridge(head):
 @pytest.mark.parametrize("head", ["mlp", "flow_sde", "flow_sde_last", "tokens"])
 def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
     """`rl_setup.collect` (rollout + advantages + learner batch), then `learner.update`: the first
-    update's importance ratio is 1. The MLP's is exactly 1. The VLA heads record their log-prob
-    with the learner's own `logp_value` on the stored chain / tokens with the same params, but
-    inside another XLA program (the scan; the learner's is inside grad and three nested scans),
-    which may round differently: measured |ratio - 1| <= 7e-7, approx KL ~1e-12, no clipping."""
+    update's importance ratio is 1. The MLP's is exactly 1 (recorded with the learner's own
+    `logp_value`). The VLA heads record the log-densities their sampling pass computed
+    (`Actor.act` / `score`, one forward per decision), which the learner recomputes from the
+    stored chain / tokens in another XLA program (inside grad and three nested scans) that may
+    round differently: measured |ratio - 1| <= 5e-7, approx KL ~1e-12, no clipping."""
     algo = "grpo" if head == "tokens" else "ppo"
     if head == "mlp":
         (actor, params), env = mlp(), toy.make_env(B, H, episode_length=6)

@@ -14,7 +14,8 @@ any step ended the episode (success or instability: `terminated`; time limit: `t
   obs, task_id                    the observation the decision was taken on
   actions | chain, sde_step | tokens   the actor's record (see `vlajax.rl.actors`)
   action_mask [T, B, H] bool      chunk steps the env executed (False after the episode ended)
-  old_logp [T, B]                 recorded with the learner's own `logp_value` on the record
+  old_logp [T, B]                 the actor's `score` of its own sample (one prefix pass per
+                                  decision), else its `logp_value` on the record (the learner's formula)
   old_values, final_values [T, B] V(s_k); V(final observation) on truncated decisions (PPO)
   last_value [B]                  V(s_T), in `traj["last_value"]` (no time axis)
   rewards, done, terminated, truncated, valid, success [T, B]
@@ -40,7 +41,7 @@ from vlajax.rl.actors import Actor
 from vlajax.rl.learner import flatten_decisions
 
 __all__ = [
-    "SuiteEnv", "make_env", "reset", "group_keys", "actor_step", "rollout", "advantage_inputs",
+    "SuiteEnv", "make_env", "reset", "reset_done", "group_keys", "actor_step", "rollout", "advantage_inputs",
     "learner_batch", "rollout_metrics", "evaluate", "decisions_per_episode",
 ]
 
@@ -176,11 +177,17 @@ def actor_step(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array
     k_act, k_lp, k_reset = jax.random.split(rng, 3)
     obs, task_id = state.obs, state.info["episode"]["task_id"]
     valid = state.done <= 0  # False only in one-episode mode, after the episode ended
-    env_actions, record = actor.sample(params, obs, task_id, k_act)
+    if actor.act is not None:  # one forward: the sampling pass also scores its draws (and the value)
+        env_actions, record, scores = actor.act(params, obs, task_id, k_act)
+    else:
+        env_actions, record = actor.sample(params, obs, task_id, k_act)
     nxt = env.step(state, env_actions)
     action_mask = nxt.info["chunk_valid"] > 0
     scored = {"obs": obs, "task_id": task_id, **record, "action_mask": action_mask}
-    logp, _, value = actor.logp_value(params, scored, k_lp)
+    if actor.act is not None:
+        logp, value = actor.score(scores, action_mask)
+    else:
+        logp, _, value = actor.logp_value(params, scored, k_lp)
 
     done = (nxt.done > 0) & valid
     truncated = done & (nxt.info["truncation"] > 0)
@@ -201,10 +208,28 @@ def actor_step(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array
     nxt = nxt.replace(info={**nxt.info, _RETURN: jnp.where(done, 0.0, ep_return),
                             _LENGTH: jnp.where(done, 0.0, ep_length)})
     if auto_reset:
-        b = done.shape[0]
-        keys = jax.random.key_data(jax.random.split(k_reset, b))
-        nxt = jax.lax.cond(jnp.any(done), lambda: _select(done, reset(env, keys), nxt), lambda: nxt)
+        keys = jax.random.key_data(jax.random.split(k_reset, done.shape[0]))
+        nxt = reset_done(env, done, keys, nxt)
     return nxt, out
+
+
+def reset_done(env: Env, done: jax.Array, keys: jax.Array, state: State) -> State:
+    """Env b restarts from `keys[b]` where `done[b]`; the others keep `state`. done bool [B], keys [B, 2].
+
+    Only the finished envs are reset and rendered: a `fori_loop` over their indices (a traced
+    trip count, static shapes) resets one env at a time with the batched env's inner env and
+    writes it into its row. Envs not built as a `VmapWrapper` reset all rows and select."""
+    if not isinstance(env, VmapWrapper):
+        return jax.lax.cond(jnp.any(done), lambda: _select(done, reset(env, keys), state), lambda: state)
+    one = env.env
+    idx = jnp.nonzero(done, size=done.shape[0], fill_value=0)[0]
+
+    def body(i, s):
+        j = idx[i]
+        fresh = _with_accumulators(one.reset(keys[j]))
+        return jax.tree.map(lambda a, x: jax.lax.dynamic_update_index_in_dim(a, x.astype(a.dtype), j, 0), s, fresh)
+
+    return jax.lax.fori_loop(0, jnp.sum(done.astype(jnp.int32)), body, state)
 
 
 def rollout(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array, length: int,
