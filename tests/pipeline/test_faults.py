@@ -282,6 +282,24 @@ def test_slow_is_not_stuck_first_calls_and_slow_updates_outlive_short_timeouts()
 
 
 @pytest.mark.timeout(60)
+def test_an_evaluation_in_the_trainer_lane_beats_its_heartbeat():
+    """An on_update evaluation of 2 s under a 0.5 s watchdog (its first update is quick, so its
+    limit is the watchdog's) does not stall the trainer when it runs under `heartbeat()`."""
+    def step(slot, env_state, out):
+        return env_state, out, {"o": out}
+
+    runner = _slot_run(step, watchdog_s=0.5)
+
+    def on_update(r, rec):
+        if rec["update"] == 2:
+            with r.trainer_lane.heartbeat(0.1):
+                time.sleep(2.0)
+
+    runner.on_update = on_update
+    assert runner.run(timeout=50) == "done"
+
+
+@pytest.mark.timeout(60)
 def test_a_trainer_that_raises_stops_the_run_naming_the_trainer():
     def step(slot, env_state, out):
         return env_state, out, {"o": out}

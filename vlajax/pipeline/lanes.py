@@ -142,6 +142,25 @@ class Lane:
             return 0.0
         return now - self._busy_since
 
+    @contextlib.contextmanager
+    def heartbeat(self, period_s: float = 1.0) -> Iterator[None]:
+        """Beat every `period_s` while the block runs (a long known-finite section such as a
+        closed-loop evaluation inside the trainer lane: busy, but not stalled)."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(period_s):
+                self.beat()
+
+        t = threading.Thread(target=beat, name=f"lane:{self.name}:heartbeat", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+            self.beat()
+
     def limit(self, watchdog_s: float) -> float:
         """Busy seconds without a heartbeat before this lane counts as stalled."""
         if self.iterations == 0:

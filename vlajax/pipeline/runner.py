@@ -117,7 +117,7 @@ class AsyncRunner:
         else:  # e.g. SlotRollout.lanes: env slots + generators instead of one sample_step lane
             for name, body in rollout(self):
                 self.group.add(name, body)
-        self.group.add("trainer", self._trainer_body)
+        self.trainer_lane = self.group.add("trainer", self._trainer_body)
         self.group.add("weights", self.weights.lane_body)
         for name, body in extra_lanes:
             self.group.add(name, body)
