@@ -44,14 +44,13 @@ def fixture_observation(io, keys) -> Observation:
 
 
 def load_fixture(family: str):
-    """-> (meta, io, openpi params tree) of one fixture folder."""
-    import orbax.checkpoint as ocp  # noqa: PLC0415
+    """-> (meta, io, openpi params tree as host arrays) of one fixture folder."""
+    from vlajax.models.import_openpi import read_params  # noqa: PLC0415
 
     d = FIXTURES / family
     meta = json.loads((d / "meta.json").read_text())
     io = dict(np.load(d / "io.npz"))
-    tree = ocp.PyTreeCheckpointer().restore(str((d / "params").resolve()))
-    return meta, io, tree
+    return meta, io, read_params(str(d.resolve()))
 
 
 def _err(a, b) -> float:

@@ -1,6 +1,7 @@
 """openpi's parameter layout -> ours, leaf by leaf (every leaf keeps its shape; only names change).
 
     table = path_table(cfg)                       # {openpi path: our path}, '/'-joined
+    check(tree, cfg, fresh)                       # names every mismatching leaf
     params = from_openpi(tree, cfg, fresh)        # nested dict of arrays in our layout
 
 `tree` is openpi's params pytree (`{"PaliGemma": ..., "action_in_proj": ...}`, optionally wrapped
@@ -96,11 +97,9 @@ def _listing(paths, flat) -> str:
     return ", ".join(f"{p} {list(_shape(flat[p]))}" for p in sorted(paths))
 
 
-def from_openpi(tree: Any, cfg: ModelConfig, fresh: Any) -> dict:
-    """openpi params -> our nested params dict (arrays cast to `fresh`'s dtypes).
-
-    Raises `OpenpiLayoutError` naming LoRA leaves, leaves left over or missing, shape mismatches.
-    """
+def check(tree: Any, cfg: ModelConfig, fresh: Any) -> None:
+    """Raises `OpenpiLayoutError` naming LoRA leaves, leaves left over or missing, shape mismatches
+    (`tree` may hold arrays or anything with a shape, e.g. `jax.ShapeDtypeStruct`s)."""
     theirs = flatten(tree)
     ours = flatten(fresh)
     table = path_table(cfg)
@@ -125,6 +124,13 @@ def from_openpi(tree: Any, cfg: ModelConfig, fresh: Any) -> dict:
     if bad:
         raise OpenpiLayoutError("shape mismatch (openpi leaf shape vs model shape): " + ", ".join(
             f"{p} {list(a)} vs {table[p]} {list(b)}" for p, a, b in bad))
+
+
+def from_openpi(tree: Any, cfg: ModelConfig, fresh: Any) -> dict:
+    """openpi params -> our nested params dict (arrays cast to `fresh`'s dtypes; our leaves openpi
+    lacks are `fresh`'s). Checked first (`check`)."""
+    check(tree, cfg, fresh)
+    theirs, ours, table = flatten(tree), flatten(fresh), path_table(cfg)
     out = dict(ours)
     for p, q in table.items():
         out[q] = jax.numpy.asarray(theirs[p], dtype=ours[q].dtype)
