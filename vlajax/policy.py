@@ -9,6 +9,8 @@ methods are pure and jittable; close over the bridge, never pass it as a traced 
     bridge = Bridge.load(ckpt_dir)                    # eval / RL: from <ckpt_dir>/policy.json
     obs = bridge.observation(state.obs, task_id)      # -> models.Observation (normalized)
     obs = bridge.observation_from_state(state)        # same, task ids from state.info['episode']
+    tokens, mask = bridge.encode_instructions(["put the red cube in the bowl"])  # free text
+    obs = bridge.observation({**env_obs, "tokens": tokens, "token_mask": mask})  # no task ids
     actions = bridge.act(model, variables, state, rng)  # -> env actions float32 [B, H, 4] in [-1, 1]
     env_actions = bridge.env_actions(model_actions)   # normalized [B, H, A] -> robot [B, H, 4]
 
@@ -16,7 +18,9 @@ Conventions (the same as training, see `vlajax.data.build.make_transform`):
   images    env `pixels/<camera>` uint8 [B, h, w, 3] -> float32 [0, 1], resized to
             `model.image_size` if needed; cameras = the ones the model was trained on.
   text      `env.instructions[instruction_id]` of task `task_id`, tokenized by the packaged
-            tokenizer (`vlajax.models.tokenizer`) to `model.max_text_len` (a table lookup).
+            tokenizer (`vlajax.models.tokenizer`) to `model.max_text_len` (a table lookup);
+            or any free-text instruction through `encode_instructions` (the same tokenizer), passed
+            as `env_obs['tokens']` / `env_obs['token_mask']` (then no task ids are needed).
   state     env `state` [B, 8] normalized with the dataset stats (`data.state_norm`), padded
             to `model.state_dim`.
   π0/π0.5   (model.family 'pi0' | 'pi05') images resized with pad into openpi's camera slots
@@ -163,6 +167,12 @@ class Bridge:
         iid = jnp.asarray(instruction_id, jnp.int32)
         return jnp.asarray(self._tokens)[tid, iid], jnp.asarray(self._token_mask)[tid, iid]
 
+    def encode_instructions(self, texts) -> tuple[np.ndarray, np.ndarray]:
+        """Free-text instructions [B] -> tokens int32 [B, max_text_len], mask bool [B, max_text_len]."""
+        from vlajax.models.tokenizer import encode_batch
+
+        return encode_batch(list(texts), self.model.max_text_len)
+
     def normalize_state(self, state, pad: bool = True) -> jax.Array:
         s = self.norm["state"]
         state = jnp.asarray(state, jnp.float32)
@@ -175,9 +185,11 @@ class Bridge:
         pad = self.model.state_dim - out.shape[-1]
         return jnp.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, pad)]) if pad > 0 else out[..., : self.model.state_dim]
 
-    def observation(self, env_obs: dict[str, jax.Array], task_id) -> Observation:
+    def observation(self, env_obs: dict[str, jax.Array], task_id=None) -> Observation:
         """Batched pixels observation `{'pixels/<cam>': uint8 [B,h,w,3], 'state': [B,8],
-        'instruction_id': int [B]}` and task ids int [B] (or a scalar) -> `Observation`."""
+        'instruction_id': int [B]}` and task ids int [B] (or a scalar) -> `Observation`.
+        With `'tokens'` int32 [B, L] and `'token_mask'` bool [B, L] in `env_obs` (free text, see
+        `encode_instructions`) the instruction ids and `task_id` are not used."""
         b = env_obs["state"].shape[0]
         if self._pi is not None:
             return self._pi_observation(env_obs, task_id, b)
@@ -191,8 +203,11 @@ class Bridge:
             if img.shape[1:3] != (n, n):
                 img = jax.image.resize(img, (b, n, n, 3), "bilinear")
             images[c], masks[c] = img, jnp.ones((b,), bool)
-        task_id = jnp.broadcast_to(jnp.asarray(task_id, jnp.int32), (b,))
-        tokens, token_mask = self.tokens(task_id, env_obs["instruction_id"])
+        if "tokens" in env_obs:
+            tokens, token_mask = jnp.asarray(env_obs["tokens"], jnp.int32), jnp.asarray(env_obs["token_mask"], bool)
+        else:
+            task_id = jnp.broadcast_to(jnp.asarray(task_id, jnp.int32), (b,))
+            tokens, token_mask = self.tokens(task_id, env_obs["instruction_id"])
         return Observation(images, masks, tokens, token_mask, self.normalize_state(env_obs["state"]))
 
     def _pi_observation(self, env_obs, task_id, b: int) -> Observation:
