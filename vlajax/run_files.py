@@ -4,8 +4,10 @@ A run directory written by `vlajax.train sft` holds the Orbax checkpoints, `conf
 `TrainConfig`, `config_to_dict`) and `policy.json` (the `vlajax.policy.Bridge`). This module
 reads and writes them and rebuilds the train state's abstract shape (`abstract_train_state`: the
 optimizer of `make_optimizer`, the VLA of `init_fn`) so a checkpoint restores onto a mesh.
-`vlajax.sft` writes a run with it; `vlajax.evaluate`, `vlajax.rl.setup` and the benches read one
-(`load_policy`, `load_config`). It imports neither of them.
+`vlajax.sft` writes a run with it; the RL loops write their own `config.json` and `policy.json`
+(`write_policy`, with `"source": "rl" | "async-rl"`) so their checkpoints are policies too.
+`vlajax.evaluate`, `vlajax.serve`, `vlajax.rl.setup` and the benches read one (`load_policy`
+takes any of them, `load_config`). It imports none of them.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ from vlajax import checkpoint, sharding
 from vlajax.config import TrainConfig
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policy import POLICY_FILE, Bridge
 from vlajax.train_state import TrainState
 
-__all__ = ["CONFIG_FILE", "abstract_train_state", "config_from_dict", "config_to_dict", "eval_params", "init_fn",
-           "load_config", "load_policy", "make_optimizer", "make_schedule", "write_json"]
+__all__ = ["CONFIG_FILE", "POLICY_SOURCES", "abstract_train_state", "config_from_dict", "config_to_dict", "eval_params",
+           "init_fn", "load_config", "load_policy", "make_optimizer", "make_schedule", "policy_source", "write_json",
+           "write_policy"]
 
 CONFIG_FILE = "config.json"
+# policy.json 'source': which run wrote the checkpoint (where its state keeps the policy's params)
+POLICY_SOURCES = ("sft", "rl", "async-rl")
 
 
 # ------------------------------------------------------------------------------------------
@@ -130,19 +135,47 @@ def eval_params(state: TrainState) -> Any:
 # ------------------------------------------------------------------------------------------
 
 
-def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
-    """(bridge, model, params, train config, step) from an SFT checkpoint directory (or one `<dir>/<step>`).
+def write_policy(directory: str, cfg: TrainConfig, bridge: Bridge, source: str) -> None:
+    """Make a run's checkpoint directory self-describing: `config.json` (the run's config) and
+    `policy.json` (the bridge plus `"source"`, one of `POLICY_SOURCES`). RL runs call it."""
+    if source not in POLICY_SOURCES:
+        raise ValueError(f"source {source!r} is not one of {POLICY_SOURCES}")
+    os.makedirs(directory, exist_ok=True)
+    write_json(os.path.join(directory, CONFIG_FILE), config_to_dict(cfg))
+    write_json(os.path.join(directory, POLICY_FILE), {**bridge.to_json(), "source": source})
 
-    `cfg.mesh` is the mesh the state is restored onto; params are the EMA when the run kept one."""
+
+def policy_source(directory: str) -> str:
+    """The `"source"` recorded in `<directory>/policy.json` ('sft' when absent)."""
+    with open(os.path.join(directory, POLICY_FILE)) as f:
+        return json.load(f).get("source", "sft")
+
+
+def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
+    """(bridge, model, params, train config, step) from a checkpoint directory (or one `<dir>/<step>`)
+    of an SFT, sync RL or async RL run.
+
+    SFT: the state restores onto `cfg.mesh`; params are the EMA when the run kept one. RL
+    (`policy.json` source 'rl' / 'async-rl'): the state `{'train': TrainState, 'env': ...}` is
+    read as saved and the VLA's parameters taken from `train.params` (a privileged critic's
+    `critic` entry is not part of the policy). Raises FileNotFoundError for a missing file."""
     ckpt_dir = os.path.abspath(os.path.expanduser(ckpt_dir))
-    if os.path.isfile(os.path.join(os.path.dirname(ckpt_dir), "policy.json")) and os.path.basename(
+    if os.path.isfile(os.path.join(os.path.dirname(ckpt_dir), POLICY_FILE)) and os.path.basename(
             ckpt_dir).isdigit():  # a step directory: <dir>/<step>
         step, ckpt_dir = int(os.path.basename(ckpt_dir)), os.path.dirname(ckpt_dir)
     bridge = Bridge.load(ckpt_dir)
     train_cfg = load_config(ckpt_dir)
-    mesh = sharding.make_mesh(cfg.mesh)
-    target, _ = abstract_train_state(train_cfg, bridge.cameras, mesh)
+    source = policy_source(ckpt_dir)
     ckpt = checkpoint.Checkpointer(ckpt_dir, async_save=False)
-    state, extra = ckpt.restore(target, step=step)
-    ckpt.close()
-    return bridge, VLA(bridge.model), eval_params(state), train_cfg, int(extra.get("step", -1))
+    try:
+        if source == "sft":
+            target, _ = abstract_train_state(train_cfg, bridge.cameras, sharding.make_mesh(cfg.mesh))
+            state, extra = ckpt.restore(target, step=step)
+            params = eval_params(state)
+        else:
+            state, extra = ckpt.restore(None, step=step)  # as saved: the RL state holds the env's too
+            params = {k: v for k, v in state["train"]["params"].items() if k != "critic"}
+    finally:
+        ckpt.close()
+    done = extra.get("step", extra.get("iteration", (extra.get("counters") or {}).get("updates", -1)))
+    return bridge, VLA(bridge.model), params, train_cfg, int(done)
