@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from vlajax import checkpoint, compile_cache, distributed, sharding
+from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import MetricsLogger
 from vlajax.pipeline.buffer import Trajectory
@@ -205,6 +205,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
 
     # ---- Checkpoint and resume -------------------------------------------------------------
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
+        run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
                                    save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
     env_rows = rl_setup.env_leaves if hosts is None else (lambda e: hosts.stack(rl_setup.env_leaves(e)))

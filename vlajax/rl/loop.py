@@ -35,7 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlajax import checkpoint, compile_cache, distributed, sharding
+from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger, Progress
 from vlajax.rl import learner
@@ -91,6 +91,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
 
     # ---- Checkpoints and resume ----------------------------------------------------------
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
+        run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl")
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
                                    save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
     pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})

@@ -60,6 +60,7 @@ class Setup:
     evaluate: Callable[[Any, int], dict[str, Any]]  # (params, iteration) -> {'mean_success', 'per_task'}
     action_horizon: int
     episode_decisions: int  # decisions that cover one episode (GRPO rollout length)
+    bridge: Any = None  # the VLA's `Bridge` (the run's policy.json: its checkpoints serve); None for the MLP
 
 
 # ----------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
                 "episodes": int(sum(1 for _ in res["per_task"]) * cfg.rl.eval_episodes_per_task)}
 
     del Bridge
-    return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h))
+    return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h), bridge)
 
 
 def _identity_bridge(cfg: TrainConfig):
