@@ -387,6 +387,8 @@ class SFTConfig:
     eval_every: int = 0  # closed-loop eval every N steps (0 = only at the end, -1 = never)
     eval_episodes_per_task: int = 10  # episodes per task in periodic eval (and the eval command's default)
     eval_replan_steps: int = 0  # closed-loop eval: actions executed per predicted chunk (0 = the whole chunk)
+    eval_policy_server: str = ""  # eval command: ws://HOST:PORT of a policy server to evaluate ('' = --checkpoint)
+    eval_connections: int = 16  # eval --policy-server: connections (requests in flight; the server batches them)
     time_limit_minutes: float = 0.0  # stop (with a checkpoint) once training ran this long (0 = no limit)
     # checkpoint directory (an SFT run's or `vlajax.models.import_openpi`'s) whose weights start the run;
     # its model config must match this one's sizes ('' = fresh weights)
@@ -398,6 +400,9 @@ class SFTConfig:
         _check(0.0 <= self.ema_decay < 1.0, "sft.ema_decay must be in [0, 1)")
         _check(self.eval_every >= -1, "sft.eval_every must be >= -1 (0 = only at the end, -1 = never)")
         _check(self.eval_episodes_per_task >= 1, "sft.eval_episodes_per_task must be >= 1")
+        _check(self.eval_connections >= 1, "sft.eval_connections must be >= 1")
+        _check(not self.eval_policy_server or self.eval_policy_server.startswith(("ws://", "wss://")),
+               f"sft.eval_policy_server={self.eval_policy_server!r} must be ws://HOST:PORT")
 
 
 @dataclasses.dataclass(frozen=True)

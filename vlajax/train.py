@@ -47,9 +47,11 @@ COMMANDS: dict[str, Command] = {
                       ("--out", "--data.dataset-dir"))),
     "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
     "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.command:run"),
-    "eval": Command("closed-loop evaluation in the simulator", "vlajax.evaluate:run",
+    "eval": Command("closed-loop evaluation in the simulator (a checkpoint, or --policy-server ws://HOST:PORT)",
+                    "vlajax.serve.remote:run",
                     (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
-                     ("--episodes-per-task", "--sft.eval-episodes-per-task"))),
+                     ("--episodes-per-task", "--sft.eval-episodes-per-task"),
+                     ("--policy-server", "--sft.eval-policy-server"))),
 }
 
 

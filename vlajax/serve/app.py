@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import json
 import logging
 import os
 import sys
@@ -75,6 +76,18 @@ class ServeArgs:
                 raise ValueError(f"--host {self.host!r}: not an IP address (or 'localhost')") from None
 
 
+def _policy_json(checkpoint: str) -> dict:
+    """The raw `policy.json` of a checkpoint directory (or of the run of a `<dir>/<step>`)."""
+    from vlajax.policy import POLICY_FILE
+
+    d = os.path.abspath(os.path.expanduser(checkpoint))
+    for path in (os.path.join(d, POLICY_FILE), os.path.join(os.path.dirname(d), POLICY_FILE)):
+        if os.path.isfile(path):
+            with open(path) as f:
+                return json.load(f)
+    return {}
+
+
 def build(args: ServeArgs) -> PolicyServer:
     """Load the checkpoint and compile every bucket. -> a server ready to `run()`."""
     import jax
@@ -87,7 +100,7 @@ def build(args: ServeArgs) -> PolicyServer:
     bridge, model, params, train_cfg, step = load_policy(os.path.expanduser(args.checkpoint), TrainConfig(),
                                                          None if args.step < 0 else args.step)
     params = jax.device_put(jax.device_get(params), jax.devices()[0])  # one device: serving is per-request
-    serving = getattr(bridge, "serving", None) or {}
+    serving = _policy_json(args.checkpoint)
     keys_name = args.keys if args.keys != "auto" else serving.get("keys", "suite")
     keys = KeyMap.make(keys_name, bridge.cameras, args.key)
     size = train_cfg.env.image_size or bridge.model.image_size
@@ -105,7 +118,7 @@ def build(args: ServeArgs) -> PolicyServer:
         "server": "vlajax.serve",
         "protocol": "openpi websocket (msgpack-numpy)",
         "policy": {"checkpoint": os.path.abspath(os.path.expanduser(args.checkpoint)), "step": step,
-                   "preset": train_cfg.name, "source": serving.get("source", "unknown"),
+                   "preset": train_cfg.name, "source": serving.get("source", "sft"),
                    "action_head": bridge.model.action_head, "deterministic": args.deterministic},
         "observation": spec.metadata(),
         "keys": keys.to_json(),
