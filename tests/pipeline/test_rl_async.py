@@ -57,7 +57,7 @@ def test_async_loop_with_slots_streaming_and_partial_rollout(tmp_path):
     cfg = _cfg(tmp_path, "slots", num_slots=2, require_batches=2, staleness_threshold=1.0, streaming=True,
                partial_rollout=True)
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, update_epochs=1, num_minibatches=1,
-                                                          micro_batches=2))
+                                                          micro_batches=2, normalize_advantages="none"))
     out = train_async(cfg, timeout=1800)
     assert out["status"] == "done" and out["updates"] == 3
     staleness = [s for h in out["history"] for s in h["staleness"]]

@@ -25,9 +25,9 @@ N, H, A, OBS = 16, 2, 4, 32
 
 def _setup(micro_batches=2, **rl):
     cfg = get_config("rl-debug")
+    rl = {"normalize_advantages": "none", **rl}
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, update_epochs=1, num_minibatches=1,
-                                                          micro_batches=micro_batches, normalize_advantages="none",
-                                                          **rl))
+                                                          micro_batches=micro_batches, **rl))
     model = mlp_policy.MLPActorCritic(action_horizon=H, action_dim=A, hidden=(16, 16), value_hidden=(16, 16))
     actor = actors.mlp_actor(model)
     params = model.init(jax.random.key(0), jnp.zeros((1, OBS)))["params"]
@@ -89,6 +89,33 @@ def test_decoupled_ppo_differs_when_rollout_was_stale():
     diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(s_prox.params),
                                                               jax.tree.leaves(s_plain.params)))
     assert diff > 1e-7
+
+
+def test_streaming_keeps_maxima_and_honours_target_kl():
+    cfg, actor, state = _setup()
+    dev = jax.devices()[0]
+    moved = jax.tree.map(lambda x: x + 0.05, state.params)
+    stale = _items(actor, moved)  # behaviour log-probs of other params: behaviour weights != 1
+    # decoupled PPO (recomputed proximal log-probs) reports behaviour_weight_max
+    _, m_stream = Trainer(cfg, actor, dev, True, False)(jax.tree.map(jnp.copy, state), iter(stale))
+    _, m_batch = Trainer(cfg, actor, dev, False, False)(jax.tree.map(jnp.copy, state), iter(stale))
+    maxima = [k for k in m_stream if k.endswith("_max") and k in m_batch]
+    assert maxima and all(abs(m_stream[k] - m_batch[k]) < 1e-5 for k in maxima)  # max, not a sum
+    assert m_stream["behaviour_weight_max"] > 1.0
+    # Stale data (params moved since scoring): approx KL > 0; a tiny target_kl skips the update
+    # in both paths alike.
+    cfg_kl = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, target_kl=1e-9))
+    for streaming in (True, False):
+        s, m = Trainer(cfg_kl, actor, dev, streaming, True)(jax.tree.map(jnp.copy, state), iter(stale))
+        assert m["kl_stopped"] == 1.0 and m["updates"] == 0.0, (streaming, m)
+        _close(s.params, state.params, tol=0)
+
+
+def test_streaming_refuses_advantages_standardized_over_the_global_batch():
+    for mode in ("batch", "minibatch"):
+        cfg, actor, _ = _setup(normalize_advantages=mode)
+        with pytest.raises(ConfigError, match="normalize_advantages"):
+            Trainer(cfg, actor, None, True, True)
 
 
 def test_streaming_refuses_several_updates_per_global_batch():

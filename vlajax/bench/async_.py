@@ -232,7 +232,7 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int, update_epoc
         model=dataclasses.replace(cfg.model, width=width),
         rl=dataclasses.replace(cfg.rl, rollout_length=horizon, update_epochs=update_epochs,
                                num_minibatches=minibatches, micro_batches=1,
-                               normalize_advantages="batch"))
+                               normalize_advantages="none"))  # streaming and non-streaming: the same update
     spec = {"preset": preset, "task": cfg.env.task or cfg.env.suite, "obs_mode": cfg.env.obs_mode, "envs": envs,
             "horizon": horizon, "action_horizon": cfg.model.action_horizon, "width": width, "depth": cfg.model.depth,
             "episode_length": cfg.env.episode_length, "algo": cfg.rl.algo, "update_epochs": update_epochs,

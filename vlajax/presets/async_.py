@@ -16,11 +16,11 @@ def _async(base: str, output_dir: str, slots: int, **rl) -> TrainConfig:
     cfg = get_config(base)
     return dataclasses.replace(
         cfg, output_dir=output_dir,
+        # streaming is the non-streaming update only without global advantage standardization
         rl=dataclasses.replace(cfg.rl, update_epochs=1, num_minibatches=1, micro_batches=slots,
-                               normalize_advantages="batch", **rl),
+                               normalize_advantages="none", **rl),
         pipeline=AsyncConfig(enabled=True, num_slots=slots, require_batches=slots, staleness_threshold=1.0,
-                             streaming=True, partial_rollout=True, use_rollout_log_probs=False,
-                             queue_timeout_s=900.0, watchdog_s=1800.0))  # first waits include compiles
+                             streaming=True, partial_rollout=True, use_rollout_log_probs=False))
 
 
 @register("rl-async-debug", "RL smoke through the async pipeline: 2 slots, staleness 1, streaming, partial")

@@ -10,7 +10,10 @@ uses it for `pipeline.num_slots > 1`):
   the RL core's own `rollout.actor_step` with that sample plugged in (same key split, same
   scoring of the behaviour log-prob and value with the params that sampled, same auto-reset),
   so a slot decision is the synchronous decision cut in two at the inference boundary.
-  Decision d of slot s uses `fold_in(fold_in(key(seed), s), d)`. The record carries the
+  Decision d of slot s uses `fold_in(fold_in(root, s), d)` with `root = key(seed)`, or
+  `fold_in(key(seed), start)` for a run resumed at update `start` (slot env state is not
+  checkpointed: the resumed slots reset into new episodes and noise instead of replaying
+  update 0's). The record carries the
   policy version (tagged by the slot), the flow chain + stochastic step for the flow head, and
   `next_value` = V(s_{t+1}) (computed every decision, one compile; GAE bootstraps from the
   last row of a segment).
@@ -19,9 +22,10 @@ uses it for `pipeline.num_slots > 1`):
   flat learner batch (advantages per segment by `rl.advantage`). Without streaming the
   micro-batches are concatenated and `learner.update` runs (epochs x minibatches x
   `rl.micro_batches`); with streaming every arriving micro-batch is one learner micro-batch:
-  `compute_gradients(normalizer=1)` sums, then one `apply_gradients` scaled by the total valid
-  count (requires `rl.update_epochs == rl.num_minibatches == 1` and
-  `rl.micro_batches == pipeline.require_batches`; advantages are normalized per micro-batch).
+  `compute_gradients(normalizer=1)` sums (maxima kept as maxima), then one `apply_gradients`
+  scaled by the total valid count, skipped when `rl.target_kl` is exceeded, as in the
+  non-streaming update (requires `rl.update_epochs == rl.num_minibatches == 1`,
+  `rl.micro_batches == pipeline.require_batches` and `rl.normalize_advantages='none'`).
   `pipeline.use_rollout_log_probs=False` adds `prox_logp` recomputed with the trainer's params
   before the update: the decoupled-PPO loss of `vlajax.rl.losses` (behaviour = rollout log-probs).
   Update u uses `vlajax.rl.setup.iteration_keys(seed, u)[1]`, as the synchronous loop does.
@@ -49,8 +53,16 @@ __all__ = ["RLWorkload", "check_streaming", "prepare_segment"]
 
 def check_streaming(cfg: TrainConfig, require_batches: int | None = None) -> None:
     """Streaming is one optimizer update per global batch of `require_batches` micro-batches
-    (`rl.update_epochs = rl.num_minibatches = 1`, `rl.micro_batches = pipeline.require_batches`)."""
+    (`rl.update_epochs = rl.num_minibatches = 1`, `rl.micro_batches = pipeline.require_batches`),
+    and that update must be the non-streaming one: advantages standardized over the global batch
+    ('batch' / 'minibatch' with one minibatch) would need every micro-batch before the first
+    gradient, so only `rl.normalize_advantages='none'` streams."""
     rl = cfg.rl
+    if rl.normalize_advantages != "none":
+        raise ConfigError(f"pipeline.streaming with rl.normalize_advantages={rl.normalize_advantages!r}: the "
+                          "non-streaming update standardizes advantages over the whole global batch, which a "
+                          "gradient started on the first micro-batch cannot; set rl.normalize_advantages='none' "
+                          "or pipeline.streaming=false")
     ok = rl.update_epochs == 1 and rl.num_minibatches == 1
     if require_batches is not None:
         ok = ok and rl.micro_batches == require_batches
@@ -123,14 +135,17 @@ class RLWorkload:
         return self._envs[per, physics_impl]
 
     def env(self, num_slots: int, latency: LatencyModel | None, seed: int | None = None,
-            physics_impl: str | None = None):
+            physics_impl: str | None = None, start: int = 0):
         """(reset, step, infer) for `SlotRollout`; env state per slot is `(State, decision count)`.
-        `physics_impl` overrides `env.physics_impl` (the bench's CPU-bound regime: 'c')."""
+        `physics_impl` overrides `env.physics_impl` (the bench's CPU-bound regime: 'c'); `start`:
+        the optimizer updates a resumed run has done (its key streams continue from there)."""
         if self.envs % num_slots:
             raise ConfigError(f"env.num_envs={self.envs} does not split into pipeline.num_slots={num_slots}")
         per = self.envs // num_slots
         _, step_fn, reset_fn = self._env_fns(per, physics_impl)
         root = jax.random.key(self.cfg.seed if seed is None else seed)
+        if start:
+            root = jax.random.fold_in(root, start)
 
         def payload(slot, state, d):
             key = jax.random.key_data(jax.random.fold_in(jax.random.fold_in(root, slot), d))
@@ -197,8 +212,6 @@ class Trainer:
             lambda p, b, k: b | {"prox_logp": learner.recompute_log_probs(lv, p, b, k)[0]})
 
         def grads(params, batch, key):
-            if cfg.rl.normalize_advantages != "none":
-                batch = batch | {"advantages": learner.normalize_advantages(batch["advantages"], batch["mask"])}
             g, m = learner.compute_gradients(cfg.rl, lv, params, batch, key, normalizer=1.0)
             return g, m, jnp.sum(jnp.asarray(batch["mask"], jnp.float32))
 
@@ -206,10 +219,18 @@ class Trainer:
             scale = 1.0 / jnp.maximum(count, 1.0)
             g = jax.tree.map(lambda x: x * scale, g)
             m = {k: (v if k.endswith("_max") else v * scale) for k, v in m.items()}
-            return learner.apply_gradients(state, g, m)
+            # target_kl as in `learner.update`'s single minibatch: over it, the update is not applied
+            over_kl = (cfg.rl.target_kl > 0) & (m["approx_kl"] > cfg.rl.target_kl)
+            state, m = learner.apply_gradients(state, g, m, skip=over_kl)
+            applied = m.pop("applied")
+            return state, m | {"kl_stopped": over_kl.astype(jnp.float32), "updates": applied}
+
+        def add(a, b):  # (grads, metrics, count): sums, but maxima stay maxima
+            m = {k: (jnp.maximum(v, b[1][k]) if k.endswith("_max") else v + b[1][k]) for k, v in a[1].items()}
+            return jax.tree.map(jnp.add, a[0], b[0]), m, a[2] + b[2]
 
         self._grads = jax.jit(grads)
-        self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+        self._add = jax.jit(add)
         self._finish = jax.jit(finish, donate_argnums=(0,))
 
     def _batch(self, item) -> dict:
@@ -235,7 +256,7 @@ class Trainer:
                 if self._prox is not None:
                     batch = self._prox(state.params, batch, jax.random.fold_in(key, 7))
                 out = self._grads(state.params, batch, key)
-                acc = out if acc is None else (self._add(acc[0], out[0]), self._add(acc[1], out[1]), acc[2] + out[2])
+                acc = out if acc is None else self._add(acc, out)
             state, metrics = self._finish(state, *acc)
         self.updates += 1
         host = {k: float(v) for k, v in jax.device_get(metrics).items()}
