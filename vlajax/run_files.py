@@ -22,10 +22,10 @@ import flax.linen as nn
 import jax
 import optax
 
-from vlajax import checkpoint, sharding
+from vlajax import checkpoint, sharding, trainable
 from vlajax.config import TrainConfig
+from vlajax.models import build_model
 from vlajax.models.observation import fake_observation
-from vlajax.models.vla import VLA
 from vlajax.policy import POLICY_FILE, Bridge
 from vlajax.train_state import TrainState
 
@@ -102,12 +102,14 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
     """SFT optimizer: global-norm clipping (`sft.grad_clip` > 0), then AdamW on `make_schedule`."""
     s = cfg.sft
     parts = [optax.clip_by_global_norm(s.grad_clip)] if s.grad_clip > 0 else []
-    return optax.chain(*parts, optax.adamw(make_schedule(cfg), weight_decay=s.weight_decay))
+    # model.trainable='expert': no weight decay on the frozen VLM (its gradients are stopped in the loss)
+    mask = None if cfg.model.trainable == "all" else trainable.decay_mask(cfg.model)
+    return optax.chain(*parts, optax.adamw(make_schedule(cfg), weight_decay=s.weight_decay, mask=mask))
 
 
 def init_fn(cfg: TrainConfig, cameras: tuple[str, ...]):
     """`rng -> TrainState` (boxed params inside; see `sharding.init_sharded`)."""
-    model = VLA(cfg.model)
+    model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
     tx = make_optimizer(cfg)
 
     def init(rng):
@@ -178,4 +180,4 @@ def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
     finally:
         ckpt.close()
     done = extra.get("step", extra.get("iteration", (extra.get("counters") or {}).get("updates", -1)))
-    return bridge, VLA(bridge.model), params, train_cfg, int(done)
+    return bridge, build_model(bridge.model), params, train_cfg, int(done)

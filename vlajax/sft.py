@@ -39,13 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vlajax import checkpoint, compile_cache, distributed, sharding
+from vlajax import checkpoint, compile_cache, distributed, init_from, sharding, trainable
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.lerobot import DatasetError
+from vlajax.data.openpi import is_pi
 from vlajax.data.packing import gather_prefix, rows_to_samples
 from vlajax.evaluate import evaluate
 from vlajax.logging import MetricsLogger, Progress
-from vlajax.models import heads
+from vlajax.models import build_model, heads
 from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
@@ -84,6 +85,10 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int) -> KVCache:
 def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1):
     """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics)."""
     variables = {"params": params}
+    variables = {**variables, "params": trainable.freeze(params, model.cfg)}  # model.trainable='expert'
+    if is_pi(model.cfg):  # pi families (fixed batching): openpi's flow-matching loss on each sample slot
+        mask = batch["action_mask"] & batch["sample_mask"][:, None]
+        return heads.flow_loss(model, variables, batch_observation(batch), batch["actions"], rng, mask)
     cache = sample_cache(model, variables, batch, groups)
     actions = batch["actions"]
     mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
@@ -155,6 +160,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
     distributed.initialize(cfg.distributed)
     compile_cache.enable(cfg.compilation_cache_dir)
+    cfg = init_from.resolve_config(cfg)  # sft.init_from: an empty model.tokenizer_path takes the source's
     mesh = sharding.make_mesh(cfg.mesh)
     rules = cfg.mesh.logical_rules
     _check(cfg, mesh)
@@ -167,7 +173,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
              cfg.data.batching, info.slots, info.rows, info.row_len)
 
     # ---- Train state on its shards, one jitted step ---------------------------------------
-    model = VLA(cfg.model)
+    model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
     state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
                                                    jax.random.key(cfg.seed))
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -185,6 +191,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
         state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
         start = int(extra["step"])
         log.info("sft: resumed from step %d", start)
+    elif cfg.sft.init_from:  # a fresh run starts from another run's (or an imported checkpoint's) weights
+        state = init_from.load_into(cfg, state, mesh)
 
     # ---- Train ----------------------------------------------------------------------------
     logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)

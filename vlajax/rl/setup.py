@@ -175,8 +175,8 @@ def _per_task(cfg: TrainConfig, task_ids: np.ndarray, success: np.ndarray) -> di
 
 def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     from vlajax.envs.tabletop import env as tabletop_env
+    from vlajax.models import build_model
     from vlajax.models.observation import fake_observation
-    from vlajax.models.vla import VLA
     from vlajax.policy import Bridge
 
     model_cfg, bridge, sft_params = load_sft(cfg, mesh) if cfg.rl.init_from else (cfg.model, None, None)
@@ -186,7 +186,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     if privileged:  # the critic is its own MLP: the VLA needs no value head
         model_cfg = dataclasses.replace(model_cfg, value_head="none")
         bridge = dataclasses.replace(bridge, model=model_cfg)
-    model = VLA(model_cfg)
+    model = build_model(model_cfg)  # our VLA or openpi's pi0 / pi0.5
     h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
     env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
     critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
@@ -253,7 +253,8 @@ def load_sft(cfg: TrainConfig, mesh):
     params = state.ema_params if state.ema_params is not None else state.params
     m = cfg.model
     model_cfg = dataclasses.replace(sft_cfg.model, flow_sampler=m.flow_sampler, noise_level=m.noise_level,
-                                    flow_x1=m.flow_x1, flow_sde_steps=m.flow_sde_steps, value_head=m.value_head)
+                                    flow_x1=m.flow_x1, flow_sde_steps=m.flow_sde_steps, value_head=m.value_head,
+                                    trainable=m.trainable)
     bridge = dataclasses.replace(bridge, model=model_cfg)
     log.info("rl: initialized from %s (SFT step %s)", directory, extra.get("step"))
     return model_cfg, bridge, params

@@ -1,0 +1,86 @@
+"""`sft.init_from`: start SFT from another run's weights (an SFT run or an imported openpi checkpoint).
+
+    cfg = resolve_config(cfg)                  # an empty model.tokenizer_path takes the source's
+    state = load_into(cfg, state, mesh)        # the source's params (its EMA when kept) into `state`
+
+The source directory is what `vlajax.train sft` or `python -m vlajax.models.import_openpi`
+writes: `config.json`, `policy.json` and Orbax steps (the newest is used). Its model must have
+this run's parameter shapes: a leaf missing on either side or of another shape is a
+`ConfigError` naming its path, before anything trains. The optimizer state, step and EMA of
+`state` start fresh (the EMA, when kept, starts at the loaded params).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from vlajax import checkpoint
+from vlajax.config import ConfigError, TrainConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["resolve_config", "load_into"]
+
+
+def _source(cfg: TrainConfig) -> tuple[str, TrainConfig]:
+    from vlajax.run_files import load_config
+
+    directory = os.path.abspath(os.path.expanduser(cfg.sft.init_from))
+    try:
+        return directory, load_config(directory)
+    except FileNotFoundError as e:
+        raise ConfigError(f"sft.init_from: {e}") from None
+
+
+def resolve_config(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with an empty `model.tokenizer_path` filled from the source run's (pi families)."""
+    if not cfg.sft.init_from or cfg.model.tokenizer_path or cfg.model.family == "vla":
+        return cfg
+    _, src = _source(cfg)
+    return cfg.replace(model=dataclasses.replace(cfg.model, tokenizer_path=src.model.tokenizer_path))
+
+
+def _flat(tree: Any) -> dict[str, Any]:
+    return {"/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def load_into(cfg: TrainConfig, state: Any, mesh) -> Any:
+    """`state` (a fresh `TrainState`) with params (and EMA) from `cfg.sft.init_from`'s newest step."""
+    from vlajax.policy import Bridge
+    from vlajax.run_files import abstract_train_state
+
+    directory, src_cfg = _source(cfg)
+    try:
+        bridge = Bridge.load(directory)
+    except FileNotFoundError as e:
+        raise ConfigError(f"sft.init_from: {e}") from None
+    target, _ = abstract_train_state(src_cfg, bridge.cameras, mesh)
+    ours, theirs = _flat(state.params), _flat(target.params)
+    bad = [f"{k} {tuple(ours[k].shape)} vs {tuple(theirs[k].shape)}" for k in ours
+           if k in theirs and tuple(ours[k].shape) != tuple(theirs[k].shape)]
+    missing, extra = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
+    if bad or missing or extra:
+        what = (f"shapes differ: {bad[:3]}" if bad else
+                f"leaves missing there: {missing[:3]}" if missing else f"leaves only there: {extra[:3]}")
+        raise ConfigError(f"sft.init_from={directory}: its model ({src_cfg.model.name}) does not match "
+                          f"model={cfg.model.name}: {what}")
+    ckpt = checkpoint.Checkpointer(directory, async_save=False)
+    try:
+        restored, extra_json = ckpt.restore(target)
+    except FileNotFoundError as e:
+        raise ConfigError(f"sft.init_from: {e}") from None
+    finally:
+        ckpt.close()
+    params = restored.ema_params if restored.ema_params is not None else restored.params
+    params = jax.tree.map(lambda new, old: jax.device_put(jnp.asarray(new, old.dtype), old.sharding), params,
+                          state.params)  # onto this run's shardings (the step is jitted with them)
+    ema = None if state.ema_params is None else jax.tree.map(jnp.copy, params)
+    log.info("sft: initialized from %s (step %s)", directory, extra_json.get("step"))
+    return state.replace(params=params, ema_params=ema)
