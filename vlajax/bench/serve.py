@@ -116,19 +116,27 @@ async def _measure(url: str, clients: int, warmup_s: float, seconds: float) -> d
             "mean_batch": float(np.mean(batch)) if batch else 0.0, "errors": errors[:3]}
 
 
-def _start_server(checkpoint: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
+def _start_server(checkpoint: str, extra: list[str], log_path: str) -> tuple[subprocess.Popen, str]:
+    """`python -m vlajax.serve` on a free port (stderr to `log_path`). -> (process, ws url)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("XLA_FLAGS", None)  # one CPU device, as a user runs it
-    proc = subprocess.Popen([sys.executable, "-m", "vlajax.serve", "--checkpoint", checkpoint, "--port", "0", *extra],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    with open(log_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "vlajax.serve", "--checkpoint", checkpoint, "--port", "0",
+                                 *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
-    try:
-        line = lines.get(timeout=900)
-    except queue.Empty:
-        proc.kill()
-        raise RuntimeError("the server did not start within 900 s") from None
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            line = lines.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                with open(log_path) as f:
+                    tail = "".join(f.readlines()[-15:])
+                raise RuntimeError(f"the server did not start (exit code {proc.poll()}):\n{tail}") from None
     if not line.startswith("serving "):
         proc.kill()
         raise RuntimeError(f"unexpected server output {line!r}")
@@ -190,7 +198,8 @@ def main(argv: list[str]) -> int:
         if not ckpt:
             cfg = cfg.replace(checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False))
             ckpt = write_init_checkpoint(os.path.join(tmp, "checkpoints"), cfg)
-        proc, url = _start_server(ckpt, ["--max-batch", str(a.max_batch), "--max-wait-ms", str(a.max_wait_ms)])
+        proc, url = _start_server(ckpt, ["--max-batch", str(a.max_batch), "--max-wait-ms", str(a.max_wait_ms)],
+                                  os.path.join(tmp, "server.log"))
         try:
             rows = []
             for c in a.clients:

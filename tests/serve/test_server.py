@@ -1,0 +1,190 @@
+"""The server under load and abuse: metadata, health check, cross-client batching without
+recompiles, and the bad-input table while a well-behaved client is served throughout."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import urllib.request
+
+import msgpack
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+
+from tests.serve.conftest import ServerThread
+from vlajax.serve.app import ServeArgs
+from vlajax.serve.codec import pack, unpack
+
+LIMIT_MB = 0.25
+
+
+@pytest.fixture(scope="module")
+def served(policy_checkpoint):
+    s = ServerThread(ServeArgs(checkpoint=policy_checkpoint, port=0, max_batch=4, max_wait_ms=20,
+                               max_message_mb=LIMIT_MB))
+    yield s
+    s.stop()
+
+
+@contextlib.contextmanager
+def _open(url):
+    """(connection, metadata) of a new raw websocket client."""
+    with connect(url, compression=None, max_size=None, open_timeout=30) as ws:
+        yield ws, unpack(ws.recv(timeout=30))
+
+
+def _good(meta, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = {}
+    for key, e in meta["observation"].items():
+        if e["dtype"] == "str":
+            obs[key] = "press the button"
+        elif e["dtype"] == "uint8":
+            obs[key] = rng.integers(0, 256, tuple(e["shape"]), dtype=np.uint8)
+        else:
+            obs[key] = rng.standard_normal(tuple(e["shape"])).astype(np.float32)
+    return obs
+
+
+def test_metadata_names_every_key_and_the_action_shape(served):
+    with _open(served.url) as (ws, meta):
+        assert meta["observation"]["pixels/agentview"] == {"shape": [32, 32, 3], "dtype": "uint8",
+                                                           "camera": "agentview"}
+        assert meta["observation"]["state"] == {"shape": [8], "dtype": "float32"}
+        assert meta["observation"]["prompt"]["dtype"] == "str"
+        assert meta["action"]["shape"] == [4, 4] and meta["batching"]["buckets"] == [1, 2, 4]
+        ws.send(pack(_good(meta)))
+        out = unpack(ws.recv(timeout=60))
+        assert out["actions"].shape == (4, 4) and out["actions"].dtype == np.float32
+        assert np.all(np.abs(out["actions"]) <= 1) and out["server_timing"]["batch_size"] >= 1
+
+
+def test_health_check(served):
+    port = served.server.port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+        assert r.status == 200 and r.read() == b"OK\n"
+
+
+def test_concurrent_clients_are_batched_without_recompiles(served):
+    traces = served.server.policy.traces
+    assert traces == 3  # buckets 1, 2, 4 compiled at start-up
+    before = sum(served.server.worker.batcher.batch_hist.values())
+    results, errors = [], []
+
+    def client(i):
+        try:
+            with _open(served.url) as (ws, meta):
+                for k in range(6):
+                    ws.send(pack(_good(meta, seed=10 * i + k)))
+                    out = unpack(ws.recv(timeout=60))
+                    results.append(out["server_timing"]["batch_size"])
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(results) == 48
+    assert max(results) > 1  # requests of different connections shared a batch
+    assert sum(served.server.worker.batcher.batch_hist.values()) > before
+    assert served.server.policy.traces == traces  # no recompiles under load
+
+
+def _ndarray_map(dtype, shape, data):
+    return {b"__ndarray__": True, b"data": data, b"dtype": dtype, b"shape": shape}
+
+
+BAD = [  # name, message builder(meta) -> bytes | str, expected fragment of the error text
+    ("missing key", lambda m: pack({k: v for k, v in _good(m).items() if k != "pixels/wrist"}),
+     "missing key 'pixels/wrist'"),
+    ("wrong image shape", lambda m: pack({**_good(m), "pixels/agentview": np.zeros((16, 16, 3), np.uint8)}),
+     "'pixels/agentview' has shape (16, 16, 3); expected (32, 32, 3)"),
+    ("wrong image dtype", lambda m: pack({**_good(m), "pixels/agentview": np.zeros((32, 32, 3), np.float32)}),
+     "'pixels/agentview' has dtype float32"),
+    ("non-finite state", lambda m: pack({**_good(m), "state": np.array([0, 1, np.nan, 0, np.inf, 0, 0, 0],
+                                                                        np.float32)}),
+     "non-finite values at indices [2, 4]"),
+    ("unknown prompt token", lambda m: pack({**_good(m), "tokenized_prompt": np.array([1, 9999], np.int32)}),
+     "unknown prompt token id(s) [9999]"),
+    ("prompt not text", lambda m: pack({**_good(m), "prompt": 5}), "'prompt' must be a string"),
+    ("not msgpack", lambda m: b"\xc1\xc1\xc1", "not a msgpack-numpy message"),
+    ("text frame", lambda m: "hello", "expected a binary msgpack-numpy observation"),
+    ("object array", lambda m: msgpack.packb({**{k: v for k, v in _good(m).items() if k != "state"},
+                                              "state": _ndarray_map("|O", [1], b"\0" * 8)}, default=_np_default),
+     "array dtype object is not accepted"),
+    ("truncated array", lambda m: msgpack.packb({"state": _ndarray_map("<f4", [8], b"\0" * 5)}),
+     "needs 32 bytes, got 5"),
+    ("giant message", lambda m: pack({**_good(m), "junk": np.zeros(int(LIMIT_MB * 2**20) + 1, np.uint8)}),
+     "exceeds the server's limit"),
+    ("not a map", lambda m: pack([1, 2, 3]), "observation must be a map"),
+]
+
+
+
+def _np_default(obj):
+    return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": list(obj.shape)}
+
+
+def test_bad_input_table_while_a_good_client_is_served(served):
+    stop = threading.Event()
+    good = {"ok": 0, "errors": []}
+
+    def well_behaved():
+        with _open(served.url) as (ws, meta):
+            for i in range(10_000):  # bounded; ends when the table is done
+                if stop.is_set():
+                    break
+                ws.send(pack(_good(meta, seed=i)))
+                out = ws.recv(timeout=60)
+                if isinstance(out, str):
+                    good["errors"].append(out)
+                else:
+                    good["ok"] += 1
+
+    t = threading.Thread(target=well_behaved)
+    t.start()
+    try:
+        rows = []
+        for name, build, _ in BAD:
+            with _open(served.url) as (ws, meta):
+                ws.send(build(meta))
+                reply = ws.recv(timeout=60)
+                ok_after = False
+                if isinstance(reply, str):  # the same connection keeps being served
+                    ws.send(pack(_good(meta)))
+                    ok_after = not isinstance(ws.recv(timeout=60), str)
+            rows.append((name, reply if isinstance(reply, str) else "<binary>", ok_after))
+        # a client that disconnects while its request is being served
+        for _ in range(3):
+            with _open(served.url) as (ws, meta):
+                ws.send(pack(_good(meta)))  # and gone before the answer
+        n_before = good["ok"]
+        deadline = time.monotonic() + 60
+        while good["ok"] < n_before + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(120)
+    for (name, reply, ok_after), (_, _, fragment) in zip(rows, BAD):
+        assert reply.startswith("error: ") and fragment in reply, (name, reply)
+        assert ok_after, name
+    assert good["errors"] == [] and good["ok"] >= n_before + 3
+    assert served.server.policy.traces == 3
+
+
+def test_remote_policy_keeps_requests_in_flight_and_in_order(served):
+    from vlajax.serve.client import RemotePolicy, ServerError
+
+    with RemotePolicy(served.url, connections=3) as policy:
+        obs = [_good(policy.metadata, seed=i) for i in range(7)]
+        many = policy.infer_many(obs)
+        assert len(many) == 7 and all(m["actions"].shape == (4, 4) for m in many)
+        # deterministic sampling: each answer is the one its own observation gets alone
+        for i in (0, 6):
+            np.testing.assert_allclose(policy.infer(obs[i])["actions"], many[i]["actions"], atol=1e-5)
+        with pytest.raises(ServerError, match="missing key 'state'"):
+            policy.infer({k: v for k, v in obs[0].items() if k != "state"})
