@@ -13,6 +13,8 @@ Phases (each is the documented command, run as its own process):
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
+Each phase's output streams to the terminal (indented; the RL phase reports updates, env
+steps/s, staleness and success at least every 30 s) and to `<out>/logs/<phase>.log`.
 `VLAJAX_QUICKSTART_DIR` sets the output folder (default `runs/quickstart`);
 `VLAJAX_QUICKSTART_SIZE=smoke` shrinks every phase to a few steps (a wiring check, not a
 learning run).
@@ -21,6 +23,7 @@ learning run).
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -38,17 +41,31 @@ SIZES = {
 
 
 def _run(phase: str, args: list[str], log_path: str) -> None:
+    """Run one phase's command; its output goes to the terminal (indented) and to `log_path` as it comes."""
     cmd = [sys.executable, "-m", "vlajax.train", *args]
     print(f"[quickstart] {phase}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.time()
-    with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                      text=True, bufsize=1, env=env) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            print(f"  {line}", end="", flush=True)
     if proc.returncode:
         with open(log_path) as f:
             tail = f.read().splitlines()[-20:]
         raise SystemExit(f"[quickstart] {phase} failed (exit {proc.returncode}); last lines of {log_path}:\n"
                          + "\n".join(tail))
     print(f"[quickstart] {phase} done in {time.time() - t0:.0f} s (log: {log_path})", flush=True)
+
+
+def _check_report_deps() -> None:
+    """The report needs the `report` extra; say so before the phases run, not after."""
+    missing = [m for m in ("matplotlib", "tensorboard") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"error: the quickstart's report needs {' and '.join(missing)}: "
+                         "pip install 'vlajax[report]' (`make quickstart` installs it)")
 
 
 def _eval_table(path: str) -> dict:
@@ -94,6 +111,7 @@ def _curves(tb_dirs: dict[str, str], out_png: str) -> list[str]:
 
 def main() -> int:
     size = SIZES[os.environ.get("VLAJAX_QUICKSTART_SIZE", "default")]
+    _check_report_deps()
     if os.path.isdir(OUT):
         print(f"[quickstart] removing the previous quickstart run in {OUT}", flush=True)
         shutil.rmtree(OUT)
