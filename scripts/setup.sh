@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or refreshes) the project's virtual environment with Python 3.12 and installs
 # vlajax in editable mode with its dev tools and the quickstart's report extra. Idempotent:
-# re-running only reinstalls when
-# pyproject.toml changed (the Makefile's stamp file decides).
+# re-running only reinstalls when pyproject.toml changed (the Makefile's stamp file decides).
 set -euo pipefail
 venv="${1:-.venv}"
 here="$(cd "$(dirname "$0")/.." && pwd)"
