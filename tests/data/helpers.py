@@ -9,8 +9,8 @@ import numpy as np
 
 from vlajax.data.writer import LeRobotWriter, image_feature, video_feature
 
-# Written by the real lerobot 0.6.1; shared/ sits beside the repository (also in CI).
-FIXTURE = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../shared/fixtures/lerobot-v3.0-images"))
+# Written by the real lerobot 0.6.1, kept in the repository (provenance: tests/fixtures/README.md).
+FIXTURE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "fixtures", "lerobot-v3.0-images"))
 TASKS = ("pick up the red cube and place it in the bowl", "push the green block to the left")
 LENGTHS = (6, 7, 8)
 AGENT, WRIST = "observation.images.agentview", "observation.images.wrist"
