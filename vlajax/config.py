@@ -53,7 +53,6 @@ def parse_errors() -> Iterator[None]:
         _PARSING.reset(token)
 
 
-
 # ----------------------------------------------------------------------------------------
 # Sharding rules (data, not code)
 # ----------------------------------------------------------------------------------------
@@ -425,7 +424,7 @@ class RLConfig:
     value_coef: float = 0.5  # value-loss weight (PPO)
     value_clip: float = 0.0  # clip the value around the old value (0 = off)
     entropy_coef: float = 0.0  # entropy bonus weight
-    kl_coef: float = 0.0  # KL penalty to the reference (initial) policy
+    kl_coef: float = 0.0  # KL penalty to the reference policy: the run's initial params (init_from or fresh), frozen
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
     # above the cap: 'truncate' to the cap (verl's truncated IS; beat 'drop' at 6/6 paired points on the
     # goal suite at staleness 1, docs/async.md) or 'drop' the sample (AReaL)
@@ -613,8 +612,6 @@ class TrainConfig:
                 self.data.batch_size % m.dp == 0,
                 f"data.batch_size={self.data.batch_size} is not divisible by mesh.dp={m.dp}",
             )
-        _check(self.rl.kl_coef == 0, f"rl.kl_coef={self.rl.kl_coef}: the trainers compute no reference-policy "
-               "log-probs yet, so the KL penalty cannot be applied; leave rl.kl_coef at 0")
         _check(not (self.pipeline.enabled and self.pipeline.num_slots > 1 and self.rl.algo == "ppo"
                     and self.rl.critic == "privileged"),
                f"rl.critic='privileged' with pipeline.num_slots={self.pipeline.num_slots}: the env slots carry no "

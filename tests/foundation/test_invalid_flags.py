@@ -16,7 +16,6 @@ CASES = [  # (command and flags, words the error line must contain)
     (("rl", "--preset", "rl-debug", "--rl.algo", "ppo", "--rl.advantage", "rloo"), "needs rl.algo='grpo'"),
     (("rl", "--preset", "rl-async-debug", "--rl.algo", "ppo", "--rl.critic", "privileged",
       "--pipeline.num-slots", "2"), "privileged observations"),
-    (("rl", "--preset", "rl-debug", "--rl.kl-coef", "0.1"), "rl.kl_coef=0.1"),
     (("smoke", "--mesh.dp", "3"), "is not divisible by mesh.dp=3"),  # a contradiction found by tyro's parse
 ]
 

@@ -111,6 +111,22 @@ def test_streaming_keeps_maxima_and_honours_target_kl():
         _close(s.params, state.params, tol=0)
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_kl_penalty_to_the_frozen_initial_policy_is_zero_first_then_grows(streaming):
+    cfg, actor, state = _setup(kl_coef=0.5)
+    items = _items(actor, state.params)
+    dev = jax.devices()[0]
+    trainer = Trainer(cfg, actor, dev, streaming, True, ref_params=jax.tree.map(jnp.copy, state.params))
+    kls = []
+    for _ in range(4):
+        state, m = trainer(state, iter(items))
+        kls.append(m["kl_ref"])
+    assert kls[0] < 1e-7  # update 0: the policy is the reference
+    assert kls[-1] > 1e-5 and kls[-1] > kls[1] > kls[0]  # it moves away, and the penalty sees it
+    with pytest.raises(ValueError, match="ref_params"):
+        Trainer(cfg, actor, dev, streaming, True)
+
+
 def test_streaming_refuses_advantages_standardized_over_the_global_batch():
     for mode in ("batch", "minibatch"):
         cfg, actor, _ = _setup(normalize_advantages=mode)

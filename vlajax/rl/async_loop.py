@@ -40,9 +40,7 @@ so a resumed run continues the same key streams. The collect path keeps a copy o
 state each unconsumed call started from and saves the one of the first unconsumed call, so a
 resumed run replays the calls whose samples were produced but not consumed (exact resume).
 Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window metrics every
-`logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`); on the terminal
-(`logging.progress`) updates, env steps/s, staleness and success at least every 30 s
-(`vlajax.rl.async_progress`).
+`logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`).
 """
 
 from __future__ import annotations
@@ -52,6 +50,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -65,13 +64,13 @@ from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import MetricsLogger
 from vlajax.pipeline.buffer import Trajectory
+from vlajax.pipeline.lanes import RunAborted
 from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
-from vlajax.rl.async_progress import AsyncProgress
 from vlajax.rl.async_workload import RLWorkload, Trainer, check_streaming
 from vlajax.train_state import TrainState
 
@@ -198,6 +197,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
         return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
 
     state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+    # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
+    ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
     update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                         in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
                         donate_argnums=(1,))
@@ -238,11 +239,11 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     rollout_sharding = (state_shardings.params if colocated and hosts is None
                         else NamedSharding(placement.rollout_mesh, PartitionSpec()))
     trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
-                      prepare=None if hosts is None else hosts.to_global, update_fn=update_fn)
+                      prepare=None if hosts is None else hosts.to_global, update_fn=update_fn, ref_params=ref_params)
     trainer.updates = counters.updates
     if slots:
         work = RLWorkload(roll_cfg, setup)
-        reset, step, infer = work.env(p.num_slots, None)
+        reset, step, infer = work.env(p.num_slots, None, start=counters.updates)  # resumed: new key streams
         per = roll_cfg.env.num_envs // p.num_slots
         slot_rollout = SlotRollout(p, reset=reset, step=step, infer=infer, horizon=cfg.rl.rollout_length,
                                    samples_per_slot=per * cfg.rl.rollout_length,
@@ -270,15 +271,13 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     evals: list[dict] = []
     steps_box = [env_steps]
     consumed = [0]  # env steps of the samples trained on in this run (all processes)
-    progress = AsyncProgress(total, f"rl async {cfg.name}", cfg.logging.progress, cfg.logging.every_steps,
-                             counters.updates, env_steps=timeline.total_env_steps)
 
     def save(runner: AsyncRunner, force: bool) -> None:
         c = runner.counters
         if collect is not None:  # one collect call per micro-batch: the calls consumed so far
             calls, env_copy = collect.snapshot(c.updates * p.require_batches)
         else:
-            calls, env_copy = c.sample_calls, None
+            calls, env_copy = runner.resume_counters().sample_calls, None  # rounds consumed, not started
         extra = {"counters": {"updates": c.updates, "version": c.version, "sample_calls": calls},
                  "env_steps": steps_box[0], "seed": cfg.seed, "config": cfg.name, "iteration": c.updates}
         ckpt.save(c.updates, pack(runner.state, env_copy), force=force, extra=extra)
@@ -288,23 +287,24 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
         m = dict(record["metrics"])
         if collect is not None:  # update u trained on collect calls (u - 1) * rb .. u * rb - 1
             m |= collect.consumed_metrics(range((u - 1) * p.require_batches, u * p.require_batches))
-        produced = int(sum(n for _, n in list(timeline.env_steps)))  # by this process so far
+        produced = timeline.total_env_steps()  # by this process so far (O(1))
         used = int(record["env_steps"])
         if hosts is not None:  # every process's trainer is here after the same update: sum over them
             produced, used = hosts.sum([produced, used])
         steps_box[0] = env_steps + float(produced)  # produced so far
         consumed[0] += used
-        m |= {"staleness_max": float(max(record["staleness"])), "version": float(record["version"])}
+        m |= {"staleness_max": float(max(record["staleness"])), "version": float(record["version"]),
+              "staleness_updates_max": float(max((s for s in record["staleness_updates"] if s is not None), default=0))}
         logger.scalars(u, m, prefix="train/")
         reporter(u)
-        progress.update(u, m["staleness_max"], m.get("success"))
         if main:
             with open(json_path, "a") as f:
                 f.write(json.dumps({"update": u, "train": m}) + "\n")
         save(runner, force=u in (total, end))
         if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
-            evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0], step_name="update"))
-            progress.evaluated(evals[-1]["mean_success"])
+            with runner.trainer_lane.heartbeat():  # evaluating in the trainer lane: busy, not stalled
+                evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0],
+                                               step_name="update"))
         if u >= end:
             runner.lifetime.stop()
 
@@ -321,16 +321,17 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
                          publish_sharding=None if hosts is None else hosts.repl,
                          sync_peers=None if hosts is None else hosts.barrier)
     t0 = time.perf_counter()
+    if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 of the curve (as in sync)
+        evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
     try:
-        with progress:  # the terminal hears from the run at least every 30 s
-            if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 (as in sync)
-                evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
-                progress.evaluated(evals[-1]["mean_success"])
-            status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
+        status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
         ckpt.wait()
     finally:
-        ckpt.close()
-        logger.close()
+        if runner.group.alive:  # a lane outlived its stop: closing under it could corrupt a checkpoint
+            log.error("rl async: lanes %s still running; checkpointer and logger left open", runner.group.alive)
+        else:
+            ckpt.close()
+            logger.close()
     version, rollout_params = runner.weights.latest()
     checksum = float(jax.jit(_abs_sum)(rollout_params))  # reduced on device: no weight copy to the host
     log.info("rl async: process %d: %s after %d updates; rollout weights version %d (checksum %.9g); "
@@ -356,13 +357,17 @@ def _short(summary: dict) -> dict:
 
 
 def run_async(cfg: TrainConfig) -> int:
-    """The `rl` command with `--pipeline.enabled true`; 0 on success, 1 on a non-finite update."""
-    return rl_setup.run_and_report(cfg, train_async, _short)
+    """The `rl` command with `--pipeline.enabled true`; 0 on success, 1 on a non-finite update.
+    A second SIGTERM / Ctrl-C exits at once (code 130) without waiting for threads or writes:
+    the newest complete checkpoint is the one to resume from."""
+    try:
+        return rl_setup.run_and_report(cfg, train_async, _short)
+    except RunAborted as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        os._exit(130)
 
 
 if __name__ == "__main__":
-    import sys
-
     from vlajax.train import parse
 
     sys.exit(run_async(parse("rl", sys.argv[1:])))

@@ -200,10 +200,14 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig, actor: actors.Actor, device: Any, streaming: bool,
-                 use_rollout_log_probs: bool, prepare=None, update_fn=None):
+                 use_rollout_log_probs: bool, prepare=None, update_fn=None, ref_params: Any = None):
         if streaming:
             check_streaming(cfg)
+        if cfg.rl.kl_coef > 0 and ref_params is None:
+            raise ValueError("rl.kl_coef > 0 needs the reference policy's params (ref_params)")
         self.cfg, self.device, self.streaming = cfg, device, streaming
+        self.ref_params = ref_params if cfg.rl.kl_coef > 0 else None
+        self._ref = jax.jit(functools.partial(learner.with_reference, actor.logp_value))
         self.prepare = prepare
         self.updates = 0
         lv = actor.logp_value
@@ -247,6 +251,8 @@ class Trainer:
             batch = batches[0] if len(batches) == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs), *batches)
             if self._prox is not None:
                 batch = self._prox(state.params, batch, jax.random.fold_in(k_update, 7))
+            if self.ref_params is not None:
+                batch = self._ref(self.ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
             state, metrics = self.update_fn(k_update, state, batch)
         else:
             acc = None
@@ -255,6 +261,8 @@ class Trainer:
                 key = jax.random.fold_in(k_update, i)
                 if self._prox is not None:
                     batch = self._prox(state.params, batch, jax.random.fold_in(key, 7))
+                if self.ref_params is not None:
+                    batch = self._ref(self.ref_params, batch, jax.random.fold_in(key, learner.REF_STREAM))
                 out = self._grads(state.params, batch, key)
                 acc = out if acc is None else self._add(acc, out)
             state, metrics = self._finish(state, *acc)

@@ -49,8 +49,8 @@ from vlajax.train_state import TrainState
 
 __all__ = [
     "LogpValueFn", "NonFiniteError", "make_optimizer", "critic_warmup", "flatten_decisions", "normalize_advantages",
-    "explained_variance", "compute_gradients", "accumulate_gradients", "apply_gradients", "update",
-    "recompute_log_probs", "check_finite",
+    "with_reference", "REF_STREAM", "explained_variance", "compute_gradients", "accumulate_gradients",
+    "apply_gradients", "update", "recompute_log_probs", "check_finite",
 ]
 
 LogpValueFn = Callable[[Any, dict, jax.Array], tuple[jax.Array, jax.Array | None, jax.Array | None]]
@@ -324,6 +324,15 @@ def recompute_log_probs(logp_value_fn: LogpValueFn, params: Any, batch: dict, rn
 
     logp, value = jax.lax.map(one, (parts, keys))
     return _unsplit(logp), (None if value is None else _unsplit(value))
+
+
+REF_STREAM = 11  # fold_in of an update's key for its reference log-probs
+
+
+def with_reference(logp_value_fn: LogpValueFn, ref_params: Any, batch: dict, rng: jax.Array) -> dict:
+    """`batch` plus `ref_logp` [N]: the log-probs of its actions under the frozen reference
+    policy `ref_params` (the run's initial params: the KL penalty of `rl.kl_coef`)."""
+    return batch | {"ref_logp": jax.lax.stop_gradient(recompute_log_probs(logp_value_fn, ref_params, batch, rng)[0])}
 
 
 def check_finite(metrics: dict[str, Any], step: int | None = None) -> None:

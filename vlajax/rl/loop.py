@@ -82,6 +82,9 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
 
     state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
+    # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
+    ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
+    ref_fn = jax.jit(functools.partial(learner.with_reference, setup.actor.logp_value))
     collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
     update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                         in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
@@ -119,7 +122,10 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                 t0 = time.perf_counter()
                 k_collect, k_update = iteration_keys(cfg.seed, it)
                 env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
-                state, metrics = update_fn(k_update, state, learner.critic_warmup(cfg.rl, it, batch))
+                batch = learner.critic_warmup(cfg.rl, it, batch)
+                if ref_params is not None:
+                    batch = ref_fn(ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
+                state, metrics = update_fn(k_update, state, batch)
                 host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
                 learner.check_finite(host, it + 1)  # raises before this iteration is saved
                 done = it + 1
