@@ -19,6 +19,7 @@ SIGTERM / SIGINT: stop accepting, answer every request already received, close, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http
 import logging
 import signal
@@ -133,7 +134,8 @@ class PolicyServer:
         future = loop.create_future()
 
         def done(result: Any) -> None:  # called from the inference thread
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
+            with contextlib.suppress(RuntimeError):  # the loop already closed (drain timed out)
+                loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
 
         self.in_flight += 1  # until the answer is sent: draining waits for it
         try:
