@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = (
     ("vlajax.pipeline", ("vlajax.rl", "vlajax.sft", "vlajax.evaluate", "vlajax.train", "vlajax.bench")),
     ("vlajax.models", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluate", "vlajax.train",
-                       "vlajax.data", "vlajax.bench")),
+                       "vlajax.bench")),
     ("vlajax.envs", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluate", "vlajax.train",
                      "vlajax.models", "vlajax.bench")),
     ("vlajax.data", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluate", "vlajax.train",
