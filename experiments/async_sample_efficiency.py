@@ -18,7 +18,7 @@ initialization. Then, at the same budget of
 updates plus update 0, `eval_episodes` deterministic episodes each, the loop's closed-loop eval):
 
 - sync: `vlajax.rl.loop.train` (the code path of `python -m vlajax.train rl`) with seeds `sync_seeds`;
-- async: `vlajax.rl.async_loop.train_async` (`--pipeline.enabled true`) with seed `async_seed`,
+- async: `vlajax.rl.async_loop.train_async` (`--pipeline.enabled`) with seed `async_seed`,
   `slots` env slots, `staleness_threshold` (1: rollout may run one sync window ahead, staleness <=
   1), partial rollout, no streaming (the same PPO epochs x minibatches as sync) and decoupled PPO
   (`use_rollout_log_probs=False`: behaviour = rollout log-probs, proximal = recomputed).
@@ -55,7 +55,6 @@ work dir (written with the same experiment) instead of running it again, then co
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -63,13 +62,14 @@ import os
 import shutil
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
+from vlajax import cli  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,22 +476,27 @@ def _parse_runs(text: str) -> list[tuple[str, int]]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    debug: bool = False
+    workload: Literal['mlp', 'grpo-tokens'] = "mlp"
+    init_from: str | None = None  # grpo-tokens: the SFT checkpoint directory
+    json: str = "runs/experiments/async_sample_efficiency.json"
+    plot: str = "runs/experiments/async_sample_efficiency.png"
+    md: str = "runs/experiments/async_sample_efficiency.md"
+    work_dir: str = "runs/experiments/async_sample_efficiency"
+    bc_steps: int | None = None  # warm-start Adam steps (default: the config's)
+    runs: str | None = None  # only these runs, e.g. sync:0,async:0 (no comparison)
+    reuse: bool = False  # load runs already saved in --work-dir
+    extra_async_seeds: str = ""  # more async seeds, checked against the band, e.g. 1,2
+    behaviour_weight_mode: Literal['drop', 'truncate'] | None = None
+    """grpo-tokens: rl.behaviour_weight_mode of the runs (only async uses it)"""
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--debug", action="store_true")
-    ap.add_argument("--workload", choices=("mlp", "grpo-tokens"), default="mlp")
-    ap.add_argument("--init-from", default=None, help="grpo-tokens: the SFT checkpoint directory")
-    ap.add_argument("--json", default="runs/experiments/async_sample_efficiency.json")
-    ap.add_argument("--plot", default="runs/experiments/async_sample_efficiency.png")
-    ap.add_argument("--md", default="runs/experiments/async_sample_efficiency.md")
-    ap.add_argument("--work-dir", default="runs/experiments/async_sample_efficiency")
-    ap.add_argument("--bc-steps", type=int, default=None, help="warm-start Adam steps (default: the config's)")
-    ap.add_argument("--runs", default=None, help="only these runs, e.g. sync:0,async:0 (no comparison)")
-    ap.add_argument("--reuse", action="store_true", help="load runs already saved in --work-dir")
-    ap.add_argument("--extra-async-seeds", default="", help="more async seeds, checked against the band, e.g. 1,2")
-    ap.add_argument("--behaviour-weight-mode", choices=("drop", "truncate"), default=None,
-                    help="grpo-tokens: rl.behaviour_weight_mode of the runs (only async uses it)")
-    a = ap.parse_args()
+    a = cli.parse(Args, None, description=__doc__.split("\n")[0])
     from vlajax import compile_cache
 
     compile_cache.enable()

@@ -8,12 +8,12 @@ virtual: a ratio moves where jitted work is placed, not how many cores it gets, 
 idle ratios rather than expecting D-VLA's GPU scaling. Writes JSON and a markdown table.
 """
 
-import argparse
 import dataclasses
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.async_common import Sweep, run_sweep  # noqa: E402
+from vlajax import cli  # noqa: E402
 
 
 def get_config(debug: bool = False) -> Sweep:
@@ -28,9 +28,14 @@ def get_config(debug: bool = False) -> Sweep:
     return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=2, repeats=1) if debug else sweep
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    debug: bool = False
+    json: str = "runs/experiments/dvla_placement_ratio.json"
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--debug", action="store_true")
-    ap.add_argument("--json", default="runs/experiments/dvla_placement_ratio.json")
-    a = ap.parse_args()
+    a = cli.parse(Args, None, description=__doc__.split("\n")[0])
     run_sweep(get_config(a.debug), a.json)

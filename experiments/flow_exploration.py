@@ -21,7 +21,6 @@ Token head: sampling at temperature 1 (every bit of its spread is scored).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -33,8 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from vlajax import compile_cache, sharding  # noqa: E402
+from vlajax import cli, compile_cache, sharding  # noqa: E402
 from vlajax.config import get_config  # noqa: E402
 from vlajax.models import heads  # noqa: E402
 from vlajax.models.vla import VLA  # noqa: E402
@@ -117,16 +115,21 @@ def run(flow_from: str, tokens_from: str, noise_levels: list[float], probe: Prob
             "command": " ".join(["experiments/flow_exploration.py", *sys.argv[1:]])}
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    flow_from: str  # flow-head SFT checkpoint directory
+    tokens_from: str = ""  # token-head SFT checkpoint directory (optional)
+    noise_levels: str = "0.5,0.2"  # flow_sde noise levels, comma-separated
+    json: str = "runs/experiments/flow_exploration.json"
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--flow-from", required=True, help="flow-head SFT checkpoint directory")
-    ap.add_argument("--tokens-from", default="", help="token-head SFT checkpoint directory (optional)")
-    ap.add_argument("--noise-levels", default="0.5,0.2", help="flow_sde noise levels, comma-separated")
-    ap.add_argument("--json", default="runs/experiments/flow_exploration.json")
-    a = ap.parse_args()
+    a = cli.parse(Args, None, description=__doc__.split("\n")[0])
     for d in (a.flow_from, a.tokens_from):
         if d and not os.path.isdir(d):
-            ap.error(f"not a directory: {d}")
+            cli.error(f"not a directory: {d}")
     compile_cache.enable()
     out = run(a.flow_from, a.tokens_from, [float(x) for x in a.noise_levels.split(",")], Probe())
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)

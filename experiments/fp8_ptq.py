@@ -15,7 +15,6 @@ Writes JSON plus a markdown table next to it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -24,6 +23,7 @@ import tempfile
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.outputs import write_results  # noqa: E402
+from vlajax import cli  # noqa: E402
 
 SFT_CHECKPOINT = "runs/sft-small/checkpoints"
 
@@ -106,9 +106,14 @@ def run(cfg: Config, json_path: str) -> dict:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    debug: bool = False  # the tiny preset, 2 fit steps (tests)
+    json: str = "runs/experiments/fp8_ptq.json"
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--debug", action="store_true", help="the tiny preset, 2 fit steps (tests)")
-    ap.add_argument("--json", default="runs/experiments/fp8_ptq.json")
-    a = ap.parse_args()
+    a = cli.parse(Args, None, description=__doc__.split("\n")[0])
     run(get_config(a.debug), a.json)

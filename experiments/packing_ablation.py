@@ -14,7 +14,6 @@ plus a markdown table next to it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import sys
@@ -23,6 +22,7 @@ from unittest import mock
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.outputs import write_results  # noqa: E402
+from vlajax import cli  # noqa: E402
 
 MODES = ("fixed", "dynamic", "packed")
 
@@ -97,9 +97,14 @@ def run(cfg: Config, json_path: str) -> dict:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    debug: bool = False  # tiny model, one batch per mode (tests)
+    json: str = "runs/experiments/packing_ablation.json"
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--debug", action="store_true", help="tiny model, one batch per mode (tests)")
-    ap.add_argument("--json", default="runs/experiments/packing_ablation.json")
-    a = ap.parse_args()
+    a = cli.parse(Args, None, description=__doc__.split("\n")[0])
     run(get_config(a.debug), a.json)

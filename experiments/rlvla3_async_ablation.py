@@ -8,12 +8,12 @@ then up to +85% with training async and streaming on LIBERO; here the CPU-bound 
 latency model around the real MJX step. Writes JSON and a markdown table (`.md` beside it).
 """
 
-import argparse
 import dataclasses
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.async_common import Sweep, run_sweep  # noqa: E402
+from vlajax import cli  # noqa: E402
 
 MODES = ("sync", "rollout_async", "train_async+rollout_async", "+streaming")
 
@@ -25,9 +25,14 @@ def get_config(debug: bool = False) -> Sweep:
     return dataclasses.replace(sweep, envs=8, horizon=4, width=32, slots=2, updates=2, repeats=1) if debug else sweep
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    debug: bool = False
+    json: str = "runs/experiments/rlvla3_async_ablation.json"
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--debug", action="store_true")
-    ap.add_argument("--json", default="runs/experiments/rlvla3_async_ablation.json")
-    a = ap.parse_args()
+    a = cli.parse(Args, None, description=__doc__.split("\n")[0])
     run_sweep(get_config(a.debug), a.json)

@@ -4,7 +4,7 @@ Phases (each is the documented command, run as its own process):
   1. demos  scripted experts on the `goal` suite -> a LeRobot v3.0 dataset
   2. sft    `sft-small` (1.5M-param VLA, 32x32 pixels) with the token head (64 bins per action
             dim) on those demos
-  3. rl     GRPO through the asynchronous pipeline (`--pipeline.enabled true`) from the SFT
+  3. rl     GRPO through the asynchronous pipeline (`--pipeline.enabled`) from the SFT
             checkpoint with the preset `rl-grpo-tokens` (token head, progress reward, 8 groups
             of 4), at staleness 0 (verl's on-policy pipeline mode: rollout waits for each
             update's weights; at staleness 1 GRPO lagged or collapsed, docs/results.md);
@@ -140,7 +140,7 @@ def main() -> int:
                "--logging.progress", "plain",
                # the asynchronous pipeline, on-policy: at staleness 1 this GRPO recipe lagged or
                # collapsed (docs/results.md, "Quickstart"); staleness 0 reproduces the sync loop
-               "--pipeline.enabled", "true", "--pipeline.staleness-threshold", "0",
+               "--pipeline.enabled", "--pipeline.staleness-threshold", "0",
                # the first collect compiles the pixel rollout (minutes on 2 cores): no queue timeout meanwhile
                "--pipeline.queue-timeout-s", "3600", "--pipeline.watchdog-s", "3600"]
     if smoke:
@@ -172,7 +172,7 @@ def main() -> int:
         f"tensorboard --logdir {OUT}",
         "python -m vlajax.train sft --preset sft-small --help      # every knob",
         "python -m vlajax.train rl --preset rl-grpo-tokens --rl.init-from <sft>/checkpoints",
-        "python -m vlajax.train rl --preset rl-ppo-flow --pipeline.enabled true ...   # asynchronous RL",
+        "python -m vlajax.train rl --preset rl-ppo-flow --pipeline.enabled ...   # asynchronous RL",
         "python -m vlajax.bench async --json async.json           # sync vs async throughput",
         "```",
     ]

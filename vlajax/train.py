@@ -18,6 +18,7 @@ import difflib
 import importlib
 import logging
 import sys
+import typing
 from collections.abc import Callable
 
 import tyro
@@ -25,9 +26,10 @@ import tyro
 from vlajax.config import ConfigError, TrainConfig, get_config, parse_errors, preset_descriptions
 
 PROG = "python -m vlajax.train"
-# Booleans take a value (`--pipeline.enabled true`, `--checkpoint.resume false`), like every other field.
-_TYRO_CONFIG = (tyro.conf.FlagConversionOff,)
-_BOOLS = {"true": "True", "false": "False"}  # tyro spells them True/False; accept the lower case too
+# Booleans are flags, as in every vlajax tool (`vlajax.cli`): `--pipeline.enabled` / `--pipeline.no-enabled`.
+# The old value spelling (`--pipeline.enabled true`, `--checkpoint.resume=false`) is still accepted with a
+# deprecation warning (`_legacy_bools`); docs, tests and notebooks use the flags.
+_TYRO_CONFIG = ()
 DEFAULT_PRESET = "debug"
 
 
@@ -98,11 +100,46 @@ def _apply_aliases(args: list[str], aliases: tuple[tuple[str, str], ...]) -> lis
     return out
 
 
+def _bool_flags(cls: type = TrainConfig, prefix: str = "--") -> set[str]:
+    """The flag of every boolean config field, as tyro spells it (`--pipeline.enabled`)."""
+    hints = typing.get_type_hints(cls)
+    out = set()
+    for f in dataclasses.fields(cls):
+        name = prefix + f.name.replace("_", "-")
+        if dataclasses.is_dataclass(hints[f.name]):
+            out |= _bool_flags(hints[f.name], name + ".")
+        elif hints[f.name] is bool:
+            out.add(name)
+    return out
+
+
+def _legacy_bools(args: list[str]) -> list[str]:
+    """`--x true` / `--x=false` (the old spelling) -> `--x` / `--no-x`, with a deprecation warning on stderr."""
+    flags, out, old, i = _bool_flags(), [], [], 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag in flags and not eq and i + 1 < len(args):
+            value = args[i + 1]
+        if flag in flags and value.lower() in ("true", "false"):
+            head, _, last = flag[2:].rpartition(".")
+            new = flag if value.lower() == "true" else "--" + (head + "." if head else "") + "no-" + last
+            old.append(f"{flag}{'=' if eq else ' '}{value} -> {new}")
+            out.append(new)
+            i += 1 if eq else 2
+            continue
+        out.append(args[i])
+        i += 1
+    if old:
+        print(f"warning: booleans are flags now; the value spelling is deprecated ({'; '.join(old)})",
+              file=sys.stderr, flush=True)
+    return out
+
+
 def parse(command: str, args: list[str]) -> TrainConfig:
     """The config for `command` from `--preset` and overrides. Raises ConfigError / SystemExit."""
     preset, rest = _split_preset(args)
     rest = _apply_aliases(rest, COMMANDS[command].aliases)
-    rest = [_BOOLS.get(a, a) for a in rest]
+    rest = _legacy_bools(rest)
     base = get_config(preset)
     with parse_errors():  # a contradiction is one `error:` line, not tyro's box
         return tyro.cli(

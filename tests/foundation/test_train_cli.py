@@ -1,5 +1,6 @@
 """`python -m vlajax.train`: help lists fields, bad presets and meshes fail before compiling."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -131,6 +132,12 @@ def test_two_process_cli_run_with_env_var_launch(tmp_path):
     assert sorted(os.listdir(os.path.join(out, "checkpoints")), key=int) == ["1", "3", "6"]
 
 
-def test_booleans_take_a_value():
-    cfg = train.parse("rl", ["--preset", "rl-debug", "--pipeline.enabled", "true", "--checkpoint.resume", "false"])
+def test_booleans_are_flags_and_the_value_spelling_is_deprecated(capsys):
+    cfg = train.parse("rl", ["--preset", "rl-debug", "--pipeline.enabled", "--checkpoint.no-resume"])
     assert cfg.pipeline.enabled is True and cfg.checkpoint.resume is False
+    assert capsys.readouterr().err == ""
+    old = train.parse("rl", ["--preset", "rl-debug", "--pipeline.enabled", "true", "--checkpoint.resume=false",
+                             "--logging.tensorboard", "False", "--seed", "3"])
+    assert old == dataclasses.replace(cfg, seed=3, logging=dataclasses.replace(cfg.logging, tensorboard=False))
+    err = capsys.readouterr().err
+    assert "deprecated" in err and "--checkpoint.resume=false -> --checkpoint.no-resume" in err

@@ -2,7 +2,7 @@
 writes one checkpoint (the plain launch of docs/multihost.md: same command per process,
 JAX_* variables tell who is who; 2 virtual CPU devices per process form one 4-device mesh).
 
-The synchronous loop and the asynchronous pipeline (`--pipeline.enabled true`, issue #7:
+The synchronous loop and the asynchronous pipeline (`--pipeline.enabled`, issue #7:
 rollout host-local, training global) are both covered; the async runs also resume from their
 multi-process checkpoint."""
 
@@ -113,7 +113,7 @@ def test_two_process_rl_async_pipeline_trains_globally_and_resumes(tmp_path, mod
     write one checkpoint together, from which a second launch resumes (colocated)."""
     out = str(tmp_path / "run")
     # generous bounds: the first waits include compiles (the closing evaluation compiles in the trainer lane)
-    extra = ["--pipeline.enabled", "true", "--pipeline.queue-timeout-s", "900", "--pipeline.watchdog-s", "1800"]
+    extra = ["--pipeline.enabled", "--pipeline.queue-timeout-s", "900", "--pipeline.watchdog-s", "1800"]
     preset = "rl-debug"
     if mode == "disaggregated-slots":  # 1 rollout + 1 train device per process; 2 env slots, streaming, partial
         preset = "rl-async-debug"

@@ -29,7 +29,6 @@ average: on a shared machine, compare rows measured under similar load.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -37,7 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +44,7 @@ import numpy as np
 import optax
 from jax.sharding import SingleDeviceSharding
 
+from vlajax import cli
 from vlajax.config import AsyncConfig, MeshConfig
 from vlajax.pipeline.latency import LatencyModel, with_latency
 from vlajax.pipeline.metrics import Timeline, summarize
@@ -321,45 +321,48 @@ def render_markdown(rows: list[dict]) -> str:
     return head + body
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: str = ""  # write the rows here
+    workload: Literal['rl', 'standin'] = "rl"
+    """rl: the RL core (MLP PPO, tabletop MJX envs); standin: point-mass + MLP REINFORCE"""
+    preset: str = "rl-debug"  # rl workload: the TrainConfig preset it starts from
+    width: int = 256  # rl workload: MLP width (actor and critic)
+    update_epochs: int = 1  # rl workload: PPO epochs per update
+    minibatches: int = 1  # rl workload: PPO minibatches per epoch
+    regimes: str = "cpu_longtail,mjx"
+    placements: str = "colocated,disaggregated"
+    ratio: str = "1:1"  # disaggregated rollout:train device ratio
+    modes: str = ",".join(MODES)
+    updates: int = 8
+    """timed updates per run (after one warm-up update); at least 2: with staleness 1 the samples of the first timed
+    update may all be produced before the timed window opens"""
+    slots: int = 4
+    envs: int = 32
+    horizon: int = 8
+    hidden: int = 512
+    epochs: int = 32
+    median_ms: float = 10.0  # cpu_longtail: median env step
+    sigma: float = 0.25  # cpu_longtail: log-normal shape of a step
+    tail_prob: float = 0.02
+    tail_scale: float = 6.0
+    reset_prob: float = 0.0  # cpu_longtail: probability that an env's chunk call also resets its episode
+    reset_steps: float = 0.0  # cpu_longtail: a reset's extra wall time, in median steps
+    longtail_physics: Literal['c', 'jax'] = "c"
+    """rl workload, cpu_longtail: the simulator under the latency model ('c': C MuJoCo on the host like LIBERO's CPU
+    workers; 'jax': MJX on the host CPU, as before)"""
+    max_wait_ms: float = 2.0  # dynamic batching: max_wait_ms of the slot modes
+    render: str = ""  # print the markdown table of an existing JSON and exit
+    repeats: int = 1  # runs per row; the row is the median run
+    cpu_devices: int = 8  # virtual CPU devices when running on CPU
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
-    ap.add_argument("--json", default="", help="write the rows here")
-    ap.add_argument("--workload", default="rl", choices=["rl", "standin"],
-                    help="rl: the RL core (MLP PPO, tabletop MJX envs); standin: point-mass + MLP REINFORCE")
-    ap.add_argument("--preset", default="rl-debug", help="rl workload: the TrainConfig preset it starts from")
-    ap.add_argument("--width", type=int, default=256, help="rl workload: MLP width (actor and critic)")
-    ap.add_argument("--update-epochs", type=int, default=1, help="rl workload: PPO epochs per update")
-    ap.add_argument("--minibatches", type=int, default=1, help="rl workload: PPO minibatches per epoch")
-    ap.add_argument("--regimes", default="cpu_longtail,mjx")
-    ap.add_argument("--placements", default="colocated,disaggregated")
-    ap.add_argument("--ratio", default="1:1", help="disaggregated rollout:train device ratio")
-    ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--updates", type=int, default=8,
-                    help="timed updates per run (after one warm-up update); at least 2: with staleness 1 the "
-                         "samples of the first timed update may all be produced before the timed window opens")
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--envs", type=int, default=32)
-    ap.add_argument("--horizon", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--epochs", type=int, default=32)
-    ap.add_argument("--median-ms", type=float, default=10.0, help="cpu_longtail: median env step")
-    ap.add_argument("--sigma", type=float, default=0.25, help="cpu_longtail: log-normal shape of a step")
-    ap.add_argument("--tail-prob", type=float, default=0.02)
-    ap.add_argument("--tail-scale", type=float, default=6.0)
-    ap.add_argument("--reset-prob", type=float, default=0.0,
-                    help="cpu_longtail: probability that an env's chunk call also resets its episode")
-    ap.add_argument("--reset-steps", type=float, default=0.0,
-                    help="cpu_longtail: a reset's extra wall time, in median steps")
-    ap.add_argument("--longtail-physics", default="c", choices=["c", "jax"],
-                    help="rl workload, cpu_longtail: the simulator under the latency model ('c': C MuJoCo "
-                         "on the host like LIBERO's CPU workers; 'jax': MJX on the host CPU, as before)")
-    ap.add_argument("--max-wait-ms", type=float, default=2.0, help="dynamic batching: max_wait_ms of the slot modes")
-    ap.add_argument("--render", default="", help="print the markdown table of an existing JSON and exit")
-    ap.add_argument("--repeats", type=int, default=1, help="runs per row; the row is the median run")
-    ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices when running on CPU")
-    a = ap.parse_args(argv)
+    a = cli.parse(Args, argv, prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
     if a.updates < 2:
-        ap.error(f"--updates must be >= 2 (got {a.updates}): env steps/s counts the steps produced inside the "
+        cli.error(f"--updates must be >= 2 (got {a.updates}): env steps/s counts the steps produced inside the "
                  "timed window, which one update's may precede")
     if a.render:
         with open(a.render) as f:

@@ -14,7 +14,7 @@ Rows: {env, num_envs, render, physics_impl, steps_per_s, physics_steps_per_s, co
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -22,13 +22,14 @@ import pathlib
 import platform
 import sys
 import time
+from typing import Literal
 
 import jax
 import mujoco
 import numpy as np
 from mujoco import rollout
 
-from vlajax import compile_cache
+from vlajax import cli, compile_cache
 from vlajax.envs import registry
 
 
@@ -106,25 +107,30 @@ def time_c_mujoco(task: str, num_envs: int, nstep: int, repeats: int) -> tuple[f
     return num_envs * nstep / float(np.median(times)), nthread
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: pathlib.Path | None = None  # write the results here
+    task: str = "goal/put_in_square"
+    num_envs: tuple[int, ...] = (16, 64, 256)
+    image_size: int = 64
+    steps: int = 20  # env steps per timed call
+    repeats: int = 3
+    physics_impl: tuple[Literal['jax', 'c'], ...] = ("jax",)
+    """env physics to time: 'jax' (MJX) and/or 'c' (C MuJoCo through a host callback)"""
+    render: bool = True  # time pixel observations too (--no-render: state observations only)
+
+
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m vlajax.bench env", description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=pathlib.Path, default=None, help="write the results here")
-    p.add_argument("--task", default="goal/put_in_square")
-    p.add_argument("--num-envs", type=int, nargs="+", default=[16, 64, 256])
-    p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=20, help="env steps per timed call")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--physics-impl", nargs="+", default=["jax"], choices=["jax", "c"],
-                   help="env physics to time: 'jax' (MJX) and/or 'c' (C MuJoCo through a host callback)")
-    p.add_argument("--no-render", action="store_true", help="time state observations only")
-    args = p.parse_args(argv)
+    args = cli.parse(Args, argv, prog="python -m vlajax.bench env", description=__doc__.splitlines()[0])
     compile_cache.enable()
 
     load_start = os.getloadavg()
     rows = []
     for n in args.num_envs:
         for physics in args.physics_impl:
-            for render in (False,) if args.no_render else (False, True):
+            for render in (False, True) if args.render else (False,):
                 row = time_env(args.task, n, render, args.image_size, args.steps, args.repeats, physics)
                 rows.append(row)
                 print(f"{row['env']:22s} num_envs={n:4d} physics={physics:3s} render={render!s:5s} "

@@ -15,7 +15,7 @@ Every figure is measured in this run.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import json
 import pathlib
@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vlajax import cli
 from vlajax.config import ConfigError
 from vlajax.models import heads, presets, quantize
 from vlajax.models.observation import fake_observation
@@ -85,17 +86,22 @@ def _success(trained: dict, params, params_hat, episodes_per_task: int) -> dict:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: pathlib.Path | None = None  # write the results here
+    preset: str = "small"  # model preset (vlajax.models.presets)
+    batch: int = 8  # fixed evaluation batch
+    fit_steps: int = 30  # flow-matching steps before quantizing (0 = random init)
+    lr: float = 1e-3
+    seed: int = 0
+    checkpoint: str = ""  # SFT checkpoint dir: quantize its weights, measure success
+    episodes_per_task: int = 10  # with --checkpoint: eval episodes per task
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.bench fp8", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", type=pathlib.Path, default=None, help="write the results here")
-    ap.add_argument("--preset", default="small", help="model preset (vlajax.models.presets)")
-    ap.add_argument("--batch", type=int, default=8, help="fixed evaluation batch")
-    ap.add_argument("--fit-steps", type=int, default=30, help="flow-matching steps before quantizing (0 = random init)")
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--checkpoint", default="", help="SFT checkpoint dir: quantize its weights, measure success")
-    ap.add_argument("--episodes-per-task", type=int, default=10, help="with --checkpoint: eval episodes per task")
-    args = ap.parse_args(argv)
+    args = cli.parse(Args, argv, prog="python -m vlajax.bench fp8", description=__doc__.split("\n\n")[0])
 
     t0 = time.perf_counter()
     trained = None

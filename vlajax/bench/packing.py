@@ -24,7 +24,7 @@ plus per-mode padding fractions, samples/s and the setup.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -35,6 +35,8 @@ import time
 
 import jax
 import numpy as np
+
+from vlajax import cli
 
 BATCH = 32
 
@@ -171,12 +173,17 @@ def run_bench(n_batches: int = 8, repeats: int = 2) -> dict:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: str = ""  # write the results here
+    batches: int = 8  # batches per mode
+    repeats: int = 2  # timed passes over the batches
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.bench packing", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", default="", help="write the results here")
-    ap.add_argument("--batches", type=int, default=8, help="batches per mode")
-    ap.add_argument("--repeats", type=int, default=2, help="timed passes over the batches")
-    args = ap.parse_args(argv)
+    args = cli.parse(Args, argv, prog="python -m vlajax.bench packing", description=__doc__.split("\n\n")[0])
     out = run_bench(args.batches, args.repeats)
     text = json.dumps(out, indent=1)
     print(text)

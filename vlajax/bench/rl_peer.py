@@ -24,7 +24,6 @@ Both run in this one process, on the same devices.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -35,6 +34,7 @@ import time
 
 import jax
 
+from vlajax import cli
 from vlajax.config import CheckpointConfig, LoggingConfig, get_config
 
 NUM_ENVS, UNROLL, MINIBATCHES, EPOCHS, HIDDEN = 64, 20, 4, 4, (64, 64)
@@ -120,15 +120,20 @@ def _combine(runs: list[dict]) -> dict:
             "rounds": runs}
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: str = ""  # write the result here
+    iterations: int = 6  # training iterations per system (first dropped)
+    rounds: int = 2  # alternating rounds of (vlajax, brax)
+    debug: bool = False  # 8 envs, unroll 4: a pulse check, not a measurement
+
+
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m vlajax.bench.rl_peer", description=__doc__.split("\n")[0])
-    p.add_argument("--json", default="", help="write the result here")
-    p.add_argument("--iterations", type=int, default=6, help="training iterations per system (first dropped)")
-    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of (vlajax, brax)")
-    p.add_argument("--debug", action="store_true", help="8 envs, unroll 4: a pulse check, not a measurement")
-    args = p.parse_args(argv)
+    args = cli.parse(Args, argv, prog="python -m vlajax.bench.rl_peer", description=__doc__.split("\n")[0])
     if args.iterations < 2:
-        p.error("--iterations must be >= 2 (the first one is compilation)")
+        cli.error("--iterations must be >= 2 (the first one is compilation)")
     cfg, envs, unroll = _config(args.iterations, args.debug)
     t0 = time.time()
     runs = {"vlajax": [], "brax": []}

@@ -27,7 +27,7 @@ compile_s, seconds}.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -36,12 +36,13 @@ import platform
 import subprocess
 import sys
 import time
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import compile_cache
+from vlajax import cli, compile_cache
 from vlajax.config import EnvConfig, ModelConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models.vla import VLA
@@ -119,17 +120,21 @@ def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_le
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: pathlib.Path | None = None  # write the results here
+    heads: tuple[Literal["flow", "tokens"], ...] = ("flow", "tokens")  # action heads to time (keys of HEADS)
+    num_envs: int = 16
+    decisions: int = 10  # decisions of every env per timed call
+    repeats: int = 5  # timed calls after the compiling one
+    episode_length: int = 200  # low-level steps per episode
+    stagger: bool = True  # start env b b*L/B steps into its episode (envs finish at different decisions)
+
+
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m vlajax.bench rollout", description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=pathlib.Path, default=None, help="write the results here")
-    p.add_argument("--heads", nargs="+", default=["flow", "tokens"], choices=sorted(HEADS))
-    p.add_argument("--num-envs", type=int, default=16)
-    p.add_argument("--decisions", type=int, default=10, help="decisions of every env per timed call")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls after the compiling one")
-    p.add_argument("--episode-length", type=int, default=200, help="low-level steps per episode")
-    p.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
-                   help="start env b b*L/B steps into its episode (envs finish at different decisions)")
-    args = p.parse_args(argv)
+    args = cli.parse(Args, argv, prog="python -m vlajax.bench rollout", description=__doc__.splitlines()[0])
     for name in ("num_envs", "decisions", "repeats", "episode_length"):
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)

@@ -13,7 +13,6 @@ single-client p50. The machine load (`/proc/loadavg`) before and after is record
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -28,6 +27,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from vlajax import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -167,17 +168,22 @@ def plot(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    clients: tuple[int, ...] = (1, 4, 16, 64)  # concurrent client counts
+    json: str = ""  # write the result here (and a plot next to it, .png)
+    preset: str = "sft-small"  # preset whose model is served (no --checkpoint)
+    checkpoint: str = ""  # serve this checkpoint instead of an initialized --preset model
+    seconds: float = 8.0  # measured seconds per client count
+    warmup_s: float = 2.0  # unmeasured seconds before each measurement
+    max_batch: int = 16  # server B_max
+    max_wait_ms: float = 5.0  # server T_max
+
+
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m vlajax.bench serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64], help="concurrent client counts")
-    p.add_argument("--json", default="", help="write the result here (and a plot next to it, .png)")
-    p.add_argument("--preset", default="sft-small", help="preset whose model is served (no --checkpoint)")
-    p.add_argument("--checkpoint", default="", help="serve this checkpoint instead of an initialized --preset model")
-    p.add_argument("--seconds", type=float, default=8.0, help="measured seconds per client count")
-    p.add_argument("--warmup-s", type=float, default=2.0, help="unmeasured seconds before each measurement")
-    p.add_argument("--max-batch", type=int, default=16, help="server B_max")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="server T_max")
-    a = p.parse_args(argv)
+    a = cli.parse(Args, argv, prog="python -m vlajax.bench serve", description=__doc__.split("\n\n")[0])
     if min(a.clients) < 1 or a.seconds <= 0 or a.warmup_s < 0 or a.max_batch < 1 or a.max_wait_ms < 0:
         print("error: --clients must be >= 1, --seconds > 0, --warmup-s >= 0, --max-batch >= 1, --max-wait-ms >= 0",
               file=sys.stderr)

@@ -19,18 +19,19 @@ as in `bench async`), `standin` (point-mass + MLP REINFORCE; no MuJoCo).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import jax
 from jax.sharding import SingleDeviceSharding
 
+from vlajax import cli
 from vlajax.pipeline import buffer as buffer_mod
 from vlajax.pipeline import runner as runner_mod
 from vlajax.pipeline import scheduler, weights
@@ -124,24 +125,29 @@ def plot(samples: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    minutes: float = 30.0  # wall-clock length of the run
+    json: str = ""  # write the samples and the verdict here
+    plot: str = ""  # write a PNG of RSS and structure sizes here
+    sample_s: float = 60.0  # seconds between samples
+    settle_min: float = 5.0  # growth is measured from this minute on
+    workload: Literal['rl', 'standin'] = "rl"
+    preset: str = "rl-debug"  # rl workload: the TrainConfig preset it starts from
+    slots: int = 2
+    envs: int = 8  # total envs over the slots
+    horizon: int = 4  # decisions per slot segment
+    width: int = 64  # MLP width
+    report_every: int = 10  # WindowReporter period (updates)
+    cpu_devices: int = 8  # virtual CPU devices when running on CPU
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.bench soak", description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock length of the run")
-    ap.add_argument("--json", default="", help="write the samples and the verdict here")
-    ap.add_argument("--plot", default="", help="write a PNG of RSS and structure sizes here")
-    ap.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples")
-    ap.add_argument("--settle-min", type=float, default=5.0, help="growth is measured from this minute on")
-    ap.add_argument("--workload", default="rl", choices=["rl", "standin"])
-    ap.add_argument("--preset", default="rl-debug", help="rl workload: the TrainConfig preset it starts from")
-    ap.add_argument("--slots", type=int, default=2)
-    ap.add_argument("--envs", type=int, default=8, help="total envs over the slots")
-    ap.add_argument("--horizon", type=int, default=4, help="decisions per slot segment")
-    ap.add_argument("--width", type=int, default=64, help="MLP width")
-    ap.add_argument("--report-every", type=int, default=10, help="WindowReporter period (updates)")
-    ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices when running on CPU")
-    a = ap.parse_args(argv)
+    a = cli.parse(Args, argv, prog="python -m vlajax.bench soak", description=__doc__.split("\n")[0])
     if a.minutes <= 0 or a.sample_s <= 0:
-        ap.error("--minutes and --sample-s must be > 0")
+        cli.error("--minutes and --sample-s must be > 0")
     with contextlib.suppress(RuntimeError):  # only possible before the backend starts
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
     from vlajax.bench.async_ import StandIn, StandInWorkload, mode_config, rl_workload

@@ -7,11 +7,13 @@ one `error: <file>: <what>` line when it is not.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import sys
 
 import numpy as np
+import tyro
 
+from vlajax import cli
 from vlajax.data.lerobot import DatasetError, LeRobotData
 
 
@@ -37,11 +39,16 @@ def summary(d: LeRobotData) -> str:
     return "\n".join(lines)
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    root: tyro.conf.Positional[str]  # dataset directory
+    check_all: bool = False  # decode every camera frame
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m vlajax.data", description=__doc__.splitlines()[0])
-    p.add_argument("root", help="dataset directory")
-    p.add_argument("--check-all", action="store_true", help="decode every camera frame")
-    args = p.parse_args(argv)
+    args = cli.parse(Args, argv, prog="python -m vlajax.data", description=__doc__.splitlines()[0])
     try:
         d = LeRobotData(args.root)
         if args.check_all:
