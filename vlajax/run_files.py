@@ -114,8 +114,8 @@ def init_fn(cfg: TrainConfig, cameras: tuple[str, ...]):
 
     def init(rng):
         obs = fake_observation(rng, 1, cfg.model, cameras=cameras)
-        params = model.init(rng, obs)["params"]
-        return TrainState.create(params, tx, rng, ema=cfg.sft.ema_decay > 0)
+        params, collections = TrainState.split(model.init(rng, obs))  # FP8 scales: a collection of their own
+        return TrainState.create(params, tx, rng, ema=cfg.sft.ema_decay > 0, collections=collections)
 
     return init
 
@@ -125,6 +125,13 @@ def abstract_train_state(cfg: TrainConfig, cameras: tuple[str, ...], mesh) -> tu
     abstract = jax.eval_shape(init_fn(cfg, cameras), jax.random.key(cfg.seed))
     shardings = sharding.tree_shardings(abstract, mesh, cfg.mesh.logical_rules)
     return checkpoint.abstract_state(nn.unbox(abstract), shardings), shardings
+
+
+def inference_model(model: Any) -> Any:
+    """The model that runs a policy's params outside training: FP8 is a training-time choice
+    (its scales live in the train state's collections), inference runs the same params in the
+    model's compute dtype."""
+    return model if model.cfg.fp8 == "none" else build_model(dataclasses.replace(model.cfg, fp8="none"))
 
 
 def eval_params(state: TrainState) -> Any:
@@ -180,4 +187,4 @@ def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
     finally:
         ckpt.close()
     done = extra.get("step", extra.get("iteration", (extra.get("counters") or {}).get("updates", -1)))
-    return bridge, build_model(bridge.model), params, train_cfg, int(done)
+    return bridge, inference_model(build_model(bridge.model)), params, train_cfg, int(done)

@@ -51,7 +51,15 @@ from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
-from vlajax.run_files import CONFIG_FILE, config_to_dict, eval_params, init_fn, make_schedule, write_json
+from vlajax.run_files import (
+    CONFIG_FILE,
+    config_to_dict,
+    eval_params,
+    inference_model,
+    init_fn,
+    make_schedule,
+    write_json,
+)
 from vlajax.train_state import TrainState, step_rng
 
 log = logging.getLogger(__name__)
@@ -82,9 +90,12 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int) -> KVCache:
     return KVCache(k, v, own, p)
 
 
-def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1):
-    """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics)."""
-    variables = {"params": params}
+def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None):
+    """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics).
+
+    collections: the model's other Flax collections (FP8 scales / amax histories); their
+    gradient is their next value (see `TrainState.apply_gradients`)."""
+    variables = {"params": params, **(collections or {})}
     variables = {**variables, "params": trainable.freeze(params, model.cfg)}  # model.trainable='expert'
     if is_pi(model.cfg):  # pi families (fixed batching): openpi's flow-matching loss on each sample slot
         mask = batch["action_mask"] & batch["sample_mask"][:, None]
@@ -114,8 +125,13 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1):
 def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict):
     """One AdamW update on one global batch. -> (state, metrics)."""
     rng = step_rng(state)
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups)
-    state = state.apply_gradients(grads, ema_decay)
+    if state.collections:
+        (loss, metrics), (grads, cols) = jax.value_and_grad(loss_fn, argnums=(0, 5), has_aux=True)(
+            state.params, model, batch, rng, groups, state.collections)
+    else:
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups)
+        cols = None
+    state = state.apply_gradients(grads, ema_decay, collections=cols)
     seg = batch["segment_ids"]
     live = batch["sample_mask"]
     metrics = {
@@ -232,7 +248,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                       data_iter=loader, force=done in (total, end))
             periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
             if periodic or (done == end and cfg.sft.eval_every >= 0):
-                evals.append(_evaluate(cfg, bridge, model, eval_params(state), done, logger))
+                evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
             if done >= end:
                 break
     ckpt.close()
