@@ -176,6 +176,9 @@ class Bridge:
     def normalize_state(self, state, pad: bool = True) -> jax.Array:
         s = self.norm["state"]
         state = jnp.asarray(state, jnp.float32)
+        wide = np.shape(s.mean)[-1] - state.shape[-1]  # stats of a padded state (an imported openpi
+        if wide > 0:  # checkpoint without norm stats: 32 identity dims): zero-pad the env's state first
+            state = jnp.pad(state, [(0, 0)] * (state.ndim - 1) + [(0, wide)])
         if self.state_norm == "mean_std":
             out = (state - s.mean) / (s.std + EPS)
         else:

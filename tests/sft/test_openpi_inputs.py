@@ -11,7 +11,7 @@ import pytest
 from vlajax.config import ConfigError, DataConfig, ModelConfig, TrainConfig
 from vlajax.data import openpi
 from vlajax.data.build import make_source, make_transform
-from vlajax.data.normalize import load_norm_stats
+from vlajax.data.normalize import NormStats, load_norm_stats, normalize
 from vlajax.data.transforms import resize_with_pad
 from vlajax.envs.tabletop import tasks
 from vlajax.models import sp_tokenizer as spt
@@ -125,3 +125,21 @@ def test_pi05_without_discrete_state_uses_the_pi0_prompt(synthetic_dataset, toke
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
     sample = make_transform(cfg, ("agentview", "wrist"), norm).apply_inputs({**src[0], "instruction": "stack it"})
     np.testing.assert_array_equal(sample["tokens"], spt.PromptTokenizer.load(tokenizer, 64).pi0("stack it")[0])
+
+
+def test_bridge_with_an_imported_checkpoints_wide_identity_stats(tokenizer):
+    """The importer's policy.json without openpi norm stats: identity stats at 32 dims; the env's
+    8-dim state is zero-padded before normalizing, the prompt carries 32 bins, actions come back 4-dim."""
+    m = pi_model(tokenizer, "pi05", state_dim=32, action_dim=32, max_text_len=200, num_cameras=1)
+    z, o = np.zeros(32, np.float32), np.ones(32, np.float32)
+    ident = NormStats(mean=z, std=o, q01=-o, q99=o)
+    bridge = Bridge(m, ("agentview",), {"actions": ident, "state": ident}, "quantile", "quantile", 4,
+                    (("agentview", "base_0_rgb"),))
+    state = np.linspace(-0.9, 0.9, 8).astype(np.float32)
+    env_obs = {"pixels/agentview": jnp.zeros((1, 32, 32, 3), jnp.uint8), "state": jnp.asarray(state)[None],
+               "instruction_id": jnp.asarray([0])}
+    obs = bridge.observation(env_obs, jnp.asarray([2]))
+    normalized = normalize(np.pad(state, (0, 24)), ident, "quantile")  # the padded zeros: bin 127 (EPS)
+    want = spt.PromptTokenizer.load(tokenizer, 200).pi05(tasks.TASKS[2].instructions()[0], normalized)
+    np.testing.assert_array_equal(np.asarray(obs.tokens[0]), want[0])
+    assert bridge.env_actions(jnp.zeros((1, 2, 32))).shape == (1, 2, 4)
