@@ -1,0 +1,141 @@
+"""`python -m vlajax.plan`: predicted throughput of the async pipeline per mode / placement / device count.
+
+    python -m vlajax.plan --preset pi05-libero --gpus 8 16 32       # costs from the seed papers
+    python -m vlajax.plan --profile-from RUN_DIR --gpus 1 2         # costs measured here (profile)
+    python -m vlajax.plan --costs costs.json --gpus 8               # costs given by hand
+    python -m vlajax.plan profile --out RUN_DIR [workload flags]    # measure the costs (vlajax.plan.profile)
+    python -m vlajax.plan validate --profile-from RUN_DIR --json OUT --plot PNG   # vs measured bench rows
+
+For each device count it simulates every mode (sync, train_async, rollout_async, both,
++streaming, +partial_rollout) under each placement (colocated, disaggregated r:t and hybrid r:t
+for every `--ratios`), prints env steps/s, trainer / rollouter idle ratios and staleness, and
+recommends the configuration with the highest predicted throughput whose staleness is within
+`--max-staleness`. A `--costs` JSON is `{"costs": {Costs fields}, "workload": {"envs_per_device",
+"horizon", "steps_per_decision", "slots", "max_batch", "updates"}}` (see `vlajax.plan.costs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from vlajax.plan import presets
+from vlajax.plan.costs import Costs
+from vlajax.plan.sim import MODES, simulate_mean
+
+
+def _preset_from_json(d: dict, name: str) -> presets.Preset:
+    wl = d.get("workload", {})
+    allowed = {"envs_per_device", "horizon", "steps_per_decision", "slots", "max_batch", "updates", "trigger"}
+    if set(wl) - allowed:
+        raise ValueError(f"unknown workload fields {sorted(set(wl) - allowed)}")
+    return presets.Preset(name, Costs.from_json(d["costs"]), **{"envs_per_device": 16, "horizon": 8} | wl)
+
+
+def _from_profile(run_dir: str, physics: str) -> presets.Preset:
+    d = json.loads((pathlib.Path(run_dir) / "profile.json").read_text())
+    wl = d["workload"]
+    costs = Costs.from_json(d["costs"][physics])
+    return presets.Preset(f"profile:{run_dir}", costs, envs_per_device=wl["envs"], horizon=wl["horizon"],
+                          steps_per_decision=wl.get("action_horizon", 1), slots=d.get("slots", 4), updates=8)
+
+
+def table(p: presets.Preset, gpus: list[int], ratios: list[tuple[int, int]], seeds: int) -> list[dict]:
+    rows = []
+    for g in gpus:
+        configs = [("colocated", (1, 1))]
+        for placement in ("disaggregated", "hybrid"):
+            configs += [(placement, r) for r in ratios if g * r[0] % sum(r) == 0 and g * r[0] // sum(r) >= 1
+                        and (placement == "hybrid" or g * r[1] // sum(r) >= 1)]
+        for placement, ratio in configs:
+            for mode in MODES:
+                try:
+                    pipe = p.pipeline(g, mode, placement, ratio)
+                except ValueError:  # the envs do not split over these rollout devices / slots
+                    continue
+                m = simulate_mean(pipe, p.costs, seeds)
+                name = placement if placement == "colocated" else f"{placement} {ratio[0]}:{ratio[1]}"
+                rows.append({"devices": g, "placement": name, "mode": mode, **m})
+    return rows
+
+
+def render(rows: list[dict], reference: dict | None, max_staleness: float) -> str:
+    out = ["| devices | placement | mode | env steps/s | trainer idle | rollouter idle | staleness mean / max |",
+           "|" + "---|" * 7]
+    for r in rows:
+        out.append(f"| {r['devices']} | {r['placement']} | {r['mode']} | {r['env_steps_per_s']:.1f} "
+                   f"| {r['trainer_idle_ratio']:.2f} | {r['rollouter_idle_ratio']:.2f} "
+                   f"| {r['staleness_mean']:.2f} / {r['staleness_max']:.0f} |")
+    out.append("")
+    for g in sorted({r["devices"] for r in rows}):
+        ok = [r for r in rows if r["devices"] == g and r["staleness_max"] <= max_staleness]
+        if ok:
+            best = max(ok, key=lambda r: r["env_steps_per_s"])
+            sync = max((r for r in rows if r["devices"] == g and r["mode"] == "sync"),
+                       key=lambda r: r["env_steps_per_s"])
+            gain = best["env_steps_per_s"] / sync["env_steps_per_s"]
+            out.append(f"recommended for {g} devices: {best['placement']}, {best['mode']} -- "
+                       f"{best['env_steps_per_s']:.1f} env steps/s ({gain:.2f}x "
+                       f"the best sync, {sync['placement']}); trainer idle {best['trainer_idle_ratio']:.2f}, "
+                       f"rollouter idle {best['rollouter_idle_ratio']:.2f}")
+    if reference:
+        gs = sorted({g for ref in reference.values() for g in ref})
+        out += ["", "seed figures (same units) for comparison:", "| | " + " | ".join(f"{g}" for g in gs) + " |",
+                "|" + "---|" * (len(gs) + 1)]
+        out += [f"| {k} | " + " | ".join(f"{v.get(g, float('nan')):.1f}" for g in gs) + " |"
+                for k, v in reference.items()]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "profile":
+        from vlajax.plan import profile
+        return profile.main(argv[1:])
+    if argv and argv[0] == "validate":
+        from vlajax.plan import validate
+        return validate.main(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m vlajax.plan", description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", choices=sorted(presets.PRESETS), help="costs from the seed papers")
+    src.add_argument("--profile-from", help="run directory with profile.json (python -m vlajax.plan profile)")
+    src.add_argument("--costs", help="JSON with costs and workload (see the module docstring)")
+    ap.add_argument("--physics", default="c", choices=["c", "jax"], help="--profile-from: which measured simulator")
+    ap.add_argument("--gpus", type=int, nargs="+", default=[8], help="device budgets to plan for")
+    ap.add_argument("--ratios", nargs="+", default=["1:1", "3:1"], help="rollout:train splits tried")
+    ap.add_argument("--max-staleness", type=float, default=1.0, help="recommend only configs within this staleness")
+    ap.add_argument("--seeds", type=int, default=1, help="simulated runs averaged per configuration")
+    ap.add_argument("--json", default="", help="write the rows here")
+    a = ap.parse_args(argv)
+    try:
+        ratios = [tuple(int(x) for x in r.split(":")) for r in a.ratios]
+        if any(len(r) != 2 or min(r) < 1 for r in ratios):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--ratios must be 'rollout:train' with positive integers, got {a.ratios}")
+    if min(a.gpus) < 1 or a.seeds < 1:
+        ap.error("--gpus and --seeds must be >= 1")
+    if a.preset:
+        p, reference = presets.get(a.preset), presets.REFERENCE.get(a.preset)
+    elif a.profile_from:
+        if not (pathlib.Path(a.profile_from) / "profile.json").is_file():
+            ap.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
+        p, reference = _from_profile(a.profile_from, a.physics), None
+    else:
+        try:
+            p, reference = _preset_from_json(json.loads(pathlib.Path(a.costs).read_text()), a.costs), None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--costs {a.costs}: {e}")
+    rows = table(p, a.gpus, ratios, a.seeds)
+    print(f"planner: {p.name}; costs from {p.costs.source or 'the given file'}")
+    print(render(rows, reference, a.max_staleness), end="")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps({"preset": p.name, "gpus": a.gpus, "rows": rows,
+                                                    "reference": reference}, indent=1) + "\n")
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""Component costs the planner's model is fed with: measured by `python -m vlajax.plan profile`,
+or written by hand (JSON / a preset) for hardware we do not have.
+
+All times are seconds. "Device" is one accelerator (GPU) of the pod, or on a CPU host the host
+itself (`shared_compute=True`: every device of the run is the same cores, so inference,
+training and in-process simulator compute queue on one resource whatever the placement).
+
+    costs = Costs.from_json(json.load(open(path)))    # or Costs(...) / presets.get(name)
+    costs.infer_seconds(rows)                         # one inference call of `rows` env rows
+    costs.env_compute_seconds(n)                      # in-process compute of one chunk call of n envs
+    costs.train_seconds(samples, devices)             # one optimizer update over `samples` decisions
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Costs", "SimLatency", "interp"]
+
+
+def interp(points: dict[int, float] | tuple[tuple[int, float], ...], x: float) -> float:
+    """Piecewise-linear in x through the measured (x, seconds) points; linear extrapolation from
+    the two outermost points on either side (a single point scales proportionally)."""
+    pts = sorted((float(k), float(v)) for k, v in (points.items() if isinstance(points, dict) else points))
+    if not pts:
+        return 0.0
+    if len(pts) == 1:
+        return pts[0][1] * x / pts[0][0] if pts[0][0] else pts[0][1]
+    xs, ys = zip(*pts)
+    if x <= xs[0]:
+        lo, hi = pts[0], pts[1]
+    elif x >= xs[-1]:
+        lo, hi = pts[-2], pts[-1]
+    else:
+        return float(np.interp(x, xs, ys))
+    slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+    return max(lo[1] + slope * (x - lo[0]), 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimLatency:
+    """Simulator wall time per env and control step off the devices (CPU workers, one per env):
+    log-normal(median_s, sigma) x tail_scale with prob. tail_prob; a chunk call of an env sums
+    its H steps and, with prob. reset_prob, adds reset_s. The same law as
+    `vlajax.pipeline.latency.LatencyModel` (what the bench's latency model draws)."""
+
+    median_s: float = 0.0
+    sigma: float = 0.0
+    tail_prob: float = 0.0
+    tail_scale: float = 1.0
+    reset_prob: float = 0.0
+    reset_s: float = 0.0
+
+    def batch_seconds(self, rng: np.random.Generator, n: int, steps: int) -> float:
+        """Wall time of n envs stepped in parallel by `steps` control steps: the slowest env."""
+        if n == 0 or self.median_s <= 0:
+            return 0.0
+        base = self.median_s * np.exp(self.sigma * rng.standard_normal((n, steps)))
+        per_env = (base * np.where(rng.random((n, steps)) < self.tail_prob, self.tail_scale, 1.0)).sum(axis=1)
+        if self.reset_prob > 0:
+            per_env = per_env + self.reset_s * (rng.random(n) < self.reset_prob)
+        return float(per_env.max())
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """What one workload's components cost on one kind of device (see the module docstring)."""
+
+    infer_s: tuple[tuple[int, float], ...]  # (env rows in one inference call, seconds of the call)
+    train_update_s: tuple[tuple[int, float], ...]  # (decisions in one update, seconds on one device)
+    prep_s_per_sample: float = 0.0  # preparing a micro-batch (advantages, transfer) per decision
+    env_compute_s: tuple[tuple[int, float], ...] = ()  # (envs in one chunk call, in-process compute seconds)
+    env_on_device: bool = False  # simulator compute holds the rollout device (GPU simulators, or a CPU host)
+    sim: SimLatency = SimLatency()  # off-device simulator wall time (CPU workers / the bench's latency model)
+    sync_s: float = 0.0  # weight publication: snapshot -> rollout devices, ready to use
+    allreduce_s: float = 0.0  # per update and doubling of train devices beyond one (data-parallel sync)
+    shared_compute: bool = False  # all devices are one host (CPU): every compute queues on one resource
+    infer_padded: bool = False  # an inference call costs its full configured batch (our slots pad rows)
+    source: str = ""  # where the figures come from
+
+    def infer_seconds(self, rows: int) -> float:
+        return interp(self.infer_s, rows)
+
+    def env_compute_seconds(self, n: int) -> float:
+        return interp(self.env_compute_s, n) if self.env_compute_s else 0.0
+
+    def train_seconds(self, samples: int, devices: int = 1) -> float:
+        """One update over `samples` decisions on `devices` data-parallel devices."""
+        per_device = interp(self.train_update_s, samples / max(devices, 1))
+        return per_device + (self.allreduce_s * math.log2(devices) if devices > 1 else 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k in ("infer_s", "train_update_s", "env_compute_s"):
+            d[k] = [list(p) for p in d[k]]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Costs:
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown cost fields {sorted(unknown)}")
+        d = dict(d)
+        for k in ("infer_s", "train_update_s", "env_compute_s"):
+            if k in d:
+                d[k] = tuple((int(a), float(b)) for a, b in d[k])
+        if "sim" in d:
+            d["sim"] = SimLatency(**d["sim"])
+        return cls(**d)

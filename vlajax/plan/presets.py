@@ -1,0 +1,127 @@
+"""Costs and workloads for hardware we do not have, from the seed papers (`--preset NAME`).
+
+`pi05-libero`: pi0.5 (about 3B parameters) PPO on LIBERO, one GPU per device, simulators on
+CPU workers. Where each number comes from (seed files in /work/shared/seeds/):
+
+- workload (RL-VLA3, appendix A.1, Table 4, LIBERO + GR00T N1.5 -- its Table 1(a) gives no
+  hyperparameters for pi0.5, so we take this LIBERO table's): 256 envs on 8 GPUs (we keep 32
+  per GPU at 16 and 32), max episode 480 steps, chunk 5 (96 decisions per episode), rollout
+  epoch 4 (a segment = 4 x 96 = 384 decisions per env and update), "Batch Number Per GPU" 4
+  (4 env slots per rollout GPU) with "Max Batch Number" 1 (every slot's request is inferred
+  on its own);
+- inference (RL-VLA3, Section 1, Introduction): "a pi0.5 model takes 9 seconds to produce a
+  batch of 640 actions" -> 14.1 ms per env row, proportional to the batch (ManiSkill's
+  figure; the one pi0.5 inference time the seeds give);
+- weight publication: 1.0 s (our assumption: ~6.6 GB of bf16 weights at ~7 GB/s; the seeds
+  give no figure);
+- simulator step time distribution: the bench's latency law (log-normal sigma 0.25, 2% of
+  steps 6x slower; our assumption), with its median and the trainer's cost per decision
+  **calibrated** to the two synchronous baselines of "Thousand-GPU ... Recipe" (seed 000),
+  Section 3.5, Table 3, LIBERO + pi0.5 at 8 GPUs: Colocated 289.23 and Disaggregated (1:1)
+  162.75 decisions/s (throughput = env transitions / s = action inferences / s, RL-VLA3
+  Section 4.1). These two figures are fitted; every other figure the planner prints for this
+  preset (the async modes, 16 and 32 GPUs) is a prediction.
+
+Reference figures printed beside the predictions: RL-VLA3 Table 1 (a) "LIBERO + pi0.5 on
+Hybrid mode" and seed 000 Table 3 (the same numbers, there labelled Disaggregated (1:1),
+"+ Train Async", "+ Rollout Async", "+ Streamer").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vlajax.plan.costs import Costs, SimLatency
+from vlajax.plan.sim import Pipeline, simulate_mean
+
+__all__ = ["PRESETS", "Preset", "get", "REFERENCE"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A workload shape (per device) and its costs."""
+
+    name: str
+    costs: Costs
+    envs_per_device: int
+    horizon: int  # decisions per segment (= per env and update)
+    steps_per_decision: int = 1
+    slots: int = 4  # env slots per rollout device in the slot modes
+    max_batch: int = 0  # 0 = all slots of a generator
+    updates: int = 3  # simulated timed updates
+    trigger: int = 1
+
+    def pipeline(self, devices: int, mode: str, placement: str, ratio: tuple[int, int] = (1, 1)) -> Pipeline:
+        return Pipeline(envs=self.envs_per_device * devices, horizon=self.horizon,
+                        steps_per_decision=self.steps_per_decision, mode=mode,
+                        slots=self.slots, max_batch=self.max_batch, trigger=self.trigger, placement=placement,
+                        devices=devices, ratio=ratio, updates=self.updates)
+
+
+# RL-VLA3 Table 1 (a) (LIBERO + pi0.5, "Hybrid"), = seed 000 Table 3 rows Disaggregated (1:1) / + Train
+# Async / + Streamer; seed 000 Table 3 also: Colocated, + Rollout Async.
+REFERENCE = {
+    "pi05-libero": {
+        "RL-VLA3 Table 1(a) Baseline": {8: 162.75, 16: 307.84, 32: 457.23},
+        "RL-VLA3 Table 1(a) + Rollout Async": {8: 229.68, 16: 441.49, 32: 737.46},
+        "RL-VLA3 Table 1(a) + Rollout & Train Async": {8: 383.40, 16: 713.38, 32: 1120.91},
+        "seed 000 Table 3 Colocated": {8: 289.23, 16: 547.55, 32: 703.85},
+        "seed 000 Table 3 Disaggregated (1:1)": {8: 162.75, 16: 307.84, 32: 457.23},
+        "seed 000 Table 3 + Train Async": {8: 229.68, 16: 441.49, 32: 737.46},
+        "seed 000 Table 3 + Rollout Async": {8: 369.56, 16: 686.80, 32: 1041.36},
+        "seed 000 Table 3 + Streamer": {8: 383.40, 16: 713.38, 32: 1120.91},
+    },
+}
+
+_INFER_S_PER_ROW = 9.0 / 640  # RL-VLA3 Section 1
+_CALIBRATION = {"colocated": 289.23, "disaggregated": 162.75}  # seed 000 Table 3, 8 GPUs
+
+
+def _pi05_libero(median_s: float, train_s_per_decision: float) -> Preset:
+    costs = Costs(infer_s=((640, 640 * _INFER_S_PER_ROW),),
+                  train_update_s=((1000, 1000 * train_s_per_decision),),
+                  sim=SimLatency(median_s=median_s, sigma=0.25, tail_prob=0.02, tail_scale=6.0),
+                  sync_s=1.0, source="seed papers (see vlajax/plan/presets.py)")
+    return Preset("pi05-libero", costs, envs_per_device=32, horizon=96, slots=4, max_batch=1)
+
+
+def _sync_rate(median_s: float, train: float, placement: str) -> float:
+    p = _pi05_libero(median_s, train)
+    return simulate_mean(p.pipeline(8, "sync", placement), p.costs, seeds=1)["env_steps_per_s"]
+
+
+def _bisect(f, lo: float, hi: float, target: float, iters: int = 30) -> float:
+    """x in [lo, hi] with f(x) = target for a decreasing f."""
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) > target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def calibrate_pi05_libero(rounds: int = 3, iters: int = 14) -> tuple[float, float]:
+    """(simulator median per decision, train seconds per decision) that reproduce the two 8-GPU
+    synchronous baselines: alternating one-dimensional bisections (a minute or two of simulation;
+    the preset uses the stored result, `CALIBRATED`, which `tests/plan` checks against this)."""
+    median, train = 0.05, 0.002
+    for _ in range(rounds):
+        train = _bisect(lambda t, m=median: _sync_rate(m, t, "disaggregated"), 0.0, 0.05,
+                        _CALIBRATION["disaggregated"], iters)
+        median = _bisect(lambda m, t=train: _sync_rate(m, t, "colocated"), 0.0, 1.0, _CALIBRATION["colocated"],
+                         iters)
+    return median, train
+
+
+CALIBRATED = (0.057342529296875, 0.005381774902343751)  # = calibrate_pi05_libero() (141 s), stored
+
+
+def _build_pi05_libero() -> Preset:
+    return _pi05_libero(*CALIBRATED)
+
+
+PRESETS = {"pi05-libero": _build_pi05_libero}
+
+
+def get(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; available: {', '.join(PRESETS)}")
+    return PRESETS[name]()

@@ -1,0 +1,160 @@
+"""`python -m vlajax.plan profile --out RUN_DIR`: measure the component costs of the bench's RL workload.
+
+Builds the workload `python -m vlajax.bench async --workload rl` runs (same flags: preset,
+envs, slots, horizon, width, epochs, minibatches; `vlajax.bench.async_.rl_workload`) and times,
+on this machine, each piece the pipeline calls, alone (nothing overlapping):
+
+- `infer(params, payloads)` of the slots (one call per decision, padded to the slot count),
+  for 1 slot (sync / train_async) and `--slots` slots;
+- one slot's `step` (the env chunk, behaviour scoring, the next value) for `envs / n` envs,
+  with each `--physics` (`jax` = MJX, `c` = C MuJoCo), without any latency model;
+- the trainer's update over one sync window (prepared micro-batches, `epochs x minibatches`),
+  and one micro-batch's preparation alone;
+- a weight publication (`device_put` of the params onto another device, completed).
+
+Each is the median of `--repeats` calls after a compiling one. Writes `RUN_DIR/profile.json`:
+`{"workload": ..., "costs": {"jax": Costs, "c": Costs}, "raw": per-call seconds}` -- the
+`Costs` the planner reads with `--profile-from RUN_DIR` (`shared_compute`: a CPU host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from vlajax.plan.costs import Costs
+
+__all__ = ["main", "load", "profile"]
+
+
+def _timed(fn, log: list):
+    def wrapped(*args):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        log.append(time.perf_counter() - t0)
+        return out
+    return wrapped
+
+
+def _median(xs: list[float], skip: int) -> float:
+    return float(np.median(xs[skip:] if len(xs) > skip else xs))
+
+
+def profile(args) -> dict:
+    from vlajax.bench.async_ import rl_workload
+    from vlajax.config import AsyncConfig
+    from vlajax.pipeline.slots import SlotRollout
+
+    w, spec = rl_workload(args.preset, envs=args.envs, horizon=args.horizon, width=args.width,
+                          update_epochs=args.update_epochs, minibatches=args.minibatches)
+    dev = jax.devices()
+    state = jax.device_put(w.init_state(0), dev[0])
+    params = w.get_params(state)
+    raw: dict[str, list[float]] = {}
+    costs = {}
+    items_by_n: dict[int, list] = {}
+    for physics in args.physics:
+        infer_pts, env_pts = [], []
+        for n in sorted({1, args.slots}):
+            reset, step, infer = w.env(n, None, physics_impl=physics)
+            inf_log, step_log = [], []
+            cfg = AsyncConfig(num_slots=n, require_batches=n, max_batch=n)
+            ro = SlotRollout(cfg, reset=reset, step=_timed(step, step_log), infer=_timed(infer, inf_log),
+                             horizon=w.horizon, samples_per_slot=w.envs // n,
+                             env_steps_per_decision=w.envs // n * w.steps_per_decision)
+            for call in range(1 + args.repeats):  # one segment of every slot per call; the first compiles
+                items = ro.sample_step(0, params, call)
+            items_by_n.setdefault(n, items)
+            skip_inf, skip_step = w.horizon, w.horizon * n  # the first (compiling) call's entries
+            raw[f"{physics}/infer_slots{n}"] = inf_log
+            raw[f"{physics}/step_envs{w.envs // n}"] = step_log
+            infer_pts.append((w.envs, _median(inf_log, skip_inf)))
+            env_pts.append((w.envs // n, _median(step_log, skip_step)))
+        rows = sorted({r for r, _ in infer_pts})
+        infer = tuple((r, float(np.mean([t for q, t in infer_pts if q == r]))) for r in rows)
+        costs[physics] = {"infer_s": infer, "env_compute_s": tuple(sorted(env_pts))}
+
+    # the trainer: one update over a window of prepared micro-batches; preparation alone
+    n = args.slots
+    trainer = w.trainer(dev[0], False, n)
+    upd_log, prep_log = [], []
+    for _ in range(1 + args.repeats):
+        t0 = time.perf_counter()
+        state, _ = trainer(state, iter(items_by_n[n]))
+        jax.block_until_ready(state.params)
+        upd_log.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jax.block_until_ready(w._prepare(jax.device_put(items_by_n[n][0].data, dev[0])))
+        prep_log.append(time.perf_counter() - t0)
+    decisions = w.envs * w.horizon
+    prep_item = _median(prep_log, 1)
+    update = _median(upd_log, 1)
+    raw["train/update_window"], raw["train/prepare_item"] = upd_log, prep_log
+
+    # a weight publication onto another device (the control plane's device_put, completed)
+    target = dev[1] if len(dev) > 1 else dev[0]
+    sync_log = []
+    for _ in range(1 + args.repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(jax.device_put(w.get_params(state), target))
+        sync_log.append(time.perf_counter() - t0)
+    raw["sync/device_put"] = sync_log
+
+    per_item = w.envs // n * w.horizon
+    out = {}
+    for physics, c in costs.items():
+        out[physics] = Costs(
+            infer_s=c["infer_s"], train_update_s=((decisions, max(update - n * prep_item, 0.0)),),
+            prep_s_per_sample=prep_item / per_item, env_compute_s=c["env_compute_s"], env_on_device=True,
+            sync_s=_median(sync_log, 1), shared_compute=True, infer_padded=True,
+            source=f"python -m vlajax.plan profile ({physics} physics), this machine").to_json()
+    return {"workload": spec, "slots": args.slots, "costs": out, "raw": raw,
+            "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {"cpu_count": os.cpu_count(), "devices": jax.device_count(),
+                        "loadavg_1m": os.getloadavg()[0]}}
+
+
+def load(run_dir: str | os.PathLike, physics: str) -> Costs:
+    """The `Costs` of `physics` ('jax' | 'c') from `RUN_DIR/profile.json`."""
+    path = pathlib.Path(run_dir) / "profile.json"
+    d = json.loads(path.read_text())
+    if physics not in d["costs"]:
+        raise ValueError(f"{path} has no costs for physics {physics!r} (has {sorted(d['costs'])})")
+    return Costs.from_json(d["costs"][physics])
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vlajax.plan profile", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="run directory; writes profile.json there")
+    ap.add_argument("--preset", default="rl-debug")
+    ap.add_argument("--envs", type=int, default=16)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--horizon", type=int, default=8)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--update-epochs", type=int, default=10)
+    ap.add_argument("--minibatches", type=int, default=4)
+    ap.add_argument("--physics", nargs="+", default=["jax", "c"], choices=["jax", "c"])
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls after the compiling one")
+    ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices (as the bench)")
+    a = ap.parse_args(argv)
+    if a.envs % a.slots or a.repeats < 1:
+        ap.error("--envs must split into --slots and --repeats must be >= 1")
+    with contextlib.suppress(RuntimeError):
+        jax.config.update("jax_num_cpu_devices", a.cpu_devices)
+    result = profile(a)
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profile.json").write_text(json.dumps(result, indent=1) + "\n")
+    for physics, c in result["costs"].items():
+        print(f"{physics}: " + json.dumps({k: v for k, v in c.items() if k != "source"}))
+    print(f"wrote {out / 'profile.json'}")
+    return 0
+

@@ -1,0 +1,417 @@
+"""A discrete-event model (SimPy) of the pipeline `vlajax.pipeline` runs, fed with component costs.
+
+    pipe = Pipeline(envs=16, horizon=8, steps_per_decision=2, mode="+partial_rollout", slots=4)
+    out = simulate(pipe, costs, seed=0)      # {'env_steps_per_s', 'trainer_idle_ratio', ...}
+
+What is modelled, piece for piece (the code it follows in brackets):
+
+- **Devices** are processor-sharing servers (`_Shared`): k jobs on one device each progress at
+  1/k of their solo speed (a GPU time-slicing the simulator, the generator and the trainer of a
+  colocated placement; XLA programs interleaving on a CPU host). `placement`: `colocated` (every device rolls
+  out its share of the envs and trains), `disaggregated r:t` (r/(r+t) of the devices roll out,
+  the rest train), `hybrid r:t` (rollout on r/(r+t) of the devices, training on all of them).
+  With `costs.shared_compute` (a CPU host: the "devices" are the same cores) all devices are
+  one server. Training runs `costs.train_seconds(samples, T)` of work on each of its devices.
+- **Env slots** [`pipeline.slots.SlotRollout`]: each rollout device's envs split into `slots`
+  slots (1 in `sync` / `train_async`). A slot runs segments of `horizon` decisions: post its
+  request, wait for the action, step. A step takes `max(simulator draw, in-process compute)`
+  (the bench's latency model sleeps what is left after the real step [`pipeline.latency`]);
+  the compute holds the slot's device when `costs.env_on_device`.
+- **Generators** [`pipeline.scheduler.DynamicBatcher`]: one per rollout device (x `generators`);
+  fire at `max_batch` requests (all slots of the generator) or when the oldest waited
+  `max_wait_s`; an inference call holds the device for `costs.infer_seconds(rows)` (rows padded
+  to the full batch with `costs.infer_padded`, as our slots' `infer` does).
+- **Pacing** [`pipeline.buffer.TrajectoryBuffer`]: W = K x require_batches x samples per item;
+  a segment may start under version v when reserved + its samples <= C(v) + floor((1+s) W);
+  the trainer takes items of the current sync window only (window = reservation index // W).
+- **Version gate** [`slots.VersionGate`] without partial rollout: a newly installed version is
+  adopted only when no segment is in flight (slots stop starting segments meanwhile); with
+  partial rollout each inference call uses the newest installed version.
+- **Trainer** [`pipeline.runner.AsyncRunner`]: `require_batches` items per update; streaming
+  prepares each item as it arrives, otherwise all at once; every K updates it publishes, and
+  the new version is installed `costs.sync_s` later (the control-plane lane, off the trainer).
+- **sync** [`pipeline.runner.run_sync`]: every rollout device collects its segment (one
+  inference call over all its envs per decision), then the update, then the publication.
+
+Measured like the bench: from the end of the first (warm-up) update to the end of update
+`updates + 1`: env steps/s, trainer idle (waiting for samples), rollouter idle (slots waiting
+for pacing or a weight switch; waiting for inference is not idle), staleness (trainer version
+minus the item's oldest version), inference batch (requests per call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import simpy
+
+from vlajax.plan.costs import Costs
+
+__all__ = ["MODES", "PLACEMENTS", "Pipeline", "simulate", "simulate_mean"]
+
+MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
+PLACEMENTS = ("colocated", "disaggregated", "hybrid")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """One configuration: workload shape, mode (as `vlajax.bench.async_.mode_config` sets it), placement."""
+
+    envs: int  # envs in the whole run
+    horizon: int  # decisions per segment (rl.rollout_length)
+    steps_per_decision: int  # low-level env steps per decision and env (the executed chunk)
+    mode: str = "sync"
+    slots: int = 4  # env slots per rollout device in the slot modes (1 in sync / train_async)
+    generators: int = 1  # inference batchers per rollout device
+    max_batch: int = 0  # dynamic batching: fire at this many requests (0 = all slots of a generator)
+    max_wait_s: float = 0.002  # dynamic batching: fire when the oldest request waited this long
+    trigger: int = 1  # K: updates between publications
+    placement: str = "colocated"
+    devices: int = 1
+    ratio: tuple[int, int] = (1, 1)  # rollout:train share of the devices (disaggregated / hybrid)
+    updates: int = 8  # timed updates (after one warm-up update)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        r = self.rollout_devices
+        if r < 1 or (self.placement == "disaggregated" and self.devices - r < 1):
+            raise ValueError(f"{self.devices} devices do not split {self.ratio[0]}:{self.ratio[1]}")
+        if self.envs % (r * self.num_slots):
+            raise ValueError(f"{self.envs} envs do not split into {r} rollout devices x {self.num_slots} slots")
+
+    @property
+    def slot_modes(self) -> bool:
+        return self.mode not in ("sync", "train_async")
+
+    @property
+    def num_slots(self) -> int:  # per rollout device
+        return self.slots if self.slot_modes else 1
+
+    @property
+    def staleness(self) -> float:
+        return 0.0 if self.mode in ("sync", "rollout_async") else 1.0
+
+    @property
+    def streaming(self) -> bool:
+        return self.mode in ("+streaming", "+partial_rollout")
+
+    @property
+    def partial(self) -> bool:
+        return self.mode == "+partial_rollout"
+
+    @property
+    def rollout_devices(self) -> int:
+        if self.placement == "colocated":
+            return self.devices
+        return self.devices * self.ratio[0] // sum(self.ratio)
+
+    @property
+    def train_devices(self) -> tuple[int, ...]:
+        """Indices of the training devices (rollout devices are 0 .. R-1)."""
+        if self.placement == "disaggregated":
+            return tuple(range(self.rollout_devices, self.devices))
+        return tuple(range(self.devices))
+
+
+class _Signal:
+    """A broadcast condition: processes `yield sig.event` and re-check; `fire()` wakes them all."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env, self.event = env, env.event()
+
+    def fire(self) -> None:
+        old, self.event = self.event, self.env.event()
+        old.succeed()
+
+
+class _Shared:
+    """A processor-sharing server: `run(work)` -> event that fires when `work` solo-seconds are done;
+    with k jobs in progress each advances at 1/k."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env, self.jobs, self.last = env, [], 0.0
+        self.kick = env.event()
+        env.process(self._serve())
+
+    def _advance(self) -> None:
+        if self.jobs:
+            dt = (self.env.now - self.last) / len(self.jobs)
+            for j in self.jobs:
+                j[0] -= dt
+        self.last = self.env.now
+
+    def run(self, work: float) -> simpy.Event:
+        self._advance()
+        ev = self.env.event()
+        self.jobs.append([work, ev])
+        if not self.kick.triggered:
+            self.kick.succeed()
+        return ev
+
+    def _serve(self):
+        while True:
+            if not self.jobs:
+                self.kick = self.env.event()
+                yield self.kick
+                continue
+            self.kick = self.env.event()
+            nxt = min(j[0] for j in self.jobs) * len(self.jobs)
+            yield self.env.any_of([self.kick, self.env.timeout(max(nxt, 0.0))])
+            self._advance()
+            for j in [j for j in self.jobs if j[0] <= 1e-12]:
+                self.jobs.remove(j)
+                j[1].succeed()
+
+
+class _Run:
+    def __init__(self, p: Pipeline, costs: Costs, seed: int):
+        self.p, self.c = p, costs
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(seed)
+        shared = _Shared(self.env) if costs.shared_compute else None
+        self.dev = [shared or _Shared(self.env) for _ in range(p.devices)]
+        self.R = p.rollout_devices
+        self.per_slot = p.envs // (self.R * p.num_slots)
+        self.rb = self.R * p.num_slots  # require_batches: one item per slot segment
+        self.W = p.trigger * self.rb * self.per_slot  # sync window (samples)
+        self.budget = math.floor((1 + p.staleness) * self.W)
+        self.total_updates = p.updates + 1
+        # state
+        self.version = 0  # newest published
+        self.installed = 0  # newest installed on the rollout side
+        self.consumed = self.reserved = 0
+        self.consumed_at = {0: 0}
+        self.updates = 0
+        self.items: list[dict] = []  # produced, not yet consumed
+        self.changed = _Signal(self.env)
+        self.gate_current, self.inflight = 0, 0
+        # records
+        self.env_steps: list[tuple[float, int]] = []
+        self.update_ends: list[float] = []
+        self.idle: dict[str, list[tuple[float, float]]] = {}
+        self.consumed_log: list[tuple[float, int]] = []  # (time, staleness)
+        self.batches: list[int] = []
+        self.done = self.env.event()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _idle(self, lane: str, t0: float) -> None:
+        if self.env.now > t0:
+            self.idle.setdefault(lane, []).append((t0, self.env.now))
+
+    def _hold(self, devices, seconds: float):
+        """`seconds` of solo work on each distinct device of `devices` (data parallel); waits for all."""
+        yield self.env.all_of([d.run(seconds) for d in dict.fromkeys(devices)])
+
+    def _step_env(self, device: int, n: int):
+        """One chunk call of n envs: max(simulator draw, in-process compute incl. waiting for the device)."""
+        t0 = self.env.now
+        draw = self.c.sim.batch_seconds(self.rng, n, self.p.steps_per_decision)
+        compute = self.c.env_compute_seconds(n)
+        if compute > 0:
+            if self.c.env_on_device:
+                yield from self._hold([self.dev[device]], compute)
+            else:
+                yield self.env.timeout(compute)
+        left = draw - (self.env.now - t0)
+        if left > 0:
+            yield self.env.timeout(left)
+        self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
+
+    def _train(self, samples: int):
+        devs = [self.dev[i] for i in self.p.train_devices]
+        yield from self._hold(devs, self.c.train_seconds(samples, len(self.p.train_devices)))
+
+    def _prep(self, samples: int):
+        if self.c.prep_s_per_sample > 0:
+            devs = [self.dev[i] for i in self.p.train_devices]
+            yield from self._hold(devs, self.c.prep_s_per_sample * samples)
+
+    def _finish_update(self):
+        self.updates += 1
+        self.update_ends.append(self.env.now)
+        if self.updates % self.p.trigger == 0:
+            self.version += 1
+            self.consumed_at[self.version] = self.consumed
+            self.env.process(self._publish(self.version))
+        if self.updates >= self.total_updates and not self.done.triggered:
+            self.done.succeed()
+        self.changed.fire()
+
+    def _publish(self, version: int):
+        yield self.env.timeout(self.c.sync_s)
+        if version > self.installed:
+            self.installed = version
+            self.changed.fire()
+
+    # -- synchronous ------------------------------------------------------------------------
+
+    def sync(self):
+        p, per_dev = self.p, self.p.envs // self.R
+        decisions = p.envs * p.horizon  # per update
+        while self.updates < self.total_updates:
+            t0 = self.env.now
+            yield self.env.timeout(self.c.sync_s)  # weights onto the rollout devices
+            procs = [self.env.process(self._sync_collect(d, per_dev)) for d in range(self.R)]
+            yield self.env.all_of(procs)
+            self._idle("trainer", t0)
+            t1 = self.env.now
+            for _ in range(p.trigger):
+                yield from self._prep(decisions)
+                yield from self._train(decisions)
+                self.consumed += p.envs
+                self.consumed_log.append((self.env.now, 0))
+                self._finish_update()
+            self.installed = self.version
+            self._idle("rollouter/d0", t1)
+
+    def _sync_collect(self, d: int, n: int):
+        for _ in range(self.p.horizon * self.p.trigger):
+            yield from self._hold([self.dev[d]], self.c.infer_seconds(n))
+            self.batches.append(1)
+            yield from self._step_env(d, n)
+
+    # -- asynchronous -----------------------------------------------------------------------
+
+    def _allowance(self, version: int) -> int:
+        return self.consumed_at[version] + self.budget - self.reserved
+
+    def slot(self, d: int, s: int, queue: list, wake: _Signal):
+        p, lane = self.p, f"rollouter/d{d}s{s}"
+        n = self.per_slot
+        while True:
+            while True:  # admission under the version this segment starts with
+                if not p.partial:
+                    t0 = self.env.now
+                    while self.installed > self.gate_current and self.inflight > 0:
+                        yield self.changed.event
+                    self._idle(lane, t0)
+                    self.gate_current = max(self.gate_current, self.installed)
+                    self.inflight += 1
+                    version = self.gate_current
+                else:
+                    version = self.installed
+                t0 = self.env.now
+                while self._allowance(version) < n and self.installed <= version:
+                    yield self.changed.event
+                self._idle(lane, t0)
+                if self._allowance(version) >= n:
+                    start = self.reserved
+                    self.reserved += n
+                    break
+                if not p.partial:
+                    self.inflight -= 1
+                    self.changed.fire()
+            versions = []
+            for _ in range(p.horizon):
+                reply = self.env.event()
+                queue.append((self.env.now, reply))
+                wake.fire()
+                v = yield reply
+                versions.append(v)
+                yield from self._step_env(d, n)
+            if not p.partial:
+                self.inflight -= 1
+            self.items.append({"window": start // self.W, "samples": n, "version_min": min(versions)})
+            self.changed.fire()
+
+    def generator(self, d: int, queue: list, wake: _Signal):
+        p = self.p
+        max_batch = p.max_batch or -(-p.num_slots // p.generators)
+        while True:
+            while not queue:
+                yield wake.event
+            while len(queue) < max_batch:
+                left = queue[0][0] + p.max_wait_s - self.env.now
+                if left <= 0:
+                    break
+                yield self.env.any_of([wake.event, self.env.timeout(left)])
+            batch, queue[:] = queue[:max_batch], queue[max_batch:]
+            rows = (max_batch if self.c.infer_padded else len(batch)) * self.per_slot
+            version = self.installed if p.partial else self.gate_current
+            yield from self._hold([self.dev[d]], self.c.infer_seconds(rows))
+            self.batches.append(len(batch))
+            for _, reply in batch:
+                reply.succeed(version)
+
+    def trainer(self):
+        p = self.p
+        while self.updates < self.total_updates:
+            window = self.updates // p.trigger
+            taken = 0
+            for _ in range(self.rb):
+                t0 = self.env.now
+                while not any(it["window"] == window for it in self.items):
+                    yield self.changed.event
+                self._idle("trainer", t0)
+                it = next(it for it in self.items if it["window"] == window)
+                self.items.remove(it)
+                self.consumed += it["samples"]
+                taken += it["samples"]
+                self.consumed_log.append((self.env.now, self.version - it["version_min"]))
+                self.changed.fire()
+                if p.streaming:
+                    yield from self._prep(it["samples"] * p.horizon)
+            decisions = taken * p.horizon
+            if not p.streaming:
+                yield from self._prep(decisions)
+            yield from self._train(decisions)
+            self._finish_update()
+
+    # -- run --------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        p = self.p
+        if p.mode == "sync":
+            self.env.process(self.sync())
+        else:
+            for d in range(self.R):
+                for g in range(p.generators):
+                    queue, wake = [], _Signal(self.env)
+                    for s in range(g, p.num_slots, p.generators):
+                        self.env.process(self.slot(d, s, queue, wake))
+                    self.env.process(self.generator(d, queue, wake))
+            self.env.process(self.trainer())
+        self.env.run(until=self.done)
+        return self.metrics()
+
+    def metrics(self) -> dict:
+        t0, t1 = self.update_ends[0], self.update_ends[-1]
+        span = t1 - t0
+        steps = sum(n for t, n in self.env_steps if t0 < t <= t1)
+
+        def idle_ratio(prefix: str) -> float:
+            lanes = [k for k in self.idle if k.startswith(prefix)] or [None]
+            tot = [sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in self.idle.get(k, [])) for k in lanes]
+            return float(np.mean(tot)) / span
+
+        stale = [s for t, s in self.consumed_log if t0 < t <= t1]
+        if self.p.mode != "sync":  # every slot lane counts (lanes that never idled add 0)
+            lanes = [f"rollouter/d{d}s{s}" for d in range(self.R) for s in range(self.p.num_slots)]
+            roll = float(np.mean([sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in self.idle.get(k, []))
+                                  for k in lanes])) / span
+        else:
+            roll = idle_ratio("rollouter")
+        return {"env_steps_per_s": steps / span, "trainer_idle_ratio": idle_ratio("trainer"),
+                "rollouter_idle_ratio": roll, "staleness_mean": float(np.mean(stale)) if stale else 0.0,
+                "staleness_max": float(max(stale)) if stale else 0.0,
+                # requests per call in the slot modes; the envs of one call otherwise (as the bench reports)
+                "inference_batch_mean": float(np.mean(self.batches)) if self.p.slot_modes and self.batches
+                else float(self.p.envs // self.R),
+                "seconds_per_update": span / max(len(self.update_ends) - 1, 1)}
+
+
+def simulate(p: Pipeline, costs: Costs, seed: int = 0) -> dict:
+    """One simulated run of `p` with `costs` (see the module docstring). -> metrics dict."""
+    return _Run(p, costs, seed).run()
+
+
+def simulate_mean(p: Pipeline, costs: Costs, seeds: int = 5) -> dict:
+    """Mean of each metric over `seeds` runs (the simulator's random draws differ by seed)."""
+    runs = [simulate(p, costs, s) for s in range(seeds)]
+    return {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}

@@ -1,0 +1,156 @@
+"""`python -m vlajax.plan validate --profile-from RUN_DIR --json OUT`: predictions vs measured bench rows.
+
+For every row of the given `python -m vlajax.bench async` JSONs (default: the C MuJoCo and MJX
+runs of `docs/bench/`, all on the same RL workload), the planner simulates the row's
+configuration -- its mode, placement (the bench runs a placement on one rollout and one train
+device: colocated = 1 device, disaggregated 1:1 = 2), slots, timed updates, `max_wait_ms`,
+the workload's envs / horizon / chunk from the JSON's `meta` -- with the costs measured by
+`python -m vlajax.plan profile` (`RUN_DIR/profile.json`): the `c` costs plus the JSON's latency
+model for the `cpu_longtail` regime (C MuJoCo under the latency model), the `jax` costs and no
+latency for `mjx`. Nothing in the prediction is fitted to the rows.
+
+Reports each row's predicted and measured env steps/s and idle ratios, the signed error
+(predicted / measured - 1), and the median absolute error over all rows and per regime.
+`--plot PATH` draws predicted vs measured (needs matplotlib, the `report` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import shlex
+
+import numpy as np
+
+from vlajax.plan.costs import SimLatency
+from vlajax.plan.profile import load
+from vlajax.plan.sim import Pipeline, simulate_mean
+
+__all__ = ["DEFAULT_RUNS", "row_pipeline", "validate", "render", "main"]
+
+DEFAULT_RUNS = ("docs/bench/async_cphysics.json", "docs/bench/async_mjx_s6.json",
+                "docs/bench/async_cphysics_confirm.json", "docs/bench/async_cphysics_confirm_2.json")
+
+
+def _flag(argv: list[str], name: str, default: str) -> str:
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def row_pipeline(meta: dict, row: dict) -> Pipeline:
+    """The `Pipeline` a bench row ran (see the module docstring)."""
+    wl, argv = meta["workload"], meta.get("argv", [])
+    slots = int(_flag(argv, "--slots", "4"))
+    disagg = row["placement"].startswith("disaggregated")
+    ratio = tuple(int(x) for x in row["placement"].split()[-1].split(":")) if disagg else (1, 1)
+    return Pipeline(envs=wl["envs"], horizon=wl["horizon"], steps_per_decision=wl.get("action_horizon", 1),
+                    mode=row["mode"], slots=slots, max_wait_s=row.get("max_wait_ms", 2.0) / 1e3,
+                    placement="disaggregated" if disagg else "colocated", devices=2 if disagg else 1,
+                    ratio=ratio, updates=row.get("updates_timed", 8))
+
+
+def validate(runs: list[str], run_dir: str, seeds: int = 5) -> dict:
+    rows = []
+    for path in runs:
+        d = json.loads(pathlib.Path(path).read_text())
+        meta = d["meta"]
+        for row in d["rows"]:
+            longtail = row["regime"] == "cpu_longtail"
+            physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
+            costs = load(run_dir, physics)
+            if longtail:
+                costs = dataclasses.replace(costs, sim=SimLatency(**meta["latency_model"]))
+            pipe = row_pipeline(meta, row)
+            pred = simulate_mean(pipe, costs, seeds)
+            m = row["env_steps_per_s"]
+            rows.append({
+                "source": path, "regime": row["regime"], "physics": physics, "placement": row["placement"],
+                "mode": row["mode"], "measured_env_steps_per_s": m,
+                "measured_all": row.get("env_steps_per_s_all", [m]),
+                "predicted_env_steps_per_s": pred["env_steps_per_s"],
+                "error": pred["env_steps_per_s"] / m - 1.0,
+                "measured_trainer_idle": row["trainer_idle_ratio"],
+                "predicted_trainer_idle": pred["trainer_idle_ratio"],
+                "measured_rollouter_idle": row["rollouter_idle_ratio"],
+                "predicted_rollouter_idle": pred["rollouter_idle_ratio"],
+                "measured_staleness_mean": row["staleness_mean"], "predicted_staleness_mean": pred["staleness_mean"],
+            })
+    err = np.abs([r["error"] for r in rows])
+    by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
+                 for g in sorted({r["regime"] for r in rows})}
+    return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
+            "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
+            "max_abs_error": float(np.max(err)), "median_abs_error_by_regime": by_regime}
+
+
+def render(result: dict) -> str:
+    """Markdown table of a `validate` result."""
+    out = ["| regime | placement | mode | measured env steps/s | predicted | error | trainer idle meas. / pred. "
+           "| rollouter idle meas. / pred. | source |", "|" + "---|" * 9]
+    for r in result["rows"]:
+        out.append(f"| {r['regime']} | {r['placement']} | {r['mode']} | {r['measured_env_steps_per_s']:.0f} "
+                   f"| {r['predicted_env_steps_per_s']:.0f} | {100 * r['error']:+.1f}% "
+                   f"| {r['measured_trainer_idle']:.2f} / {r['predicted_trainer_idle']:.2f} "
+                   f"| {r['measured_rollouter_idle']:.2f} / {r['predicted_rollouter_idle']:.2f} "
+                   f"| {pathlib.Path(r['source']).name} |")
+    regimes = ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["median_abs_error_by_regime"].items())
+    out.append(f"\nmedian |error| {100 * result['median_abs_error']:.1f}% over {len(result['rows'])} rows "
+               f"({regimes}); mean {100 * result['mean_abs_error']:.1f}%, max {100 * result['max_abs_error']:.1f}%")
+    return "\n".join(out) + "\n"
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for regime, marker in (("cpu_longtail", "o"), ("mjx", "s")):
+        rs = [r for r in result["rows"] if r["regime"] == regime]
+        if rs:
+            ax.scatter([r["measured_env_steps_per_s"] for r in rs], [r["predicted_env_steps_per_s"] for r in rs],
+                       marker=marker, label=regime, alpha=0.8)
+    vals = [v for r in result["rows"] for v in (r["measured_env_steps_per_s"], r["predicted_env_steps_per_s"])]
+    lo, hi = 0.9 * min(vals), 1.1 * max(vals)
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="predicted = measured")
+    ax.fill_between([lo, hi], [0.85 * lo, 0.85 * hi], [1.15 * lo, 1.15 * hi], color="grey", alpha=0.15, label="±15%")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured env steps/s (bench async)")
+    ax.set_ylabel("predicted env steps/s (vlajax.plan)")
+    ax.set_title(f"median |error| {100 * result['median_abs_error']:.1f}% ({len(result['rows'])} rows)")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vlajax.plan validate", description=__doc__.splitlines()[0])
+    ap.add_argument("--profile-from", required=True, help="run directory with profile.json (vlajax.plan profile)")
+    ap.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), help="bench async JSONs with measured rows")
+    ap.add_argument("--json", default="", help="write the comparison here")
+    ap.add_argument("--plot", default="", help="write predicted vs measured (PNG) here")
+    ap.add_argument("--seeds", type=int, default=5, help="simulated runs averaged per row")
+    a = ap.parse_args(argv)
+    if not (pathlib.Path(a.profile_from) / "profile.json").is_file():
+        ap.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
+    for r in a.runs:
+        if not pathlib.Path(r).is_file():
+            ap.error(f"bench JSON {r} not found")
+    if a.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            ap.error("--plot needs matplotlib (pip install -e '.[report]')")
+    result = validate(a.runs, a.profile_from, a.seeds)
+    result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
+    print(render(result), end="")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {a.json}")
+    if a.plot:
+        plot(result, a.plot)
+        print(f"wrote {a.plot}")
+    return 0
