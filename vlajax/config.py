@@ -492,7 +492,7 @@ class AsyncConfig:
     staleness_threshold: float = 0.0  # extra fraction of a sync window rollout may run ahead
     trigger_parameter_sync_step: int = 1  # trainer updates between weight publications
     # micro-batches the trainer pulls per update (one slot segment each, or one whole collect with one slot);
-    # with streaming each is one learner micro-batch: rl.micro_batches must equal it (rl_workload.check_streaming)
+    # with streaming each is one learner micro-batch: rl.micro_batches must equal it (async_workload.check_streaming)
     require_batches: int = 1
     partial_rollout: bool = False  # episodes in flight continue under new weights
     use_rollout_log_probs: bool = True  # True: behaviour log-probs as old; False: recompute proximal
