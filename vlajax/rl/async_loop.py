@@ -1,6 +1,6 @@
 """`python -m vlajax.rl.async_loop --preset NAME [overrides]`: the RL core through the async pipeline.
 
-`run_async(cfg) -> int` is the entry for `python -m vlajax.train rl --pipeline.enabled true`
+`run_async(cfg) -> int` is the entry for `python -m vlajax.train rl --pipeline.enabled`
 (`vlajax.rl.command.run` dispatches here when `cfg.pipeline.enabled`); this module's `__main__`
 parses the same flags (`vlajax.train.parse`).
 Two rollout paths:
@@ -357,7 +357,7 @@ def _short(summary: dict) -> dict:
 
 
 def run_async(cfg: TrainConfig) -> int:
-    """The `rl` command with `--pipeline.enabled true`; 0 on success, 1 on a non-finite update.
+    """The `rl` command with `--pipeline.enabled`; 0 on success, 1 on a non-finite update.
     A second SIGTERM / Ctrl-C exits at once (code 130) without waiting for threads or writes:
     the newest complete checkpoint is the one to resume from."""
     try:
