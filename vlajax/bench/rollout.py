@@ -4,7 +4,10 @@ Times the production collection path -- `vlajax.rl.rollout.rollout` (the `lax.sc
 `actor_step` that `vlajax.rl.loop.train` runs inside its jitted `collect`) with the VLA actor of
 `vlajax.rl.actors.vla_actor` -- on `--num-envs` tabletop envs from pixels (goal suite, both
 cameras at the RL presets' 32x32, 200-step episodes, continuing mode with auto-reset), for each
-head of `--heads`:
+head of `--heads`, with the model the RL presets start from (`--model small`: the `sft-small`
+architecture, ~1.5M parameters, chunks of 8 of which each decision executes 4 as with
+`rl.chunk_steps=4`, 5 denoising steps; `--model default`: `ModelConfig()`'s smaller defaults,
+chunks of 4, all executed):
 
 - `flow`: the RL presets' flow sampler (`flow_sde`, x_1 = 0, stochastic last step, noise 0.5)
   with the VLA's own value head (`value_head='expert'`, PPO's critic);
@@ -21,7 +24,7 @@ from call to call); decisions/s = num_envs * decisions / (median seconds of `--r
 after the compiling first call). The module only uses the rollout's public functions, so the
 same command runs on older checkouts for side-by-side comparisons (`git worktree add`).
 
-Rows: {head, num_envs, decisions_per_call, decisions_per_s, env_steps_per_s, resets_per_call,
+Rows: {head, model, execute, num_envs, decisions_per_call, decisions_per_s, env_steps_per_s, resets_per_call,
 compile_s, seconds}.
 """
 
@@ -71,18 +74,27 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def model_config(model: str, head: str) -> tuple[ModelConfig, int]:
+    """(ModelConfig, executed actions per decision; 0 = all) of `--model` with `head`'s fields."""
+    if model == "small":
+        from vlajax.presets.sft import SMALL_CPU_MODEL
+
+        return dataclasses.replace(SMALL_CPU_MODEL, **HEADS[head]), 4
+    return ModelConfig(**HEADS[head]), 0
+
+
 def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_length: int, stagger: bool,
-              seed: int = 0) -> dict:
+              seed: int = 0, model_name: str = "small") -> dict:
     """Median decisions/s of `repeats` jitted rollouts of `decisions` decisions (see the module docstring)."""
-    mcfg = ModelConfig(**HEADS[head])
+    mcfg, execute = model_config(model_name, head)
     env_cfg = EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=mcfg.image_size,
                         episode_length=episode_length)
-    h = mcfg.action_horizon
+    h = execute or mcfg.action_horizon  # env steps per decision
     env = ro.make_env(env_cfg, h)
     norm = {"actions": _identity(mcfg.action_dim), "state": _identity(8)}
     bridge = Bridge(mcfg, tuple(sorted(env_cfg.cameras)), norm, env_action_dim=min(mcfg.action_dim, 4))
     model = VLA(mcfg)
-    actor = actors.vla_actor(model, bridge)
+    actor = actors.vla_actor(model, bridge, execute=execute)
 
     state = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, num_envs)))(jax.random.key(seed))
     if stagger:  # env b is b * L / B steps (whole chunks) into its episode
@@ -109,7 +121,9 @@ def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_le
     sec = float(np.median(times))
     return {
         "head": head,
-        "model": HEADS[head],
+        "model": model_name,
+        "model_fields": HEADS[head],
+        "execute": h,
         "num_envs": num_envs,
         "decisions_per_call": decisions,
         "decisions_per_s": round(num_envs * decisions / sec, 2),
@@ -126,6 +140,7 @@ class Args:
 
     json: pathlib.Path | None = None  # write the results here
     heads: tuple[Literal["flow", "tokens"], ...] = ("flow", "tokens")  # action heads to time (keys of HEADS)
+    model: Literal["small", "default"] = "small"  # small: the sft-small model RL starts from; default: ModelConfig()
     num_envs: int = 16
     decisions: int = 10  # decisions of every env per timed call
     repeats: int = 5  # timed calls after the compiling one
@@ -144,7 +159,8 @@ def main(argv: list[str]) -> int:
     load_start = os.getloadavg()
     rows = []
     for head in args.heads:
-        row = time_head(head, args.num_envs, args.decisions, args.repeats, args.episode_length, args.stagger)
+        row = time_head(head, args.num_envs, args.decisions, args.repeats, args.episode_length, args.stagger,
+                        model_name=args.model)
         rows.append(row)
         print(f"rollout {head:7s} num_envs={args.num_envs} {row['decisions_per_s']:9.2f} decisions/s "
               f"({row['env_steps_per_s']} env steps/s; compile {row['compile_s']} s; resets/call "
