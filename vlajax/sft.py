@@ -28,6 +28,7 @@ Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -46,7 +47,7 @@ from vlajax.data.openpi import is_pi
 from vlajax.data.packing import gather_prefix, rows_to_samples
 from vlajax.evaluate import evaluate
 from vlajax.logging import MetricsLogger, Progress
-from vlajax.models import build_model, heads
+from vlajax.models import build_model, fp8, heads
 from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
@@ -190,6 +191,9 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
     # ---- Train state on its shards, one jitted step ---------------------------------------
     model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
+    te_scope = contextlib.ExitStack()  # model.fp8='te': init and every step trace inside TE's autocast
+    if cfg.model.fp8 == "te":
+        te_scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
     state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
                                                    jax.random.key(cfg.seed))
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -254,6 +258,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     ckpt.close()
     loader.close()
     logger.close()
+    te_scope.close()
     seconds = time.perf_counter() - t_start
     summary = {
         "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total, "params": int(n_params),

@@ -92,3 +92,21 @@ def test_fp8_flax_sft_through_the_cli_trains_checkpoints_and_resumes(tmp_path):
     assert any("f8e4m3fn" in pathlib.Path(f).read_text() for f in compiled), "no f8 dot in any compiled module"
     resumed = sft(32)  # the checkpoint of step 30 (FP8 collections included) restores and trains on
     assert resumed["start_step"] == 30 and resumed["steps"] == 32
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(1800)
+def test_fp8_te_sft_runs_inside_autocast_with_the_mesh_resource(tmp_path):
+    """GPU + Transformer Engine only: SFT with `model.fp8='te'` (init and steps inside TE's
+    autocast with our mesh's dp/tp axes) trains a few steps."""
+    import dataclasses
+
+    from tests.sft.conftest import tiny_config
+    from vlajax.models.attention import te_available
+    from vlajax.sft import train
+
+    if not te_available():
+        pytest.skip("needs Transformer Engine and a GPU")
+    cfg = tiny_config(write_dataset(str(tmp_path / "demos")), str(tmp_path / "run"), num_steps=5, eval_every=-1)
+    out = train(cfg.replace(model=dataclasses.replace(cfg.model, fp8="te")))
+    assert out["steps"] == 5 and all(v == v for v in out["losses"])

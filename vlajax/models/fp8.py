@@ -53,6 +53,15 @@ def autocast(mode: str, mesh_resource: Any = None):
     return te.autocast(enabled=True, recipe=Float8CurrentScaling(), **kw)
 
 
+def mesh_resource(mesh: Any) -> Any:
+    """TE's `MeshResource` for our mesh: data parallel over 'dp', tensor parallel over 'tp'
+    (the axes `vlajax.sharding` names), for `autocast(mode, mesh_resource(mesh))`."""
+    from transformer_engine.jax.sharding import MeshResource  # noqa: PLC0415 (GPU + TE only)
+
+    names = set(mesh.axis_names)
+    return MeshResource(dp_resource="dp" if "dp" in names else None, tp_resource="tp" if "tp" in names else None)
+
+
 def apply_gradients(
     variables: dict, grads: dict, tx: optax.GradientTransformation, opt_state: optax.OptState
 ) -> tuple[dict, optax.OptState]:
