@@ -501,8 +501,11 @@ class AsyncConfig:
     num_generators: int = 1  # inference batchers the slots are routed over (fine-grained env sharding)
     max_batch: int = 0  # dynamic batching: fire at this many waiting requests (0 = all slots)
     max_wait_ms: float = 5.0  # dynamic batching: fire when the oldest request waited this long
-    queue_timeout_s: float = 120.0  # every queue wait times out after this
-    watchdog_s: float = 300.0  # a lane silent this long is reported as stalled
+    # a queue / pacing / weights wait fails after this long only if no other lane was busy meanwhile (stuck)
+    queue_timeout_s: float = 120.0
+    # a lane busy this long without a heartbeat is stalled (its first iteration, which compiles: 10x;
+    # later ones: at least 3x its longest iteration)
+    watchdog_s: float = 300.0
 
     def __post_init__(self):
         _check(self.staleness_threshold >= 0, "pipeline.staleness_threshold must be >= 0")

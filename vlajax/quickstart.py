@@ -140,9 +140,7 @@ def main() -> int:
                "--logging.progress", "plain",
                # the asynchronous pipeline, on-policy: at staleness 1 this GRPO recipe lagged or
                # collapsed (docs/results.md, "Quickstart"); staleness 0 reproduces the sync loop
-               "--pipeline.enabled", "--pipeline.staleness-threshold", "0",
-               # the first collect compiles the pixel rollout (minutes on 2 cores): no queue timeout meanwhile
-               "--pipeline.queue-timeout-s", "3600", "--pipeline.watchdog-s", "3600"]
+               "--pipeline.enabled", "--pipeline.staleness-threshold", "0"]
     if smoke:
         rl_args += ["--env.num-envs", "8", "--rl.group-size", "4", "--env.episode-length", "40"]
     _run("3/3 rl", rl_args, os.path.join(logs, "rl.log"))
