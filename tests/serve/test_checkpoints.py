@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.serve.test_openpi_client import Served, check_openpi_client, openpi_client
+from tests.serve.test_openpi_client import REPO, Served, _env, check_openpi_client, openpi_client
 from tests.sft.conftest import tiny_config, write_dataset
-from vlajax.config import AsyncConfig, EnvConfig, get_config
+from vlajax.config import EnvConfig, get_config
 
 pytestmark = pytest.mark.slow
 
@@ -33,31 +35,27 @@ def _sft(root: str) -> str:
     return sft.train(cfg)["checkpoint_dir"]
 
 
-def _rl_config(root: str, name: str, init_from: str, **pipeline):
-    cfg = get_config("rl-grpo-tokens")
-    cfg = cfg.replace(
-        output_dir=os.path.join(root, name), env=dataclasses.replace(EVAL_ENV, num_envs=4),
-        rl=dataclasses.replace(cfg.rl, init_from=init_from, num_iterations=1, group_size=2, num_minibatches=1,
-                               eval_every=0, eval_episodes_per_task=1, chunk_steps=4),
-        checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False, every_steps=1),
-        logging=dataclasses.replace(cfg.logging, progress="none", tensorboard=False, video_every=0))
-    if pipeline:
-        cfg = cfg.replace(rl=dataclasses.replace(cfg.rl, update_epochs=1, micro_batches=1),
-                          pipeline=AsyncConfig(enabled=True, **pipeline))
-    return cfg
+def _rl(root: str, name: str, init_from: str, *extra: str) -> str:
+    """`python -m vlajax.train rl` (as users run it: one CPU device) for one tiny GRPO update. -> checkpoint dir."""
+    out = os.path.join(root, name)
+    args = [sys.executable, "-m", "vlajax.train", "rl", "--preset", "rl-grpo-tokens", "--output-dir", out,
+            "--rl.init-from", init_from, "--env.num-envs", "4", "--env.episode-length", "8", "--rl.num-iterations", "1",
+            "--rl.group-size", "2", "--rl.num-minibatches", "1", "--rl.eval-every", "0",
+            "--rl.eval-episodes-per-task", "1", "--rl.chunk-steps", "4", "--checkpoint.async-save", "false",
+            "--logging.progress", "none", "--logging.tensorboard", "false", "--logging.video-every", "0", *extra]
+    r = subprocess.run(args, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=3000)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return os.path.join(out, "checkpoints")
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, str]:
     root = str(tmp_path_factory.mktemp("policies"))
-    from vlajax.rl import async_loop, loop
-
     out = {"sft": _sft(root)}
-    out["rl"] = loop.train(_rl_config(root, "rl", out["sft"]))["checkpoint_dir"]
-    acfg = _rl_config(root, "async", out["sft"], num_slots=1, require_batches=1, staleness_threshold=1.0,
-                      queue_timeout_s=1800.0, watchdog_s=3600.0)
-    async_loop.train_async(acfg, timeout=3600)
-    out["async-rl"] = os.path.join(acfg.output_dir, "checkpoints")
+    out["rl"] = _rl(root, "rl", out["sft"])
+    out["async-rl"] = _rl(root, "async", out["sft"], "--pipeline.enabled", "true", "--pipeline.num-slots", "1",
+                          "--pipeline.require-batches", "1", "--rl.update-epochs", "1", "--rl.micro-batches", "1",
+                          "--pipeline.queue-timeout-s", "1800", "--pipeline.watchdog-s", "3600")
     return out
 
 
