@@ -16,11 +16,13 @@ recommends the configuration with the highest predicted throughput whose stalene
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import pathlib
 import sys
+from typing import Literal
 
+from vlajax import cli
 from vlajax.plan import presets
 from vlajax.plan.costs import Costs
 from vlajax.plan.sim import MODES, simulate_mean
@@ -89,6 +91,21 @@ def render(rows: list[dict], reference: dict | None, max_staleness: float) -> st
     return "\n".join(out) + "\n"
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment); exactly one cost source."""
+
+    preset: Literal["pi05-libero"] | None = None  # costs from the seed papers (vlajax.plan.presets)
+    profile_from: str | None = None  # run directory with profile.json (python -m vlajax.plan profile)
+    costs: str | None = None  # JSON with costs and workload (see the module docstring)
+    physics: Literal["c", "jax"] = "c"  # --profile-from: which measured simulator
+    gpus: tuple[int, ...] = (8,)  # device budgets to plan for
+    ratios: tuple[str, ...] = ("1:1", "3:1")  # rollout:train splits tried (disaggregated, hybrid)
+    max_staleness: float = 1.0  # recommend only configurations within this staleness
+    seeds: int = 1  # simulated runs averaged per configuration
+    json: str = ""  # write the rows here
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "profile":
         from vlajax.plan import profile
@@ -96,38 +113,29 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "validate":
         from vlajax.plan import validate
         return validate.main(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m vlajax.plan", description=__doc__.splitlines()[0])
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--preset", choices=sorted(presets.PRESETS), help="costs from the seed papers")
-    src.add_argument("--profile-from", help="run directory with profile.json (python -m vlajax.plan profile)")
-    src.add_argument("--costs", help="JSON with costs and workload (see the module docstring)")
-    ap.add_argument("--physics", default="c", choices=["c", "jax"], help="--profile-from: which measured simulator")
-    ap.add_argument("--gpus", type=int, nargs="+", default=[8], help="device budgets to plan for")
-    ap.add_argument("--ratios", nargs="+", default=["1:1", "3:1"], help="rollout:train splits tried")
-    ap.add_argument("--max-staleness", type=float, default=1.0, help="recommend only configs within this staleness")
-    ap.add_argument("--seeds", type=int, default=1, help="simulated runs averaged per configuration")
-    ap.add_argument("--json", default="", help="write the rows here")
-    a = ap.parse_args(argv)
+    a = cli.parse(Args, argv, prog="python -m vlajax.plan", description=__doc__.splitlines()[0])
+    if sum(x is not None for x in (a.preset, a.profile_from, a.costs)) != 1:
+        cli.error("give exactly one of --preset, --profile-from, --costs")
     try:
         ratios = [tuple(int(x) for x in r.split(":")) for r in a.ratios]
         if any(len(r) != 2 or min(r) < 1 for r in ratios):
             raise ValueError
     except ValueError:
-        ap.error(f"--ratios must be 'rollout:train' with positive integers, got {a.ratios}")
-    if min(a.gpus) < 1 or a.seeds < 1:
-        ap.error("--gpus and --seeds must be >= 1")
+        cli.error(f"--ratios must be 'rollout:train' with positive integers, got {' '.join(a.ratios)}")
+    if not a.gpus or min(a.gpus) < 1 or a.seeds < 1:
+        cli.error("--gpus and --seeds must be >= 1")
     if a.preset:
         p, reference = presets.get(a.preset), presets.REFERENCE.get(a.preset)
     elif a.profile_from:
         if not (pathlib.Path(a.profile_from) / "profile.json").is_file():
-            ap.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
+            cli.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
         p, reference = _from_profile(a.profile_from, a.physics), None
     else:
         try:
             p, reference = _preset_from_json(json.loads(pathlib.Path(a.costs).read_text()), a.costs), None
         except (OSError, ValueError, KeyError, TypeError) as e:
-            ap.error(f"--costs {a.costs}: {e}")
-    rows = table(p, a.gpus, ratios, a.seeds)
+            cli.error(f"--costs {a.costs}: {e}")
+    rows = table(p, list(a.gpus), ratios, a.seeds)
     print(f"planner: {p.name}; costs from {p.costs.source or 'the given file'}")
     print(render(rows, reference, a.max_staleness), end="")
     if a.json:

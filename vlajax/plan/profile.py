@@ -19,17 +19,19 @@ Each is the median of `--repeats` calls after a compiling one. Writes `RUN_DIR/p
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
 import pathlib
 import time
+from typing import Literal
 
 import jax
 import numpy as np
 
+from vlajax import cli
 from vlajax.plan.costs import Costs
 
 __all__ = ["main", "load", "profile"]
@@ -131,22 +133,27 @@ def load(run_dir: str | os.PathLike, physics: str) -> Costs:
     return Costs.from_json(d["costs"][physics])
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment); workload flags as `bench async`."""
+
+    out: str  # run directory; writes profile.json there
+    preset: str = "rl-debug"  # the TrainConfig preset the RL workload starts from
+    envs: int = 16  # total envs
+    slots: int = 4  # env slots of the slot modes
+    horizon: int = 8  # decisions per segment
+    width: int = 1024  # MLP width (actor and critic)
+    update_epochs: int = 10  # PPO epochs per update
+    minibatches: int = 4  # PPO minibatches per epoch
+    physics: tuple[Literal["jax", "c"], ...] = ("jax", "c")  # simulators to time
+    repeats: int = 5  # timed calls after the compiling one
+    cpu_devices: int = 8  # virtual CPU devices (as the bench)
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.plan profile", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="run directory; writes profile.json there")
-    ap.add_argument("--preset", default="rl-debug")
-    ap.add_argument("--envs", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--horizon", type=int, default=8)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--update-epochs", type=int, default=10)
-    ap.add_argument("--minibatches", type=int, default=4)
-    ap.add_argument("--physics", nargs="+", default=["jax", "c"], choices=["jax", "c"])
-    ap.add_argument("--repeats", type=int, default=5, help="timed calls after the compiling one")
-    ap.add_argument("--cpu-devices", type=int, default=8, help="virtual CPU devices (as the bench)")
-    a = ap.parse_args(argv)
-    if a.envs % a.slots or a.repeats < 1:
-        ap.error("--envs must split into --slots and --repeats must be >= 1")
+    a = cli.parse(Args, argv, prog="python -m vlajax.plan profile", description=__doc__.splitlines()[0])
+    if a.slots < 1 or a.envs % a.slots or a.repeats < 1 or not a.physics:
+        cli.error("--envs must split into --slots, --repeats must be >= 1 and --physics non-empty")
     with contextlib.suppress(RuntimeError):
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
     result = profile(a)

@@ -16,7 +16,6 @@ Reports each row's predicted and measured env steps/s and idle ratios, the signe
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -24,6 +23,7 @@ import shlex
 
 import numpy as np
 
+from vlajax import cli
 from vlajax.plan.costs import SimLatency
 from vlajax.plan.profile import load
 from vlajax.plan.sim import Pipeline, simulate_mean
@@ -126,25 +126,32 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    profile_from: str  # run directory with profile.json (python -m vlajax.plan profile)
+    runs: tuple[str, ...] = DEFAULT_RUNS  # bench async JSONs with measured rows
+    json: str = ""  # write the comparison here
+    plot: str = ""  # write predicted vs measured (PNG) here (needs matplotlib)
+    seeds: int = 5  # simulated runs averaged per row
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.plan validate", description=__doc__.splitlines()[0])
-    ap.add_argument("--profile-from", required=True, help="run directory with profile.json (vlajax.plan profile)")
-    ap.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), help="bench async JSONs with measured rows")
-    ap.add_argument("--json", default="", help="write the comparison here")
-    ap.add_argument("--plot", default="", help="write predicted vs measured (PNG) here")
-    ap.add_argument("--seeds", type=int, default=5, help="simulated runs averaged per row")
-    a = ap.parse_args(argv)
+    a = cli.parse(Args, argv, prog="python -m vlajax.plan validate", description=__doc__.splitlines()[0])
     if not (pathlib.Path(a.profile_from) / "profile.json").is_file():
-        ap.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
+        cli.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
     for r in a.runs:
         if not pathlib.Path(r).is_file():
-            ap.error(f"bench JSON {r} not found")
+            cli.error(f"bench JSON {r} not found")
+    if a.seeds < 1:
+        cli.error("--seeds must be >= 1")
     if a.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            ap.error("--plot needs matplotlib (pip install -e '.[report]')")
-    result = validate(a.runs, a.profile_from, a.seeds)
+            cli.error("--plot needs matplotlib (pip install -e '.[report]')")
+    result = validate(list(a.runs), a.profile_from, a.seeds)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
