@@ -13,7 +13,7 @@ phases; a phase gives an end-effector target, a gripper command, and when to mov
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import functools
 import sys
 import time
@@ -157,14 +157,20 @@ def success_table(names, num_episodes: int, episode_length: int, seed: int = 0) 
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    episodes: int = 50  # randomized episodes per task
+    episode_length: int = 150  # control steps per episode
+    tasks: tuple[str, ...] = ()  # task names (default: all)
+    seed: int = 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--episodes", type=int, default=50)
-    p.add_argument("--episode-length", type=int, default=150)
-    p.add_argument("--tasks", nargs="*", default=None, help="task names (default: all)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    from vlajax import compile_cache
+    from vlajax import cli, compile_cache
+
+    args = cli.parse(Args, argv, prog="python -m vlajax.envs.experts", description=__doc__.splitlines()[0])
     from vlajax.envs import registry
 
     compile_cache.enable()

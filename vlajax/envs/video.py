@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import jax
@@ -71,22 +72,25 @@ def save(frames: np.ndarray, path: str | pathlib.Path, fps: int = 25, columns: i
     return path
 
 
+@dataclasses.dataclass(frozen=True)
+class VideoArgs:
+    """The command line of `main` (`--help` lists every option with its comment)."""
+
+    out: pathlib.Path = pathlib.Path("docs/envs")  # folder of the PNGs and the GIF
+    gif_task: str = "goal/stack"  # the task of the GIF
+    gif_envs: int = 4  # episodes side by side in the GIF
+    gif_steps: int = 120  # control steps in the GIF
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m vlajax.envs.video --out docs/envs`: a PNG of every task's first frame (agent view |
     wrist, 4x upscaled) and a GIF of a batch of scripted-expert episodes."""
-    import argparse
-
     from PIL import Image
 
-    from vlajax import compile_cache
+    from vlajax import cli, compile_cache
     from vlajax.envs import experts, registry
 
-    p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("docs/envs"))
-    p.add_argument("--gif-task", default="goal/stack")
-    p.add_argument("--gif-envs", type=int, default=4)
-    p.add_argument("--gif-steps", type=int, default=120)
-    args = p.parse_args(argv)
+    args = cli.parse(VideoArgs, argv, prog="python -m vlajax.envs.video", description=main.__doc__.splitlines()[0])
     compile_cache.enable()
     args.out.mkdir(parents=True, exist_ok=True)
     env = registry.load(registry.ALL_ENVS[0])

@@ -13,7 +13,6 @@ parameter is sharded over `dp` by its logical names (FSDP; mesh (n, 1, 1)). Shap
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import math
@@ -22,6 +21,7 @@ import sys
 import flax.linen as nn
 import jax
 import numpy as np
+import tyro
 
 from vlajax.config import MESH_AXES, ConfigError, MeshConfig, ModelConfig
 from vlajax.sharding import logical_to_mesh_spec
@@ -92,13 +92,20 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:8.2f} GiB" if n >= 2**30 else f"{n / 2**20:8.1f} MiB"
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    names: tyro.conf.Positional[tuple[str, ...]] = ()  # presets (default: all)
+    devices: tuple[int, ...] = (8, 64, 256)  # FSDP sizes
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.models.presets", description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", default=list(PRESETS), help="presets (default: all)")
-    ap.add_argument("--devices", type=int, nargs="+", default=[8, 64, 256], help="FSDP sizes")
-    args = ap.parse_args(argv)
+    from vlajax import cli
+
+    args = cli.parse(Args, argv, prog="python -m vlajax.models.presets", description=__doc__.split("\n\n")[0])
     try:
-        cfgs = [get_model_config(n) for n in args.names]
+        cfgs = [get_model_config(n) for n in args.names or PRESETS]
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

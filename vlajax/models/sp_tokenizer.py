@@ -38,6 +38,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tyro
 
 __all__ = ["NUM_STATE_BINS", "PromptTokenizer", "StatePromptTable", "clean_prompt", "discretize_state"]
 
@@ -231,17 +232,21 @@ def train_tiny_model(path: str, texts: Sequence[str], vocab_size: int = 1000) ->
     return path
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenizerArgs:
+    """The command line of `main` (`--help` lists every option with its comment)."""
+
+    out: tyro.conf.Positional[str]  # the .model file to write
+    vocab_size: int = 1000  # pieces at most (the dummy presets take 1,024)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m vlajax.models.sp_tokenizer OUT.model [--vocab-size N]`: a tiny SentencePiece model
     trained on the tabletop tasks' instructions (for the dummy presets' `model.tokenizer_path`)."""
-    import argparse
-
+    from vlajax import cli
     from vlajax.envs.tabletop import tasks
 
-    p = argparse.ArgumentParser(prog="python -m vlajax.models.sp_tokenizer", description=main.__doc__)
-    p.add_argument("out", help="the .model file to write")
-    p.add_argument("--vocab-size", type=int, default=1000, help="pieces at most (the dummy presets take 1,024)")
-    args = p.parse_args(argv)
+    args = cli.parse(TokenizerArgs, argv, prog="python -m vlajax.models.sp_tokenizer", description=main.__doc__)
     texts = sorted({i for t in tasks.TASKS for i in t.instructions()})
     path = train_tiny_model(args.out, texts, args.vocab_size)
     print(f"wrote {path} ({PromptTokenizer.load(path, 1).vocab_size} pieces)")
