@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,7 +55,8 @@ def test_heads_run_on_pi(setup):
 
         loss, gnorm = jax.jit(grads)(variables)
         assert np.isfinite(float(loss))
-        assert all(float(gnorm[k]) > 0 for k in ("vision", "llm", "action_in", "state_proj", "action_time_mlp_in")), gnorm
+        trained = ("vision", "llm", "action_in", "state_proj", "action_time_mlp_in")
+        assert all(float(gnorm[k]) > 0 for k in trained), gnorm
         return
 
     def run(v):  # one compile: sampler, recomputed log-prob, value
@@ -150,3 +152,44 @@ def test_param_logical_names_are_in_the_rules(setup):
     assert leaves and all(hasattr(x, "names") for x in leaves)  # every leaf is named
     for x in leaves:
         assert len(x.names) == len(x.value.shape) and set(x.names) - {None} <= known, x.names
+
+
+def test_lora_equals_merged_weights():
+    """LoRA factors (openpi's shapes and equations) act as W + A B; the attention output's B is summed
+    over heads, as openpi's einsum equations do."""
+    cfg = tiny("pi05", lora_rank=2, expert_lora_rank=3)
+    base_cfg = tiny("pi05")
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    model, base = build_model(cfg), build_model(base_cfg)
+    x, t = jax.random.normal(jax.random.key(1), (B, cfg.action_horizon, cfg.action_dim)), jnp.full((B,), 0.4)
+
+    def run(key):
+        v = jax.tree.map(lambda a: a + 0.05 * jax.random.normal(key, a.shape), nn.unbox(model.init(key, obs)))
+        layers = dict(v["params"]["llm"]["layers"])
+        merged = {}
+        for e, r in (("e0", 2), ("e1", 3)):
+            i, o = dict(layers[f"{e}_in"]), dict(layers[f"{e}_out"])
+            assert i["q_lora_a"].shape[-1] == r and i["q_lora_b"].shape[-2] == r
+            i["q"] = i["q"] + jnp.einsum("lnwr,lnrh->lnwh", i.pop("q_lora_a"), i.pop("q_lora_b"))
+            i["kv"] = i["kv"] + jnp.einsum("lckwr,lckrh->lckwh", i.pop("kv_lora_a"), i.pop("kv_lora_b"))
+            o["o"] = o["o"] + jnp.einsum("lnhr,lrd->lnhd", o.pop("o_lora_a"), o.pop("o_lora_b").sum(1))
+            o["gate_up"] = o["gate_up"] + jnp.einsum("lcwr,lcrm->lcwm", o.pop("gate_up_lora_a"),
+                                                     o.pop("gate_up_lora_b"))
+            o["down"] = o["down"] + jnp.einsum("lmr,lrw->lmw", o.pop("down_lora_a"), o.pop("down_lora_b"))
+            merged[f"{e}_in"], merged[f"{e}_out"] = i, o
+        params = {**v["params"], "llm": {**v["params"]["llm"], "layers": merged}}
+        return (model.apply(v, obs, x, t, method="joint")[2],
+                base.apply({"params": params}, obs, x, t, method="joint")[2],
+                base.apply({"params": {**v["params"], "llm": {**v["params"]["llm"], "layers": {
+                    k: {n: w for n, w in d.items() if "lora" not in n} for k, d in layers.items()}}}},
+                    obs, x, t, method="joint")[2])
+
+    with jax.default_matmul_precision("highest"):
+        lora, merged, without = jax.jit(run)(jax.random.key(2))
+    np.testing.assert_allclose(np.asarray(lora), np.asarray(merged), atol=2e-5)
+    assert float(jnp.max(jnp.abs(lora - without))) > 1e-3  # the factors mattered
+
+
+def test_lora_ranks_refused_for_vla():
+    with pytest.raises(ConfigError, match="model.lora_rank"):
+        ModelConfig(lora_rank=4)

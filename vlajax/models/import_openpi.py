@@ -151,8 +151,8 @@ def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id:
     write_json(os.path.join(out, CONFIG_FILE), config_to_dict(cfg))
     bridge.save(out)
     summary = {"step": 0, "config": cfg.name, "source": os.path.abspath(checkpoint_dir),
-               "openpi_leaves": len(openpi_params.path_table(cfg.model)),
-               "fresh_leaves": openpi_params.fresh_only(cfg.model, fresh), "norm_stats": norm_source}
+               "openpi_leaves": len(openpi_params.flatten(tree)),
+               "fresh_leaves": openpi_params.fresh_only(cfg.model, fresh, tree), "norm_stats": norm_source}
     ckpt.save(0, state, extra=summary, force=True)
     ckpt.close()
     return summary

@@ -9,8 +9,9 @@ RMSNorm (pi0.5: `x_norm * (1 + scale(c)) + shift(c)`, residuals gated by `gate(c
 
 Parameters (layers stacked on a leading `layers` axis by `nn.scan`; expert i in `e{i}`):
   embed [V, W0]; layers/e{i}_in/{attn_norm, q [N, Wi, D], kv [2, K, Wi, D]}, layers/e{i}_out/{o [N, D, Wi], mlp_norm,
-  gate_up [2, Wi, M], down [M, Wi]}; final_norms_{i}. A norm is `scale` [W] or, adaptive,
-  `kernel` [C, 3W] + `bias` [3W] (C = the condition width).
+  gate_up [2, Wi, M], down [M, Wi]}; final_norms_{i}. A norm is `scale` [W] or, adaptive, `kernel`
+  [C, 3W] + `bias` [3W] (C = the condition width). With a LoRA rank r > 0 for expert i, each of q,
+  kv, o, gate_up, down gains `<name>_lora_a` / `<name>_lora_b` (openpi's factor shapes, scale 1).
 Shapes: xs is a tuple with one entry per expert, [B, T_i, W_i] or None (expert not run).
 """
 
@@ -70,6 +71,16 @@ def _param(mod: nn.Module, name: str, names: tuple, shape: tuple, dtype, in_axis
     return mod.param(name, nn.with_logical_partitioning(init, names), shape, dtype)
 
 
+def _lora(mod: nn.Module, name: str, names_a: tuple, shape_a: tuple, names_b: tuple, shape_b: tuple):
+    """LoRA factors `<name>_lora_a`, `<name>_lora_b` (openpi's init: N(0, 0.01^2)), cast to mod.dtype.
+
+    The update is a @ b with scale 1 (openpi's LoRA variants use alpha = rank)."""
+    init = nn.initializers.normal(0.01)
+    a = mod.param(f"{name}_lora_a", nn.with_logical_partitioning(init, names_a), shape_a, mod.param_dtype)
+    b = mod.param(f"{name}_lora_b", nn.with_logical_partitioning(init, names_b), shape_b, mod.param_dtype)
+    return a.astype(mod.dtype), b.astype(mod.dtype)
+
+
 class ExpertIn(nn.Module):
     """Pre-attention norm and q/k/v of one expert. x [B,T,W] -> (q [B,T,N,D], k, v [B,T,K,D], gate)."""
 
@@ -79,17 +90,24 @@ class ExpertIn(nn.Module):
     adaptive: bool
     dtype: Any
     param_dtype: Any
+    lora_rank: int = 0
 
     @nn.compact
     def __call__(self, x, cond):
-        n, k, d, w = self.num_heads, self.num_kv_heads, self.head_dim, x.shape[-1]
+        n, k, d, w, r = self.num_heads, self.num_kv_heads, self.head_dim, x.shape[-1], self.lora_rank
         y, gate = Norm(self.adaptive, self.param_dtype, name="attn_norm")(x, cond)
         wq = _param(self, "q", ("heads", "embed", "head_dim"), (n, w, d), self.param_dtype, batch=(0,))
         wkv = _param(self, "kv", (None, "kv_heads", "embed", "head_dim"), (2, k, w, d), self.param_dtype,
                      batch=(0, 1))
         q = jnp.einsum("BTD,NDH->BTNH", y, wq.astype(self.dtype))
-        kk, vv = jnp.einsum("BSD,CKDH->CBSKH", y, wkv.astype(self.dtype))
-        return q, kk, vv, gate
+        kv = jnp.einsum("BSD,CKDH->CBSKH", y, wkv.astype(self.dtype))
+        if r:
+            qa, qb = _lora(self, "q", ("heads", "embed", None), (n, w, r), ("heads", None, "head_dim"), (n, r, d))
+            q = q + jnp.einsum("BTNL,NLH->BTNH", jnp.einsum("BTD,NDL->BTNL", y, qa), qb)
+            ka, kb = _lora(self, "kv", (None, "kv_heads", "embed", None), (2, k, w, r),
+                           (None, "kv_heads", None, "head_dim"), (2, k, r, d))
+            kv = kv + jnp.einsum("CBSKL,CKLH->CBSKH", jnp.einsum("BSD,CKDL->CBSKL", y, ka), kb)
+        return q, kv[0], kv[1], gate
 
 
 class ExpertOut(nn.Module):
@@ -102,20 +120,31 @@ class ExpertOut(nn.Module):
     adaptive: bool
     dtype: Any
     param_dtype: Any
+    lora_rank: int = 0
 
     @nn.compact
     def __call__(self, x, att, gate, cond):
-        n, d, w = att.shape[-2], att.shape[-1], x.shape[-1]
+        n, d, w, m, r = att.shape[-2], att.shape[-1], x.shape[-1], self.mlp_dim, self.lora_rank
         wo = _param(self, "o", ("heads", "head_dim", "embed"), (n, d, w), self.param_dtype, in_axis=(-3, -2))
         y = jnp.einsum("BTNH,NHD->BTD", att, wo.astype(self.dtype))
+        if r:  # openpi's LoRA equations for this einsum (its second factor is summed over heads)
+            oa, ob = _lora(self, "o", ("heads", "head_dim", None), (n, d, r), ("heads", None, "embed"), (n, r, w))
+            y = y + jnp.einsum("BTL,NLD->BTD", jnp.einsum("BTNH,NHL->BTL", att, oa), ob)
         x = x + y if gate is None else x + y * gate
         y, gate = Norm(self.adaptive, self.param_dtype, name="mlp_norm")(x, cond)
-        wg = _param(self, "gate_up", (None, "embed", "mlp"), (2, w, self.mlp_dim), self.param_dtype, batch=(0,))
-        wd = _param(self, "down", ("mlp", "embed"), (self.mlp_dim, w), self.param_dtype)
+        wg = _param(self, "gate_up", (None, "embed", "mlp"), (2, w, m), self.param_dtype, batch=(0,))
+        wd = _param(self, "down", ("mlp", "embed"), (m, w), self.param_dtype)
         wg, wd = wg.astype(self.dtype), wd.astype(self.dtype)
-        h = nn.gelu(jnp.dot(y, wg[0])) * jnp.dot(y, wg[1])
+        g0, g1 = jnp.dot(y, wg[0]), jnp.dot(y, wg[1])
+        if r:
+            ga, gb = _lora(self, "gate_up", (None, "embed", None), (2, w, r), (None, None, "mlp"), (2, r, m))
+            g0, g1 = g0 + jnp.dot(jnp.dot(y, ga[0]), gb[0]), g1 + jnp.dot(jnp.dot(y, ga[1]), gb[1])
+        h = nn.gelu(g0) * g1
         h = constrain(h, ("act_batch", "act_len", "act_mlp"))
         y = jnp.dot(h, wd)
+        if r:
+            da, db = _lora(self, "down", ("mlp", None), (m, r), (None, "embed"), (r, w))
+            y = y + jnp.dot(jnp.dot(h, da), db)
         return x + y if gate is None else x + y * gate
 
 
@@ -140,6 +169,7 @@ class Block(nn.Module):
     adaptive: tuple[bool, ...]
     dtype: Any
     param_dtype: Any
+    lora_ranks: tuple[int, ...] = (0, 0)
 
     @nn.compact
     def __call__(self, xs, cache, positions, mask, conds):
@@ -151,7 +181,7 @@ class Block(nn.Module):
                 ins.append(None)
                 continue
             q, k, v, gate = ExpertIn(s["num_heads"], s["num_kv_heads"], s["head_dim"], self.adaptive[i],
-                                     name=f"e{i}_in", **kw)(x, conds[i])
+                                     lora_rank=self.lora_ranks[i], name=f"e{i}_in", **kw)(x, conds[i])
             ins.append(gate)
             qs.append(q), ks.append(k), vs.append(v)
         q, k, v = (jnp.concatenate(a, axis=1) for a in (qs, ks, vs))
@@ -169,7 +199,8 @@ class Block(nn.Module):
                 continue
             a = att[:, start:start + x.shape[1]]
             start += x.shape[1]
-            y = ExpertOut(s["mlp_dim"], self.adaptive[i], name=f"e{i}_out", **kw)(x, a, ins[i], conds[i])
+            y = ExpertOut(s["mlp_dim"], self.adaptive[i], lora_rank=self.lora_ranks[i], name=f"e{i}_out",
+                          **kw)(x, a, ins[i], conds[i])
             out.append(constrain(y, ("act_batch", "act_len", "act_embed")))
         return tuple(out), new_kv
 
@@ -183,6 +214,7 @@ class Gemma(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     remat: bool = False
+    lora_ranks: tuple[int, ...] = (0, 0)  # per expert; 0 = no LoRA factors
 
     def setup(self):
         w0 = self.sizes[0]["width"]
@@ -193,7 +225,7 @@ class Gemma(nn.Module):
             block, variable_axes={"params": 0}, split_rngs={"params": True},
             in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast), length=self.sizes[0]["depth"],
             metadata_params={nn.PARTITION_NAME: "layers"},
-        )(self.sizes, self.adaptive, self.dtype, self.param_dtype)
+        )(self.sizes, self.adaptive, self.dtype, self.param_dtype, self.lora_ranks)
         self.final_norms = [Norm(a, self.param_dtype) for a in self.adaptive]
 
     def embed(self, tokens: jax.Array) -> jax.Array:

@@ -8,8 +8,10 @@
 in `{"params": ...}` as openpi's checkpoints store it). `fresh` is an initialised params tree of
 our model (`Pi0(cfg).init(...)["params"]`, boxed or not): it gives the expected shapes and the
 leaves openpi does not have (value head, flow_noise std). A leaf left over in `tree`, a mapped
-leaf missing from it, or a shape mismatch raises `OpenpiLayoutError` naming the path(s) and shape(s);
-openpi's LoRA leaves (`lora_a` / `lora_b`) are refused by name.
+leaf missing from it, or a shape mismatch raises `OpenpiLayoutError` naming the path(s) and
+shape(s). openpi's LoRA factors (`.../lora_a`, `..._lora_b`) map to ours when the model has LoRA
+(`model.lora_rank`, `model.expert_lora_rank`), are refused by name when it has none, and keep their
+initialisation when the model has LoRA and the checkpoint does not (a base checkpoint).
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def path_table(cfg: ModelConfig) -> dict[str, str]:
         t[f"{_LLM}layers/attn/attn_vec_einsum{sfx}/w"] = f"llm/layers/e{i}_out/o"
         t[f"{_LLM}layers/mlp{sfx}/gating_einsum"] = f"llm/layers/e{i}_out/gate_up"
         t[f"{_LLM}layers/mlp{sfx}/linear"] = f"llm/layers/e{i}_out/down"
+        if (cfg.lora_rank, cfg.expert_lora_rank)[i]:
+            for f in ("a", "b"):
+                t[f"{_LLM}layers/attn/q_einsum{sfx}/lora_{f}"] = f"llm/layers/e{i}_in/q_lora_{f}"
+                t[f"{_LLM}layers/attn/kv_einsum{sfx}/lora_{f}"] = f"llm/layers/e{i}_in/kv_lora_{f}"
+                t[f"{_LLM}layers/attn/attn_vec_einsum{sfx}/lora_{f}"] = f"llm/layers/e{i}_out/o_lora_{f}"
+                t[f"{_LLM}layers/mlp{sfx}/gating_einsum_lora_{f}"] = f"llm/layers/e{i}_out/gate_up_lora_{f}"
+                t[f"{_LLM}layers/mlp{sfx}/linear_lora_{f}"] = f"llm/layers/e{i}_out/down_lora_{f}"
         norms = {f"layers/pre_attention_norm{sfx}": f"layers/e{i}_in/attn_norm",
                  f"layers/pre_ffw_norm{sfx}": f"layers/e{i}_out/mlp_norm",
                  f"final_norm{sfx}": f"final_norms_{i}"}
@@ -89,6 +98,10 @@ def flatten(tree: Any) -> dict[str, Any]:
     return {k: (v.unbox() if isinstance(v, flax.linen.meta.AxisMetadata) else v) for k, v in flat.items()}
 
 
+def _is_lora(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].endswith(("lora_a", "lora_b"))
+
+
 def _shape(x) -> tuple[int, ...]:
     return tuple(int(d) for d in np.shape(x))
 
@@ -103,12 +116,13 @@ def check(tree: Any, cfg: ModelConfig, fresh: Any) -> None:
     theirs = flatten(tree)
     ours = flatten(fresh)
     table = path_table(cfg)
-    lora = [p for p in theirs if "lora_a" in p.split("/") or "lora_b" in p.split("/")]
+    lora = [p for p in theirs if _is_lora(p) and p not in table]
     if lora:
         raise OpenpiLayoutError(
-            f"openpi LoRA leaves are not supported (merge or drop the adapters first): {_listing(lora, theirs)}")
+            "openpi LoRA leaves found but this model has no LoRA factors there (set model.lora_rank for the VLM, "
+            f"model.expert_lora_rank for the action expert, to openpi's rank): {_listing(lora, theirs)}")
     extra = set(theirs) - set(table)
-    missing = set(table) - set(theirs)
+    missing = {p for p in set(table) - set(theirs) if not _is_lora(p)}  # absent LoRA factors start fresh
     if extra or missing:
         parts = []
         if extra:
@@ -120,7 +134,8 @@ def check(tree: Any, cfg: ModelConfig, fresh: Any) -> None:
     unknown = set(table.values()) - set(ours)
     if unknown:  # the table and our module disagree: a bug here, not in the checkpoint
         raise AssertionError(f"path table names leaves our model lacks: {sorted(unknown)}")
-    bad = [(p, _shape(theirs[p]), _shape(ours[q])) for p, q in table.items() if _shape(theirs[p]) != _shape(ours[q])]
+    bad = [(p, _shape(theirs[p]), _shape(ours[q])) for p, q in table.items()
+           if p in theirs and _shape(theirs[p]) != _shape(ours[q])]
     if bad:
         raise OpenpiLayoutError("shape mismatch (openpi leaf shape vs model shape): " + ", ".join(
             f"{p} {list(a)} vs {table[p]} {list(b)}" for p, a, b in bad))
@@ -133,10 +148,17 @@ def from_openpi(tree: Any, cfg: ModelConfig, fresh: Any) -> dict:
     theirs, ours, table = flatten(tree), flatten(fresh), path_table(cfg)
     out = dict(ours)
     for p, q in table.items():
+        if p not in theirs:  # a LoRA factor the base checkpoint lacks: its initialisation
+            continue
         out[q] = jax.numpy.asarray(theirs[p], dtype=ours[q].dtype)
     return flax.traverse_util.unflatten_dict(out, sep="/")
 
 
-def fresh_only(cfg: ModelConfig, fresh: Any) -> list[str]:
-    """Our leaves that openpi does not have (initialised fresh on import), sorted."""
-    return sorted(set(flatten(fresh)) - set(path_table(cfg).values()))
+def fresh_only(cfg: ModelConfig, fresh: Any, tree: Any = None) -> list[str]:
+    """Our leaves that openpi's `tree` (default: any openpi tree) does not have: they keep their
+    initialisation on import. Sorted."""
+    table = path_table(cfg)
+    if tree is not None:
+        theirs = flatten(tree)
+        table = {p: q for p, q in table.items() if p in theirs}
+    return sorted(set(flatten(fresh)) - set(table.values()))

@@ -73,7 +73,8 @@ class Pi0(nn.Module):
         sig = c.siglip
         self.vision = SigLIP(sig["width"], sig["depth"], sig["mlp_dim"], sig["num_heads"], sig["patch"],
                              vlm["width"], dtype=dt, param_dtype=pdt, remat=c.remat)
-        self.llm = Gemma((vlm, exp), (False, self.pi05), c.vocab_size, dtype=dt, param_dtype=pdt, remat=c.remat)
+        self.llm = Gemma((vlm, exp), (False, self.pi05), c.vocab_size, dtype=dt, param_dtype=pdt, remat=c.remat,
+                         lora_ranks=(c.lora_rank, c.expert_lora_rank))
         we = exp["width"]
         kw = dict(use_bias=True, dtype=jnp.float32, param_dtype=pdt)
         self.action_in = dense(we, (None, "embed"), **kw)
