@@ -52,7 +52,14 @@ class Preset:
     trigger: int = 1
 
     def pipeline(self, devices: int, mode: str, placement: str, ratio: tuple[int, int] = (1, 1)) -> Pipeline:
-        return Pipeline(envs=self.envs_per_device * devices, horizon=self.horizon,
+        """`envs_per_device x devices` envs, rounded to whole slots of the rollout devices (a 3:1 split
+        of 8 devices has 6 rollout devices: 256 envs -> 264 in 24 slots of 11)."""
+        rollout = devices if placement == "colocated" else max(devices * ratio[0] // sum(ratio), 1)
+        slots = self.slots if mode not in ("sync", "train_async") else 1
+        per_slot = max(round(self.envs_per_device * devices / (rollout * slots)), 1)
+        if mode in ("sync", "train_async"):  # the same envs as the slot modes: one slot holds them all
+            per_slot = max(round(self.envs_per_device * devices / (rollout * self.slots)), 1) * self.slots
+        return Pipeline(envs=per_slot * rollout * slots, horizon=self.horizon,
                         steps_per_decision=self.steps_per_decision, mode=mode,
                         slots=self.slots, max_batch=self.max_batch, trigger=self.trigger, placement=placement,
                         devices=devices, ratio=ratio, updates=self.updates)
