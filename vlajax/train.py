@@ -162,12 +162,17 @@ def _resolve(command: str) -> Callable[[TrainConfig], int]:
         raise
 
 
-def preflight(cfg: TrainConfig) -> None:
-    """Device-dependent refusals, before the command builds or compiles anything (ConfigError).
+def preflight(cfg: TrainConfig, command: str = "") -> None:
+    """Device- and command-dependent refusals, before the command is imported, built or compiled
+    (ConfigError).
 
     Transformer Engine (`model.attention='te'`, `model.fp8='te'`) needs TE and a GPU. Joining
-    the distributed job first keeps TE's import from starting the backend before it.
+    the distributed job first keeps TE's import from starting the backend before it. `rl`
+    refuses FP8 (its train states carry no FP8 collections; `vlajax.rl.setup.build` says so too).
     """
+    if command == "rl" and cfg.model.fp8 == "flax":
+        raise ConfigError("model.fp8='flax' is for sft: the RL train states carry no FP8 scale collections yet; "
+                          "use model.fp8='none' for rl")
     wants = [f for f, v in (("model.attention", cfg.model.attention), ("model.fp8", cfg.model.fp8)) if v == "te"]
     if not wants:
         return
@@ -196,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = parse(command, rest)
-        preflight(cfg)
+        preflight(cfg, command)
         run = _resolve(command)
         return int(run(cfg) or 0)
     except ConfigError as e:

@@ -16,6 +16,9 @@ CASES = [  # (command and flags, words the error line must contain)
     (("rl", "--preset", "rl-debug", "--rl.algo", "ppo", "--rl.advantage", "rloo"), "needs rl.algo='grpo'"),
     (("rl", "--preset", "rl-async-debug", "--rl.algo", "ppo", "--rl.critic", "privileged",
       "--pipeline.num-slots", "2"), "privileged observations"),
+    (("rl", "--preset", "rl-debug", "--model.fp8", "flax"), "is for sft"),
+    (("rl", "--preset", "rl-async-debug", "--pipeline.streaming", "true", "--rl.normalize-advantages", "batch"),
+     "rl.normalize_advantages='batch'"),
     (("smoke", "--mesh.dp", "3"), "is not divisible by mesh.dp=3"),  # a contradiction found by tyro's parse
 ]
 

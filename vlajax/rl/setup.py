@@ -121,6 +121,9 @@ def iteration_keys(seed: int, iteration: int) -> tuple[jax.Array, jax.Array]:
 
 def build(cfg: TrainConfig, mesh=None) -> Setup:
     """The actor, env and evaluation for `cfg` (MLP for state observations, VLA for pixels)."""
+    if cfg.model.fp8 != "none":  # (the CLI refuses it first: vlajax.train.preflight)
+        raise ConfigError(f"model.fp8={cfg.model.fp8!r} is for sft: the RL train states carry no FP8 scale "
+                          "collections yet; use model.fp8='none' for rl")
     if cfg.env.obs_mode == "state":
         return _build_mlp(cfg)
     return _build_vla(cfg, mesh)
