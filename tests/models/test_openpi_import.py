@@ -151,3 +151,34 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     shutil.rmtree(tmp_path / "o", ignore_errors=True)
     assert main(["--checkpoint", str(tmp_path), "--config", "debug", "--out", str(tmp_path / "o")]) == 2
     assert "model.family is 'vla'" in capsys.readouterr().err
+
+
+def test_openpi_lora_leaves_map_when_the_ranks_are_set():
+    from vlajax.models import build_model, fake_observation  # noqa: PLC0415
+    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
+
+    meta, _, tree = load_fixture("pi0")
+    flat = _flat(tree)
+    llm, rng = "PaliGemma/llm/layers/", np.random.default_rng(0)
+    lora = {  # openpi's LoRA factor shapes for the VLM (expert 0) at rank 2
+        "attn/q_einsum/lora_a": (4, 8, 64, 2), "attn/q_einsum/lora_b": (4, 8, 2, 16),
+        "attn/kv_einsum/lora_a": (4, 2, 1, 64, 2), "attn/kv_einsum/lora_b": (4, 2, 1, 2, 16),
+        "attn/attn_vec_einsum/lora_a": (4, 8, 16, 2), "attn/attn_vec_einsum/lora_b": (4, 8, 2, 64),
+        "mlp/gating_einsum_lora_a": (4, 2, 64, 2), "mlp/gating_einsum_lora_b": (4, 2, 2, 128),
+        "mlp/linear_lora_a": (4, 128, 2), "mlp/linear_lora_b": (4, 2, 64),
+    }
+    flat.update({llm + k: rng.normal(size=s).astype(np.float32) for k, s in lora.items()})
+    cfg = dataclasses.replace(fixture_config(meta), lora_rank=2, expert_lora_rank=3)
+    obs = fake_observation(jax.random.key(0), 1, cfg, cameras=tuple(meta["image_keys"]))
+    fresh = jax.eval_shape(build_model(cfg).init, jax.random.key(0), obs)["params"]
+    ours = _flat(openpi_params.from_openpi(flat, cfg, fresh))
+    np.testing.assert_array_equal(ours["llm/layers/e0_in/q_lora_a"], flat[llm + "attn/q_einsum/lora_a"])
+    np.testing.assert_array_equal(ours["llm/layers/e0_out/down_lora_b"], flat[llm + "mlp/linear_lora_b"])
+    # the expert's factors are not in this checkpoint: they keep their initialisation
+    assert openpi_params.fresh_only(cfg, fresh, flat) == sorted(
+        f"llm/layers/e1_{io}/{n}_lora_{f}" for io, names in (("in", ("q", "kv")), ("out", ("o", "gate_up", "down")))
+        for n in names for f in "ab")
+    bad = dataclasses.replace(cfg, lora_rank=4)
+    with pytest.raises(ValueError, match=r"attn/q_einsum/lora_a \[4, 8, 64, 2\] vs llm/layers/e0_in/q_lora_a "
+                                         r"\[4, 8, 64, 4\]"):
+        openpi_params.check(flat, bad, jax.eval_shape(build_model(bad).init, jax.random.key(0), obs)["params"])
