@@ -26,3 +26,12 @@ def test_notebook_executes(path, tmp_path):
     env_cwd = str(tmp_path)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": env_cwd}}).execute()
+
+
+def test_readme_lists_every_notebook_and_each_installs_vlajax():
+    readme = (COLABS[0].parent / "README.md").read_text()
+    for path in COLABS:
+        assert f"`{path.name}`" in readme, f"colabs/README.md does not list {path.name}"
+        nb = nbformat.read(path, as_version=4)
+        assert "**Colab:**" in nb.cells[0].source, f"{path.name}: the first cell names the Colab runtime"
+        assert nb.cells[1].source.startswith("# @title Install vlajax"), f"{path.name}: the second cell installs vlajax"
