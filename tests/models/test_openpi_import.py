@@ -48,29 +48,17 @@ def _write_tree(tmp_path, flat: dict) -> str:
     return str(d)
 
 
-def _restore(out: str, cfg: TrainConfig):
-    from vlajax import checkpoint  # noqa: PLC0415
-    from vlajax.models.import_openpi import train_state  # noqa: PLC0415
-
-    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    abstract = jax.eval_shape(lambda: train_state(cfg, tuple(sorted(cfg.env.cameras))))
-    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=dev), abstract)
-    ckpt = checkpoint.Checkpointer(out, async_save=False)
-    try:
-        return ckpt.restore(target)
-    finally:
-        ckpt.close()
-
-
 @pytest.mark.parametrize("family", ["pi0", "pi05"])
 def test_fixture_trees_import(family, tokenizer, tmp_path):
-    from vlajax.models.import_openpi import import_checkpoint  # noqa: PLC0415
+    """pi0 through the command line with the pi0-dummy preset, pi05 through the function with the
+    fixture's own config; both read back with `vlajax.run_files.load_policy`."""
+    from vlajax.config import get_config  # noqa: PLC0415
+    from vlajax.models.import_openpi import import_checkpoint, main  # noqa: PLC0415
+    from vlajax.models.openpi import Pi0  # noqa: PLC0415
     from vlajax.models.openpi.openpi_params import path_table  # noqa: PLC0415
-    from vlajax.policy import Bridge  # noqa: PLC0415
-    from vlajax.run_files import load_config  # noqa: PLC0415
+    from vlajax.run_files import load_policy  # noqa: PLC0415
 
     meta, _, tree = load_fixture(family)
-    cfg = _cfg(meta, tokenizer)
     theirs = _flat(tree)
     ckpt_dir = _write_tree(tmp_path, theirs)
     dims = {"state": 8, "actions": 7}  # openpi stores stats at the robot's widths
@@ -81,17 +69,21 @@ def test_fixture_trees_import(family, tokenizer, tmp_path):
         json.dump({"norm_stats": stats}, f)
 
     out = str(tmp_path / "imported")
-    summary = import_checkpoint(ckpt_dir, cfg, out)
-    assert summary["openpi_leaves"] == len(theirs) == len(meta["param_leaves"])
-    assert summary["norm_stats"].endswith("my_robot/norm_stats.json")
-    assert load_config(out).model == cfg.model
-    bridge = Bridge.load(out)
+    if family == "pi0":
+        cfg = get_config("pi0-dummy")
+        cfg = cfg.replace(model=dataclasses.replace(cfg.model, tokenizer_path=tokenizer))
+        assert main(["--checkpoint", ckpt_dir, "--config", "pi0-dummy", "--out", out, "--tokenizer", tokenizer]) == 0
+    else:
+        cfg = _cfg(meta, tokenizer)
+        summary = import_checkpoint(ckpt_dir, cfg, out)
+        assert summary["openpi_leaves"] == len(theirs) == len(meta["param_leaves"])
+        assert summary["norm_stats"].endswith("my_robot/norm_stats.json") and summary["fresh_leaves"] == []
+    bridge, model, params, train_cfg, step = load_policy(out, cfg)
+    assert train_cfg.model == cfg.model and step == 0 and isinstance(model, Pi0)
     assert bridge.model.family == family
     np.testing.assert_allclose(bridge.norm["state"].mean, np.arange(8) * 0.1, rtol=1e-6)
     np.testing.assert_allclose(bridge.norm["actions"].q99, [3.0] * 7)
-    state, extra = _restore(out, cfg)
-    assert int(state.step) == 0 and extra["config"] == cfg.name
-    ours = _flat(state.params)
+    ours = _flat(params)
     for p, q in path_table(cfg.model).items():
         np.testing.assert_array_equal(np.asarray(ours[q]), np.asarray(theirs[p]), err_msg=p)
     with pytest.raises(ConfigError, match="not empty"):

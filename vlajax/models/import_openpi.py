@@ -98,20 +98,19 @@ def _bridge(cfg: TrainConfig, norm: dict):
 
 
 def train_state(cfg: TrainConfig, cameras: tuple[str, ...], params: Any | None = None, rng=None):
-    """A fresh TrainState of `cfg` (as `vlajax.run_files.init_fn` builds it, the model from
-    `build_model`), with `params` (unboxed, our layout) in place of the initialised ones."""
-    from vlajax.models import build_model, fake_observation  # noqa: PLC0415
-    from vlajax.run_files import make_optimizer  # noqa: PLC0415
+    """The fresh TrainState `vlajax.run_files.init_fn` builds (unboxed), with `params` (our layout)
+    in place of the initialised ones when given (optimizer state and EMA follow them)."""
+    import flax.linen as nn  # noqa: PLC0415
+
+    from vlajax.run_files import init_fn, make_optimizer  # noqa: PLC0415
     from vlajax.train_state import TrainState  # noqa: PLC0415
 
     rng = jax.random.key(cfg.seed) if rng is None else rng
-    obs = fake_observation(rng, 1, cfg.model, cameras=cameras)
-    fresh, collections = TrainState.split(build_model(cfg.model).init(rng, obs))
-    import flax.linen as nn  # noqa: PLC0415
-
-    fresh = nn.unbox(fresh)
-    return TrainState.create(fresh if params is None else params, make_optimizer(cfg), rng,
-                             ema=cfg.sft.ema_decay > 0, collections=collections)
+    fresh = nn.unbox(init_fn(cfg, cameras)(rng))
+    if params is None:
+        return fresh
+    return TrainState.create(params, make_optimizer(cfg), rng, ema=cfg.sft.ema_decay > 0,
+                             collections=fresh.collections)
 
 
 def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id: str = "") -> dict:
@@ -123,7 +122,7 @@ def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id:
     from vlajax import checkpoint  # noqa: PLC0415
     from vlajax.models import build_model, fake_observation  # noqa: PLC0415
     from vlajax.models.openpi import openpi_params  # noqa: PLC0415
-    from vlajax.run_files import CONFIG_FILE, config_to_dict, write_json  # noqa: PLC0415
+    from vlajax.run_files import write_policy  # noqa: PLC0415
 
     if cfg.model.family == "vla":
         raise ConfigError(f"--config {cfg.name}: model.family is 'vla'; openpi checkpoints need a pi0 / pi05 preset")
@@ -148,8 +147,7 @@ def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id:
         raise ConfigError(f"--out {out} exists and is not empty; pick a new directory")
     state = jax.jit(build)(tree)
     ckpt = checkpoint.Checkpointer(out, async_save=False)
-    write_json(os.path.join(out, CONFIG_FILE), config_to_dict(cfg))
-    bridge.save(out)
+    write_policy(out, cfg, bridge, "sft")  # a TrainState at step 0, as an SFT run's
     summary = {"step": 0, "config": cfg.name, "source": os.path.abspath(checkpoint_dir),
                "openpi_leaves": len(openpi_params.flatten(tree)),
                "fresh_leaves": openpi_params.fresh_only(cfg.model, fresh, tree), "norm_stats": norm_source}
