@@ -193,3 +193,35 @@ def test_lora_equals_merged_weights():
 def test_lora_ranks_refused_for_vla():
     with pytest.raises(ConfigError, match="model.lora_rank"):
         ModelConfig(lora_rank=4)
+
+
+def test_full_size_layout_matches_openpi():
+    """openpi's full pi0.5 (PaliGemma gemma_2b + gemma_300m expert, SigLIP So400m/14 at 224): every
+    one of our leaves is an openpi leaf (none fresh) with openpi's shape (eval_shape only)."""
+    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
+
+    cfg = ModelConfig(name="pi05-full", family="pi05", image_size=224, num_cameras=3, vocab_size=257_152,
+                      max_text_len=200, action_dim=32, action_horizon=10, dtype="bfloat16")
+    obs = jax.eval_shape(lambda k: fake_observation(k, 1, cfg), jax.random.key(0))
+    shapes = jax.eval_shape(build_model(cfg).init, jax.random.key(0), obs)["params"]
+    assert openpi_params.fresh_only(cfg, shapes) == []
+    ours = {k: tuple(v.shape) for k, v in openpi_params.flatten(shapes).items()}
+    openpi = {  # from openpi's gemma.get_config / siglip.decode_variant sizes and its param shapes
+        "PaliGemma/llm/embedder/input_embedding": (257_152, 2048),
+        "PaliGemma/llm/layers/attn/q_einsum/w": (18, 8, 2048, 256),
+        "PaliGemma/llm/layers/attn/kv_einsum_1/w": (18, 2, 1, 1024, 256),
+        "PaliGemma/llm/layers/mlp/gating_einsum": (18, 2, 2048, 16_384),
+        "PaliGemma/llm/layers/mlp_1/linear": (18, 4096, 1024),
+        "PaliGemma/llm/layers/pre_ffw_norm_1/Dense_0/kernel": (18, 1024, 3072),
+        "PaliGemma/img/embedding/kernel": (14, 14, 3, 1152),
+        "PaliGemma/img/pos_embedding": (1, 256, 1152),
+        "PaliGemma/img/Transformer/encoderblock/MultiHeadDotProductAttention_0/query/kernel": (27, 1152, 16, 72),
+        "PaliGemma/img/Transformer/encoderblock/MlpBlock_0/Dense_0/kernel": (27, 1152, 4304),
+        "PaliGemma/img/head/kernel": (1152, 2048),
+        "time_mlp_in/kernel": (1024, 1024),
+        "action_out_proj/kernel": (1024, 32),
+    }
+    table = openpi_params.path_table(cfg)
+    for p, shape in openpi.items():
+        assert ours[table[p]] == shape, (p, ours[table[p]], shape)
+    assert 3.3e9 < sum(int(np.prod(s)) for s in ours.values()) < 3.4e9  # PaliGemma 3B + the 0.3B expert
