@@ -21,7 +21,7 @@ def test_plain_lines_and_heartbeat(capsys):
     assert p.heartbeat() is None  # 29 s of silence: not yet
     clock.t = 31.0
     line = p.heartbeat()
-    assert line.startswith("[rl async x] 0/4 (waiting for update 1: 31 s since the last update) env_steps=290")
+    assert line.startswith("[rl async x] 0/4 (waiting for update 1: 31 s since the start) env_steps=290")
     assert "env_sps=9.355" in line  # 290 env steps over 31 s
     assert p.heartbeat() is None  # just reported
     clock.t, steps[0] = 41.0, 390

@@ -44,7 +44,7 @@ class AsyncProgress:
         now = clock()
         self._t_update = self._t_report = self._t_print = now
         self._steps_report = float(env_steps())
-        self._update = start
+        self._update = self._start = start
         self._metrics: dict[str, float] = {}
         self._thread: threading.Thread | None = None
 
@@ -86,8 +86,9 @@ class AsyncProgress:
                 self.progress.update(self._update, m)
                 return None
             doing = f"waiting for update {self._update + 1}" if self._update < self.total else "finishing"
+            since = "the start" if self._update == self._start else "the last update"
             line = (f"[{self.description}] {self._update}/{self.total} ({doing}: {now - self._t_update:.0f} s "
-                    f"since the last update) env_steps={int(self._steps_report)} {Progress._fmt(m)}")
+                    f"since {since}) env_steps={int(self._steps_report)} {Progress._fmt(m)}")
             print(line, flush=True)
             return line
 
