@@ -1,19 +1,33 @@
 """`python -m vlajax.bench NAME [--json PATH] ...` dispatches to `vlajax.bench.<NAME>.main`."""
 
+import contextlib
+import dataclasses
 import difflib
 import importlib
 import sys
+from typing import Literal
+
+import tyro
 
 from vlajax.bench import BENCHMARKS
 
 _MODULES = {"async": "async_"}
 
 
+def _help() -> None:
+    """The dispatcher's help through tyro: NAME is one of the benchmarks (`NAME --help` has its options)."""
+    fields = [("name", tyro.conf.Positional[Literal[tuple(BENCHMARKS)]],  # type: ignore[misc]
+               dataclasses.field(metadata={"help": "the benchmark; `NAME --help` lists its options"}))]
+    top = dataclasses.make_dataclass("Benchmark", fields, frozen=True)
+    lines = [f"{name}: {desc}" for name, desc in BENCHMARKS.items()]
+    with contextlib.suppress(SystemExit):
+        tyro.cli(top, args=["--help"], prog="python -m vlajax.bench",
+                 description="Benchmarks; each writes JSON (--json PATH).\n\n" + "\n\n".join(lines))
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m vlajax.bench NAME [--json PATH] [options]\n\nbenchmarks:")
-        for name, desc in BENCHMARKS.items():
-            print(f"  {name:10s} {desc}")
+        _help()
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
