@@ -225,3 +225,20 @@ def test_full_size_layout_matches_openpi():
     for p, shape in openpi.items():
         assert ours[table[p]] == shape, (p, ours[table[p]], shape)
     assert 3.3e9 < sum(int(np.prod(s)) for s in ours.values()) < 3.4e9  # PaliGemma 3B + the 0.3B expert
+
+
+def test_remat_and_lora_gradients_trace():
+    """cfg.remat wraps the scanned blocks (SigLIP and Gemma) in jax.checkpoint; with LoRA the
+    factors get gradients of their own shapes (traced with eval_shape: nothing compiles)."""
+    cfg = tiny("pi0", remat=True, lora_rank=2, expert_lora_rank=2)
+    model = build_model(cfg)
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    shapes = jax.eval_shape(model.init, jax.random.key(1), obs)
+    actions = jnp.zeros((B, cfg.action_horizon, cfg.action_dim))
+    grads = jax.eval_shape(jax.grad(lambda v: heads.flow_loss(model, v, obs, actions, jax.random.key(2))[0]),
+                           nn.unbox(shapes))
+    g = grads["params"]["llm"]["layers"]
+    assert g["e1_out"]["down_lora_b"].shape == (4, 2, 64) and g["e0_in"]["q_lora_a"].shape == (4, 8, 64, 2)
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda v: heads.flow_loss(model, v, obs, actions, jax.random.key(2))[0]))(
+        jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), nn.unbox(shapes))))
+    assert "remat" in jaxpr  # (absent from the same jaxpr with cfg.remat=False)
