@@ -163,6 +163,8 @@ class ModelConfig:
     action_expert_variant: Literal["dummy", "gemma_300m", "gemma_2b"] = "gemma_300m"  # pi: the expert's Gemma size
     siglip_variant: str = "So400m/14"  # pi: SigLIP image encoder '<size>/<patch>' (sizes: config.SIGLIP_VARIANTS)
     siglip_depth: int = 0  # pi: SigLIP blocks (0 = the variant's depth)
+    lora_rank: int = 0  # pi: LoRA rank on the VLM's attention and MLP weights (0 = none; openpi's gemma_2b_lora: 16)
+    expert_lora_rank: int = 0  # pi: LoRA rank on the action expert's (0 = none; openpi's gemma_300m_lora: 32)
     # Vision tower.
     image_size: int = 32  # square input image side in pixels (images are resized to it)
     patch_size: int = 8  # ViT patch side in pixels
@@ -230,6 +232,8 @@ class ModelConfig:
                 self.image_size % self.patch_size == 0,
                 f"model.patch_size={self.patch_size} must divide model.image_size={self.image_size}",
             )
+            _check(self.lora_rank == 0 and self.expert_lora_rank == 0,
+                   "model.lora_rank / model.expert_lora_rank are for the pi families (model.family='pi0' / 'pi05')")
         else:
             self._check_pi()
         _check(
@@ -258,6 +262,8 @@ class ModelConfig:
                f"model.siglip_variant={self.siglip_variant!r} must be '<size>/<patch>' with size in "
                f"{sorted(SIGLIP_VARIANTS)}")
         _check(self.siglip_depth >= 0, f"model.siglip_depth must be >= 0, got {self.siglip_depth}")
+        _check(self.lora_rank >= 0 and self.expert_lora_rank >= 0,
+               f"model.lora_rank / expert_lora_rank must be >= 0, got {self.lora_rank} / {self.expert_lora_rank}")
         _check(self.image_size % int(patch) == 0,
                f"model.siglip_variant patch {patch} must divide model.image_size={self.image_size}")
         _check(self.action_head == "flow", f"model.action_head={self.action_head!r} is not available for {fam} "
