@@ -101,4 +101,5 @@ def test_parity_with_openpi(family):
         "actions_10_steps": _err(out["actions"], io["out/actions_10_steps"]),
     }
     assert out["v_cached"].shape == (2, h, cfg.action_dim)
+    print(f"{family} max abs error vs openpi:", {k: f"{v:.1e}" for k, v in errs.items()})  # pytest -s shows it
     assert max(errs.values()) <= TOL, errs
