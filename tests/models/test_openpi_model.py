@@ -242,3 +242,17 @@ def test_remat_and_lora_gradients_trace():
     jaxpr = str(jax.make_jaxpr(jax.grad(lambda v: heads.flow_loss(model, v, obs, actions, jax.random.key(2))[0]))(
         jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), nn.unbox(shapes))))
     assert "remat" in jaxpr  # (absent from the same jaxpr with cfg.remat=False)
+
+
+def test_flow_noise_sampler_and_prefix_value_trace():
+    """flow_sampler='flow_noise' (a learned per-step std on the expert) and value_head='prefix'
+    build and trace for a pi family (eval_shape: nothing compiles)."""
+    cfg = tiny("pi05", flow_sampler="flow_noise", value_head="prefix")
+    model = build_model(cfg)
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    variables = nn.unbox(jax.eval_shape(model.init, jax.random.key(1), obs))
+    assert {"noise_std", "value_hidden", "value_out"} <= set(variables["params"])
+    sample = jax.eval_shape(lambda v: heads.flow_sample(model, v, obs, jax.random.key(2)), variables)
+    lp = jax.eval_shape(lambda v, c: heads.flow_chain_log_prob(model, v, obs, c), variables, sample.chain)
+    assert sample.chain.shape == (B, cfg.num_denoise_steps + 1, cfg.action_horizon, cfg.action_dim)
+    assert lp["log_prob"].shape == (B,) and sample.value.shape == (B,)
