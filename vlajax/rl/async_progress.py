@@ -3,9 +3,10 @@
 `AsyncProgress` wraps `vlajax.logging.Progress` (a rich bar in a terminal, plain lines
 otherwise, nothing on processes other than 0 or with `logging.progress='none'`) and adds a
 heartbeat: an update of the async loop can take minutes (the first one compiles the rollout and
-the learner), so a background thread reports at least every `heartbeat_s` seconds -- in plain
-mode one line with the env steps produced so far and the seconds since the last update; in rich
-mode it refreshes the bar's metrics. Each update reports:
+the learner), so a background thread reports whenever nothing was shown for `heartbeat_s`
+seconds (25 s, checked every 2.5 s: a line at least every 30 s) -- in plain mode one line with
+the env steps produced so far and the seconds since the last update; in rich mode it refreshes
+the bar's metrics. Each update reports:
 
     [rl async NAME] 3/20 (0.05 it/s) env_sps=412.3 staleness=1 success=0.375 eval=0.45
 
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 from vlajax.logging import Progress
 
-HEARTBEAT_S = 30.0  # the terminal hears from a running async loop at least this often
+HEARTBEAT_S = 25.0  # silence before a heartbeat line; checked every 2.5 s, so lines come at most ~28 s apart
 
 
 class AsyncProgress:
@@ -95,7 +96,7 @@ class AsyncProgress:
     # ---- the heartbeat thread -------------------------------------------------------------
 
     def _beat(self) -> None:
-        while not self._stop.wait(min(5.0, self.heartbeat_s / 2)):
+        while not self._stop.wait(min(2.5, self.heartbeat_s / 4)):
             self.heartbeat()
 
     def __enter__(self) -> AsyncProgress:
