@@ -219,7 +219,8 @@ class ModelConfig:
     # pi0's prompt format and no state at all, as openpi's pi05_libero)
     discrete_state_input: bool = True
     # parameters that train (SFT and RL): 'all'; 'expert' = the VLM frozen, the action expert,
-    # action/time/state projections and value head train (piRL); 'lora' = adapters only (no family has them yet)
+    # action/time/state projections and value head train (piRL); 'lora' = openpi's LoRA fine-tuning (the
+    # Gemma weights of the experts with a LoRA rank frozen, their LoRA factors and everything else train)
     trainable: Literal["all", "expert", "lora"] = "all"
 
     def __post_init__(self):
@@ -248,8 +249,9 @@ class ModelConfig:
         _check(self.action_horizon >= 1 and self.action_dim >= 1, "model.action_horizon/action_dim must be >= 1")
         _check(self.num_denoise_steps >= 1, "model.num_denoise_steps must be >= 1")
         _check(self.noise_level > 0, f"model.noise_level must be > 0, got {self.noise_level}")
-        _check(self.trainable != "lora", "model.trainable='lora' is not available: no model family has LoRA "
-               "adapters yet; use 'all' or 'expert' (the VLM frozen)")
+        _check(self.trainable != "lora" or (self.family != "vla" and (self.lora_rank > 0 or self.expert_lora_rank > 0)),
+               "model.trainable='lora' is not available without LoRA factors: it needs model.family 'pi0' / 'pi05' "
+               "with model.lora_rank or model.expert_lora_rank > 0; or use 'all' / 'expert' (the VLM frozen)")
         _check(
             0 < self.noise_std_min < self.noise_std_max,
             f"model.noise_std_min={self.noise_std_min} must be in (0, noise_std_max={self.noise_std_max})",

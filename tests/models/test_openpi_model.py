@@ -256,3 +256,30 @@ def test_flow_noise_sampler_and_prefix_value_trace():
     lp = jax.eval_shape(lambda v, c: heads.flow_chain_log_prob(model, v, obs, c), variables, sample.chain)
     assert sample.chain.shape == (B, cfg.num_denoise_steps + 1, cfg.action_horizon, cfg.action_dim)
     assert lp["log_prob"].shape == (B,) and sample.value.shape == (B,)
+
+
+@pytest.mark.parametrize("ranks", [(2, 0), (0, 3)])
+def test_trainable_lora_freezes_the_adapted_experts_gemma_weights(ranks):
+    """model.trainable='lora' (openpi's LoRA freeze filter): the Gemma weights of an expert with LoRA
+    factors are frozen, its factors train, everything else trains."""
+    from vlajax.models.openpi.openpi_params import flatten  # noqa: PLC0415
+    from vlajax.trainable import trainable_mask  # noqa: PLC0415
+
+    cfg = tiny("pi05", lora_rank=ranks[0], expert_lora_rank=ranks[1], trainable="lora")
+    obs = fake_observation(jax.random.key(0), B, cfg)
+    params = nn.unbox(jax.eval_shape(build_model(cfg).init, jax.random.key(1), obs))["params"]
+    mask = flatten(trainable_mask(params, cfg.family, cfg.trainable))
+    adapted = "e0" if ranks[0] else "e1"
+    other = "e1" if ranks[0] else "e0"
+    assert not mask[f"llm/layers/{adapted}_in/q"] and not mask[f"llm/layers/{adapted}_out/down"]
+    assert mask[f"llm/layers/{adapted}_in/q_lora_a"] and mask[f"llm/layers/{adapted}_out/down_lora_b"]
+    assert mask[f"llm/layers/{other}_in/q"] and mask[f"llm/layers/{other}_out/gate_up"]
+    assert mask["llm/embed"] == (adapted == "e1") and mask["llm/final_norms_0/scale"] == (adapted == "e1")
+    assert mask["vision/patch/kernel"] and mask["action_in/kernel"] and mask["time_mlp_in/kernel"]
+
+
+def test_trainable_lora_needs_lora_factors():
+    with pytest.raises(ConfigError, match="model.trainable='lora' is not available without LoRA factors"):
+        tiny("pi0", trainable="lora")
+    with pytest.raises(ConfigError, match="model.trainable='lora' is not available"):
+        ModelConfig(trainable="lora")
