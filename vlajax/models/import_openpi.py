@@ -10,7 +10,8 @@ that `eval`, `sft --sft.init-from`, `rl --rl.init-from` and `vlajax.load_policy`
     OUT/config.json     the TrainConfig of preset `--config` (its model config sizes the import)
     OUT/policy.json     the `vlajax.policy.Bridge`: model config, cameras, camera map, norm stats
     OUT/0/              Orbax step 0: a fresh TrainState (optimizer, EMA as the preset keeps them)
-                        holding the imported params; `extra` records the source and the norm stats'
+                        holding the imported params; `extra` records the source checkpoint,
+                        the leaves left at their initialisation and where the norm stats came from
 
 Leaves openpi lacks (a value head, flow_noise's std) start from their initialisation. Without
 norm stats in the checkpoint the policy gets identity statistics (mean 0, std 1, quantiles +-1)
