@@ -317,6 +317,12 @@ class EnvConfig:
     physics_impl: Literal["jax", "warp", "c"] = "jax"
     episode_length: int = 200  # low-level control steps before truncation
     action_repeat: int = 1  # multiplies the env's 5 physics steps (4 ms each) per control step
+    # domain randomization for demos and RL: 'axis=lo:hi,...' (e.g. 'camera=0:2,lighting=0:1'); each
+    # episode draws every named perturbation axis's level from [lo, hi] (vlajax/envs/perturb.py; '' = off)
+    randomize: str = ""
+    # robustness evaluation: perturbation axes and levels ('all', 'camera,lighting', 'camera=1:3');
+    # `eval` then runs docs/robustness.md's table, RL logs it at every evaluation ('' = off)
+    robustness: str = ""
 
     def __post_init__(self):
         _check(self.num_envs >= 1, f"env.num_envs must be >= 1, got {self.num_envs}")
@@ -335,6 +341,16 @@ class EnvConfig:
             not (self.render_backend == "warp" and self.physics_impl != "warp"),
             "env.render_backend='warp' needs env.physics_impl='warp' (MJX renders only Warp data)",
         )
+        if self.randomize or self.robustness:  # (imports the env package only when used)
+            from vlajax.envs import perturb
+
+            for field, parse in (("randomize", perturb.parse_ranges), ("robustness", perturb.parse_eval)):
+                try:
+                    axes = parse(getattr(self, field)) if getattr(self, field) else {}
+                except ValueError as e:
+                    _check(False, f"env.{field}: {e}")
+                _check("dynamics" not in axes or self.physics_impl == "jax",
+                       f"env.{field}: the dynamics axis needs env.physics_impl='jax' (per-env MJX model fields)")
 
 
 def action_norm(cfg: TrainConfig) -> str:

@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from vlajax.envs import perturb
 from vlajax.envs.tabletop import tasks
 from vlajax.envs.tabletop.env import TabletopConfig, TabletopEnv
 
@@ -67,6 +68,7 @@ def config_from_env_config(env_cfg) -> dict[str, Any]:
         "physics_impl": env_cfg.physics_impl,
         "num_envs": env_cfg.num_envs,
         "n_substeps": env_cfg.action_repeat * TabletopConfig.n_substeps,
+        "randomize": tuple((a, lo, hi) for a, (lo, hi) in perturb.parse_ranges(env_cfg.randomize).items()),
     }
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from mujoco import mjx
 
+from vlajax.envs import perturb
 from vlajax.envs import render as render_lib
 from vlajax.envs.base import Env, State
 from vlajax.envs.tabletop import c_physics, scene, tasks
@@ -51,6 +52,9 @@ class TabletopConfig:
     # pixels mode: also `obs["privileged"]` = `privileged_state` [32], for an asymmetric critic
     # (RL's `rl.critic='privileged'`); the policy never reads it
     privileged_obs: bool = False
+    # domain randomization: ((axis, lo, hi), ...) -- every reset draws each named perturbation
+    # axis's level from [lo, hi] (`vlajax.envs.perturb`; the held-out `language` axis is refused)
+    randomize: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self):
         if self.obs_mode not in ("pixels", "state"):
@@ -67,6 +71,10 @@ class TabletopConfig:
         missing = {"success", *tasks.TERMS} - set(self.reward_scales)
         if missing:
             raise ValueError(f"reward_scales lacks terms {sorted(missing)}")
+        spec = ",".join(f"{a}={lo}:{hi}" for a, lo, hi in self.randomize)
+        perturb.parse_ranges(spec)  # ValueError on an unknown axis, a bad range or a held-out axis
+        if any(a == "dynamics" for a, _, _ in self.randomize) and self.physics_impl != "jax":
+            raise ValueError("randomizing the dynamics axis needs physics_impl='jax' (per-env MJX model fields)")
 
 
 class TabletopEnv(Env):
@@ -110,28 +118,49 @@ class TabletopEnv(Env):
         return [text(t, i) for t, i in zip(tids.reshape(-1), ids.reshape(-1))]
 
     # ---------------------------------------------------------------- reset / step
-    def reset(self, rng: jax.Array, observe: bool = True) -> State:
-        return self.reset_task(rng, jnp.int32(self.task_id), observe)
+    def reset(self, rng: jax.Array, observe: bool = True, levels: jax.Array | None = None) -> State:
+        return self.reset_task(rng, jnp.int32(self.task_id), observe, levels)
 
-    def reset_task(self, rng: jax.Array, task_id: jax.Array, observe: bool = True) -> State:
+    def reset_task(self, rng: jax.Array, task_id: jax.Array, observe: bool = True,
+                   levels: jax.Array | None = None) -> State:
         """Reset into task `task_id` (an index of `tasks.TASKS`; may be traced, so one compiled
         reset/step serves every task and a batch may mix tasks). `observe=False` leaves `obs` zero
-        (no rendering; for callers that select among states and `observe` once)."""
+        (no rendering; for callers that select among states and `observe` once).
+
+        `levels` float32 `[perturb.NUM_AXES]` (may be traced; see `vlajax.envs.perturb`) perturbs the
+        episode; without it the levels are drawn from `config.randomize` if set, else the episode
+        is unperturbed (and `info["episode"]` has no `"perturb"` entry)."""
+        p = None
+        if levels is not None or self.config.randomize:
+            k_pert = jax.random.fold_in(rng, perturb.PERTURB_STREAM)  # off the side: base draws unchanged
+            if levels is None:
+                lo, hi = perturb.range_arrays({a: (lo, hi) for a, lo, hi in self.config.randomize})
+                levels = perturb.sample_levels(jax.random.fold_in(k_pert, 0), jnp.asarray(lo), jnp.asarray(hi))
+            levels = jnp.broadcast_to(jnp.asarray(levels, jnp.float32), (perturb.NUM_AXES,))
+            p = perturb.draw(jax.random.fold_in(k_pert, 1), levels, len(self.config.cameras), self.mj_model.ngeom)
         rng, k_layout, k_color, k_bright = jax.random.split(rng, 4)
         idx, m = self.idx, self.mj_model
         params = tasks.task_params(task_id)
         xy, yaw, zone, button = scene.sample_layout(k_layout, params["layout"], params["row_slots"])
         colors = scene.sample_colors(k_color, params["fixed_color"], params["same_color"])
+        home = jnp.asarray(scene.HOME)
+        if p is not None:
+            xy, zone, button = perturb.shift_layout(p, xy, zone, button)
+            home = perturb.robot_home(p)
 
         qpos = jnp.asarray(m.qpos0, jnp.float32)
-        qpos = qpos.at[jnp.asarray(idx.gripper_qpos)].set(jnp.asarray(scene.HOME))
+        qpos = qpos.at[jnp.asarray(idx.gripper_qpos)].set(home)
         qpos = qpos.at[jnp.asarray(idx.finger_qpos)].set(scene.FINGER_OPEN)
         for i, adr in enumerate(idx.cube_qpos):
             pose = jnp.concatenate([xy[i], jnp.array([scene.CUBE_HALF]), scene.yaw_quat(yaw[i])])
             qpos = qpos.at[adr : adr + 7].set(pose)
         mocap = jnp.zeros((m.nmocap, 3))
         mocap = mocap.at[idx.zone_mocap, :2].set(zone).at[idx.button_mocap, :2].set(button)
-        ctrl = jnp.concatenate([jnp.asarray(scene.HOME), jnp.full((1,), scene.FINGER_OPEN)])
+        distractors = jnp.broadcast_to(jnp.asarray(scene.PARKED), (scene.NUM_DISTRACTORS, 3))
+        if p is not None:
+            distractors = perturb.place_distractors(p, xy, zone, button)
+        mocap = mocap.at[jnp.asarray(idx.distractor_mocap)].set(distractors)
+        ctrl = jnp.concatenate([home, jnp.full((1,), scene.FINGER_OPEN)])
         data = mjx.make_data(m, impl=self._mjx_impl)
         data = data.replace(qpos=qpos, ctrl=ctrl, mocap_pos=mocap)
         if self.c_physics is not None:  # C MuJoCo's poses (MJX leaves mocap children in place)
@@ -145,13 +174,18 @@ class TabletopEnv(Env):
         rgba = jnp.asarray(m.geom_rgba, jnp.float32)
         rgba = rgba.at[jnp.asarray([*idx.cube_geom, idx.zone_geom]), :3].set(rgb)
         lo, hi = self.config.brightness
+        bright = jax.random.uniform(k_bright, (), minval=lo, maxval=hi)
+        if p is not None:
+            rgba, bright = perturb.recolor(p, rgba, idx.distractor_geom), perturb.brightness(p, bright)
         episode = {
             "colors": colors,
             "geom_rgba": rgba,
-            "brightness": jax.random.uniform(k_bright, (), minval=lo, maxval=hi),
-            "instruction_id": tasks.instruction_id(params, colors),
+            "brightness": bright,
+            "instruction_id": tasks.instruction_id(params, colors, 0 if p is None else p["paraphrase"]),
             "task_id": jnp.asarray(task_id, jnp.int32),
         }
+        if p is not None:
+            episode["perturb"] = p
         _, terms = self._evaluate(data, episode)
         metrics = {"success": jnp.float32(0.0), **{f"reward/{k}": jnp.float32(0.0) for k in terms}}
         info = {"rng": rng, "episode": episode}
@@ -172,10 +206,13 @@ class TabletopEnv(Env):
         target = jnp.clip(ee + a[:3] * self.config.max_delta, self._ctrl_lo, self._ctrl_hi)
         finger = scene.FINGER_OPEN * (1.0 - a[3]) / 2.0
         data = data.replace(ctrl=jnp.concatenate([target, finger[None]]))
-        if self.c_physics is not None:
+        if self.c_physics is not None:  # (C MuJoCo: one host model; the dynamics axis does not apply)
             data = self.c_physics.step(data)
         else:
-            data = jax.lax.fori_loop(0, self.config.n_substeps, lambda _, d: mjx.step(self.mjx_model, d), data)
+            model = self.mjx_model
+            if "perturb" in state.info["episode"] and self._mjx_impl == "jax":
+                model = perturb.dynamics_model(state.info["episode"]["perturb"], model, self.idx)
+            data = jax.lax.fori_loop(0, self.config.n_substeps, lambda _, d: mjx.step(model, d), data)
 
         success, terms = self._evaluate(data, state.info["episode"])
         scales = self.config.reward_scales
@@ -227,12 +264,20 @@ class TabletopEnv(Env):
         ).astype(jnp.float32)
 
     def render(self, data: mjx.Data, episode: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
-        """One env's camera images `{camera: [H, W, 3] uint8}` with its episode colours and brightness."""
+        """One env's camera images `{camera: [H, W, 3] uint8}` with its episode colours and brightness
+        (and its perturbation's camera poses and image noise, if any)."""
+        p = episode.get("perturb")
+        if p is not None:
+            data = perturb.move_cameras(p, data, self.render_spec.cam_ids)
         if self.warp_renderer is not None:
             imgs = self.warp_renderer.render(self.mjx_model, data, episode["geom_rgba"])
         else:
             imgs = render_lib.render_jax(self.render_spec, data, episode["geom_rgba"])
-        return {k: render_lib.to_uint8(v, episode["brightness"]) for k, v in imgs.items()}
+        out = {k: render_lib.to_uint8(v, episode["brightness"]) for k, v in imgs.items()}
+        if p is not None:
+            out = {k: perturb.noisy_image(p, data, imgs[k] * episode["brightness"], v, i, render_lib.to_uint8)
+                   for i, (k, v) in enumerate(out.items())}
+        return out
 
     def _obs(self, data: mjx.Data, episode: Mapping[str, jax.Array]):
         if self.config.obs_mode == "state":
@@ -240,4 +285,7 @@ class TabletopEnv(Env):
         obs = {f"pixels/{k}": v for k, v in self.render(data, episode).items()}
         if self.config.privileged_obs:
             obs["privileged"] = self.privileged_state(data, episode)
-        return {"state": self.proprio(data), **obs, "instruction_id": episode["instruction_id"]}
+        proprio = self.proprio(data)
+        if "perturb" in episode:
+            proprio = perturb.noisy_state(episode["perturb"], data, proprio)
+        return {"state": proprio, **obs, "instruction_id": episode["instruction_id"]}

@@ -24,6 +24,8 @@ BUTTON_TRAVEL = 0.015  # button cap travel (m); pressed once below -PRESSED_DEPT
 PRESSED_DEPTH = 0.009
 BUTTON_TOP = 0.028  # z of the button cap's top at rest (m)
 HOME = (0.0, -0.16, 0.14)  # gripper joint targets at reset (fingertip centre, m)
+NUM_DISTRACTORS = 2  # visual-only mocap shapes (`distractor<i>` in the MJCF)
+PARKED = (0.0, -10.0, -10.0)  # where unused distractors sit: behind and below both cameras
 
 # Named colours for the instruction templates: (name, rgb).
 PALETTE: tuple[tuple[str, tuple[float, float, float]], ...] = (
@@ -59,10 +61,15 @@ class Index:
     button_qpos: int
     cube_qpos: tuple[int, ...]  # start of each cube's free joint (pos 3 + quat 4)
     cube_geom: tuple[int, ...]
+    cube_body: tuple[int, ...]
     zone_geom: int
     button_geom: int
     zone_mocap: int
     button_mocap: int
+    distractor_mocap: tuple[int, ...]
+    distractor_geom: tuple[int, ...]
+    table_geom: int
+    arm_actuators: tuple[int, int, int]  # the x/y/z position servos
 
     @classmethod
     def of(cls, m: mujoco.MjModel) -> Index:
@@ -75,10 +82,15 @@ class Index:
             button_qpos=q("button"),
             cube_qpos=tuple(q(f"cube{i}") for i in range(NUM_CUBES)),
             cube_geom=tuple(m.geom(f"cube{i}").id for i in range(NUM_CUBES)),
+            cube_body=tuple(m.body(f"cube{i}").id for i in range(NUM_CUBES)),
             zone_geom=m.geom("zone").id,
             button_geom=m.geom("button").id,
             zone_mocap=int(m.body("zone").mocapid[0]),
             button_mocap=int(m.body("button_base").mocapid[0]),
+            distractor_mocap=tuple(int(m.body(f"distractor{i}").mocapid[0]) for i in range(NUM_DISTRACTORS)),
+            distractor_geom=tuple(m.geom(f"distractor{i}").id for i in range(NUM_DISTRACTORS)),
+            table_geom=m.geom("table").id,
+            arm_actuators=(m.actuator("ax").id, m.actuator("ay").id, m.actuator("az").id),
         )
 
 

@@ -42,54 +42,84 @@ class TaskSpec:
     row_slots: tuple[int, int, int] = (0, 1, 2)  # row layout: slot (0 left .. 2 right) of cube 0, 1, 2
     fixed_target_color: int | None = None  # palette index the target always has
     same_cube_color: bool = False  # all cubes share one (random) colour
+    # held-out rewordings of `template` (the `language` perturbation axis, `vlajax.envs.perturb`):
+    # paraphrase k is language level k + 1; never used by demos, SFT or training-time randomization
+    paraphrases: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise ValueError(f"task {self.name}: family {self.family!r} not in {FAMILIES}")
+        if len(self.paraphrases) != NUM_PARAPHRASES:
+            raise ValueError(f"task {self.name}: needs {NUM_PARAPHRASES} held-out paraphrases")
 
     @property
     def suite(self) -> str:
         return self.name.split("/")[0]
 
-    def instruction(self, colors) -> str:
-        """The instruction for palette indices `colors` = (cube0, cube1, cube2, zone)."""
+    def instruction(self, colors, paraphrase: int = 0) -> str:
+        """The instruction for palette indices `colors` = (cube0, cube1, cube2, zone); `paraphrase`
+        k > 0 words it with the k-th held-out paraphrase instead of the training template."""
         names = [scene.COLOR_NAMES[int(c)] for c in colors]
-        return self.template.format(target=names[self.target], ref=names[self.ref], zone=names[3])
+        template = self.paraphrases[paraphrase - 1] if paraphrase else self.template
+        return template.format(target=names[self.target], ref=names[self.ref], zone=names[3])
 
     def instructions(self) -> tuple[str, ...]:
-        """All instructions, indexed by `instruction_id` (see `instruction_id`)."""
+        """All instructions, indexed by `instruction_id` (see `instruction_id`): the
+        `NUM_INSTRUCTIONS` training ones, then the same colour combinations worded by each
+        held-out paraphrase (id + k * NUM_INSTRUCTIONS for paraphrase k)."""
         n = len(scene.PALETTE)
         out = []
-        for t, r, z in itertools.product(range(n), repeat=3):
-            colors = [0, 0, 0, z]
-            colors[self.ref], colors[self.target] = r, t
-            out.append(self.instruction(colors))
+        for k in range(NUM_PARAPHRASES + 1):
+            for t, r, z in itertools.product(range(n), repeat=3):
+                colors = [0, 0, 0, z]
+                colors[self.ref], colors[self.target] = r, t
+                out.append(self.instruction(colors, k))
         return tuple(out)
 
 
 
+NUM_PARAPHRASES = 2  # held-out paraphrases per task (language levels 1 and 2)
+NUM_INSTRUCTIONS = len(scene.PALETTE) ** 3  # training instructions per task (target x ref x zone colour)
+
 _PICK = "pick up the {side} {{target}} cube and place it in the {{zone}} square"
+_PICK_PARA = ("grab the {side} {{target}} block and put it in the {{zone}} square",
+              "the {{zone}} square is the goal for the {{target}} cube on the {far} side")
 TASKS: tuple[TaskSpec, ...] = (
     # Spatial: same objects (identical cubes), different layouts; the target is named by position.
     TaskSpec("spatial/pick_left_place", "pick_place", _PICK.format(side="leftmost"), "row",
-             row_slots=(0, 1, 2), same_cube_color=True),
+             row_slots=(0, 1, 2), same_cube_color=True,
+             paraphrases=tuple(p.format(side="leftmost", far="left") for p in _PICK_PARA)),
     TaskSpec("spatial/pick_right_place", "pick_place", _PICK.format(side="rightmost"), "row",
-             row_slots=(2, 0, 1), same_cube_color=True),
+             row_slots=(2, 0, 1), same_cube_color=True,
+             paraphrases=tuple(p.format(side="rightmost", far="right") for p in _PICK_PARA)),
     TaskSpec("spatial/push_middle", "push", "push the middle {target} cube into the {zone} square", "row",
-             row_slots=(1, 0, 2), same_cube_color=True),
+             row_slots=(1, 0, 2), same_cube_color=True,
+             paraphrases=("slide the middle {target} block into the {zone} square",
+                          "the {target} cube in the center goes into the {zone} square")),
     TaskSpec("spatial/stack_left_on_right", "stack", "put the leftmost {target} cube on the rightmost one",
-             "row", row_slots=(0, 2, 1), same_cube_color=True),
+             "row", row_slots=(0, 2, 1), same_cube_color=True,
+             paraphrases=("place the leftmost {target} block on top of the rightmost one",
+                          "move the {target} cube on the left onto the right one")),
     # Object: different target objects (by colour) among random distractors.
     *(
         TaskSpec(f"object/pick_{c}", "pick_place", "pick up the {target} cube and place it in the {zone} square",
-                 "random", fixed_target_color=scene.COLOR_NAMES.index(c))
+                 "random", fixed_target_color=scene.COLOR_NAMES.index(c),
+                 paraphrases=("grab the {target} block and put it in the {zone} square",
+                              "find the {target} cube and move it into the {zone} square"))
         for c in ("red", "green", "blue", "yellow")
     ),
     # Goal: same layout, different goals.
-    TaskSpec("goal/put_in_square", "pick_place", "put the {target} cube in the {zone} square", "fixed", target=0),
-    TaskSpec("goal/push_to_square", "push", "push the {target} cube into the {zone} square", "fixed", target=1),
-    TaskSpec("goal/stack", "stack", "stack the {target} cube on the {ref} cube", "fixed", target=2, ref=0),
-    TaskSpec("goal/press_button", "press", "press the button", "fixed"),
+    TaskSpec("goal/put_in_square", "pick_place", "put the {target} cube in the {zone} square", "fixed", target=0,
+             paraphrases=("place the {target} block inside the {zone} square",
+                          "the {zone} square is the goal for the {target} cube")),
+    TaskSpec("goal/push_to_square", "push", "push the {target} cube into the {zone} square", "fixed", target=1,
+             paraphrases=("slide the {target} block into the {zone} square",
+                          "move the {target} cube to the {zone} square without a grasp")),
+    TaskSpec("goal/stack", "stack", "stack the {target} cube on the {ref} cube", "fixed", target=2, ref=0,
+             paraphrases=("put the {target} block on top of the {ref} block",
+                          "the {target} cube goes on top of the {ref} one")),
+    TaskSpec("goal/press_button", "press", "press the button", "fixed",
+             paraphrases=("push the button down", "hold down the button")),
 )
 
 
@@ -164,7 +194,9 @@ def evaluate(params, ee, fingers, cubes, zone_xy, button_xy, button_q):
     return success, terms
 
 
-def instruction_id(params, colors: jax.Array) -> jax.Array:
-    """int32 index into `TaskSpec.instructions()` for palette indices `colors` `[4]`."""
+def instruction_id(params, colors: jax.Array, paraphrase: jax.Array | int = 0) -> jax.Array:
+    """int32 index into `TaskSpec.instructions()` for palette indices `colors` `[4]` worded by
+    `paraphrase` (0 = the training template, k = the k-th held-out paraphrase; may be traced)."""
     n = len(scene.PALETTE)
-    return (colors[params["target"]] * n * n + colors[params["ref"]] * n + colors[3]).astype(jnp.int32)
+    base = colors[params["target"]] * n * n + colors[params["ref"]] * n + colors[3]
+    return (base + paraphrase * NUM_INSTRUCTIONS).astype(jnp.int32)
