@@ -170,3 +170,19 @@ def test_the_checks_catch_a_loop_and_a_rule_break():
     typed = module_imports("vlajax", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vlajax.sft\n",
                            mods, is_package=True)
     assert typed == set()
+
+
+def test_public_names_survive_importing_the_modules():
+    """`import vlajax.evaluate` binds the module on the package: no module imports at its top a module whose name
+    is also a public function (vlajax.evaluate), or `vlajax.evaluate(...)` would stop working after it."""
+    import subprocess
+    import sys
+
+    modules = ("vlajax.sft", "vlajax.run_files", "vlajax.rl.command", "vlajax.rl.async_loop", "vlajax.train")
+    code = ("import importlib, types, vlajax\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module(m)\n"
+            "bad = [n for n in vlajax.__all__ if isinstance(getattr(vlajax, n), types.ModuleType)]\n"
+            "assert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

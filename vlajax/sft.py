@@ -45,7 +45,6 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.openpi import is_pi
 from vlajax.data.packing import gather_prefix, rows_to_samples
-from vlajax.evaluate import evaluate
 from vlajax.logging import MetricsLogger, Progress
 from vlajax.models import build_model, fp8, heads
 from vlajax.models.observation import Observation
@@ -273,6 +272,10 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
 
 def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
+    # imported here, not at the top: importing the module `vlajax.evaluate` binds that name on the package,
+    # which would hide the function `vlajax.evaluate` of the public API (vlajax/__init__.py) from then on
+    from vlajax.evaluate import evaluate
+
     out_dir = os.path.join(cfg.output_dir, "eval", f"step-{step}")
     result = evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,
                       out_dir=out_dir, gifs=cfg.logging.video_every > 0)
