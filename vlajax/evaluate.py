@@ -22,6 +22,7 @@ loop call it for periodic evaluation).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -55,9 +56,10 @@ def episode_keys(seed: int, task_ids: np.ndarray, episodes_per_task: int) -> jax
     return jax.random.key_data(jnp.stack(keys))
 
 
-def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_index, *, episode_length: int,
-                replan: int, camera: str):
-    """Run the policy on a batch of episodes. keys [N, 2], task_ids int32 [N], gif_index int [G].
+def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_index, levels=None, *,
+                episode_length: int, replan: int, camera: str):
+    """Run the policy on a batch of episodes. keys [N, 2], task_ids int32 [N], gif_index int [G];
+    levels float32 [perturb.NUM_AXES] (optional, traced): every episode perturbed at these levels.
 
     Returns success bool [N], steps-to-success int32 [N] (episode_length when failed) and
     frames uint8 [S, G, h, w, 3] of `camera` for episodes `gif_index`.
@@ -67,7 +69,7 @@ def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_ind
     h = bridge.model.action_horizon
     replan = h if replan <= 0 else min(replan, h)
     num_chunks = -(-episode_length // replan)
-    state = jax.vmap(env.reset_task)(keys, task_ids)
+    state = jax.vmap(lambda k, t: env.reset_task(k, t, levels=levels))(keys, task_ids)
     vstep = jax.vmap(env.step)
 
     def control(carry, a):
@@ -117,6 +119,8 @@ def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_p
     from vlajax.envs import registry
     from vlajax.envs.tabletop import tasks as tasks_lib
 
+    if cfg.env.randomize:  # evaluation runs the training distribution (a robustness eval passes levels)
+        cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, randomize=""))
     try:
         names = registry.tasks_for(cfg.env)
     except KeyError as e:

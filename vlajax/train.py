@@ -38,6 +38,7 @@ class Command:
     description: str
     target: str  # "module:function" taking a TrainConfig and returning an exit code
     aliases: tuple[tuple[str, str], ...] = ()  # short flags rewritten to config fields before tyro
+    bare: tuple[tuple[str, str], ...] = ()  # short flags that may stand alone: (flag, the value they then take)
 
 
 COMMANDS: dict[str, Command] = {
@@ -49,11 +50,13 @@ COMMANDS: dict[str, Command] = {
                       ("--out", "--data.dataset-dir"))),
     "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
     "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.command:run"),
-    "eval": Command("closed-loop evaluation in the simulator (a checkpoint, or --policy-server ws://HOST:PORT)",
-                    "vlajax.serve.remote:run",
+    "eval": Command("closed-loop evaluation in the simulator (a checkpoint, or --policy-server ws://HOST:PORT; "
+                    "--robustness [SPEC]: per perturbation axis and level)",
+                    "vlajax.robustness:eval_command",
                     (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
                      ("--episodes-per-task", "--sft.eval-episodes-per-task"),
-                     ("--policy-server", "--sft.eval-policy-server"))),
+                     ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness")),
+                    (("--robustness", "all"),)),
 }
 
 
@@ -88,6 +91,16 @@ def _split_preset(args: list[str]) -> tuple[str, list[str]]:
             rest.append(a)
         i += 1
     return preset, rest
+
+
+def _fill_bare(args: list[str], bare: tuple[tuple[str, str], ...]) -> list[str]:
+    """`--robustness` standing alone (last, or before another flag) -> `--robustness all`."""
+    table, out = dict(bare), []
+    for i, a in enumerate(args):
+        out.append(a)
+        if a in table and (i + 1 == len(args) or args[i + 1].startswith("--")):
+            out.append(table[a])
+    return out
 
 
 def _apply_aliases(args: list[str], aliases: tuple[tuple[str, str], ...]) -> list[str]:
@@ -138,7 +151,7 @@ def _legacy_bools(args: list[str]) -> list[str]:
 def parse(command: str, args: list[str]) -> TrainConfig:
     """The config for `command` from `--preset` and overrides. Raises ConfigError / SystemExit."""
     preset, rest = _split_preset(args)
-    rest = _apply_aliases(rest, COMMANDS[command].aliases)
+    rest = _apply_aliases(_fill_bare(rest, COMMANDS[command].bare), COMMANDS[command].aliases)
     rest = _legacy_bools(rest)
     base = get_config(preset)
     with parse_errors():  # a contradiction is one `error:` line, not tyro's box

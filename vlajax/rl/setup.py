@@ -216,8 +216,15 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
         out_dir = os.path.join(cfg.output_dir, "eval", f"iteration-{iteration}")
         res = closed_loop_eval(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
                                out_dir=out_dir, gifs=cfg.logging.video_every > 0)
-        return {"mean_success": res["mean_success"], "per_task": res["per_task"],
-                "episodes": int(sum(1 for _ in res["per_task"]) * cfg.rl.eval_episodes_per_task)}
+        out = {"mean_success": res["mean_success"], "per_task": res["per_task"],
+               "episodes": int(sum(1 for _ in res["per_task"]) * cfg.rl.eval_episodes_per_task)}
+        if cfg.env.robustness:  # the robustness table too (docs/robustness.md), logged as robustness/<axis>/<level>
+            from vlajax.robustness import evaluate_robustness
+
+            rob = evaluate_robustness(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
+                                      out_dir=os.path.join(out_dir, "robustness"), gifs=cfg.logging.video_every > 0)
+            out["robustness"] = {f"{a}/{lv}": v for a, by in rob["mean"].items() for lv, v in by.items()}
+        return out
 
     del Bridge
     return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h), bridge)
@@ -329,7 +336,8 @@ def log_eval(setup: Setup, logger: MetricsLogger, params: Any, iteration: int, e
     t0 = time.perf_counter()
     ev = setup.evaluate(params, iteration)
     logger.scalars(iteration, {"mean_success": ev["mean_success"],
-                               **{f"success/{k}": v for k, v in ev["per_task"].items()}}, prefix="eval/")
+                               **{f"success/{k}": v for k, v in ev["per_task"].items()},
+                               **{f"robustness/{k}": v for k, v in ev.get("robustness", {}).items()}}, prefix="eval/")
     log.info("rl: %s %d eval mean success %.3f %s", step_name, iteration, ev["mean_success"], ev["per_task"])
     return {step_name: iteration, "env_steps": env_steps, "seconds": round(time.perf_counter() - t0, 1)} | ev
 
