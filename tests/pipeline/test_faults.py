@@ -91,7 +91,8 @@ def _toy(ckpt_dir: str, total: int, block_s: float = 0.0, eval_at: int = -1, eva
         raise
     ckpt.close()
     return {"status": status, "updates": runner.counters.updates, "interrupted_at": runner.interrupted_at,
-            "bound": runner.drain_bound(), "w": np.asarray(runner.state["w"]).tolist(),
+            "bound": runner.drain_bound(), "stopped_after_s": runner.group.stopped_after_s,
+            "w": np.asarray(runner.state["w"]).tolist(),
             "step": int(runner.state["step"])}
 
 
@@ -161,7 +162,10 @@ def _interrupt_and_resume(tmp_path, sig, block_s, during_eval=False):
     assert proc.returncode == 0, err[-3000:]
     result = json.loads(next(ln for ln in out.splitlines() if ln.startswith("result "))[7:])
     assert result["status"] == "interrupted" and result["interrupted_at"] == 2, result
-    assert elapsed <= result["bound"], (elapsed, result["bound"])
+    # signal -> trainer at its boundary, saved, every lane joined: within the derived bound; the
+    # process then closes its checkpointer and exits (slack for a loaded machine's teardown)
+    assert result["stopped_after_s"] <= result["bound"], result
+    assert elapsed <= result["bound"] + 60, (elapsed, result["bound"])
     assert "update 3" not in out and "begin 3" not in out  # stopped at the boundary after update 2
     steps, state, extra = _restore(tmp_path / "ckpt")
     # (Orbax always writes the first save of a directory: update 1; then the interrupt's, once)

@@ -199,6 +199,8 @@ class LaneGroup:
         self.watchdog_s = watchdog_s
         self.lanes: list[Lane] = []
         self._watchdog: threading.Thread | None = None
+        self.interrupted_at: float | None = None  # monotonic time of the first SIGTERM / Ctrl-C
+        self.stopped_after_s: float | None = None  # first signal -> every lane stopped and joined
         self.lifetime.busy_elsewhere = self._busy_elsewhere
 
     def _busy_elsewhere(self, window_s: float) -> bool:
@@ -262,6 +264,8 @@ class LaneGroup:
                     break
                 except KeyboardInterrupt:
                     interrupts += 1
+                    if interrupts == 1:
+                        self.interrupted_at = time.monotonic()
                     if interrupts == 1 and drain is not None:
                         bound = drain()
                         drain_deadline = time.monotonic() + bound
@@ -272,6 +276,8 @@ class LaneGroup:
             self.lifetime.stop()
             if not aborted:
                 self._join(join_timeout() if callable(join_timeout) else join_timeout)
+                if self.interrupted_at is not None:
+                    self.stopped_after_s = time.monotonic() - self.interrupted_at
             if old_handler is not None:
                 signal.signal(signal.SIGTERM, old_handler)
         if aborted:
