@@ -6,7 +6,9 @@
 The source directory is what `vlajax.train sft` or `python -m vlajax.models.import_openpi`
 writes: `config.json`, `policy.json` and Orbax steps (the newest is used). Its model must have
 this run's parameter shapes: a leaf missing on either side or of another shape is a
-`ConfigError` naming its path, before anything trains. The optimizer state, step and EMA of
+`ConfigError` naming its path, before anything trains -- except leaves only this run has that
+start fresh anyway: LoRA factors (`*_lora_a` / `*_lora_b`, a LoRA run from full weights), a
+value head (`value_hidden`, `value_out`) and flow_noise's `noise_std` (logged). The optimizer state, step and EMA of
 `state` start fresh (the EMA, when kept, starts at the loaded params).
 """
 
@@ -51,6 +53,12 @@ def _flat(tree: Any) -> dict[str, Any]:
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def _fresh_ok(path: str) -> bool:
+    """Leaves a run may add to its source's: they start from their initialisation."""
+    parts = path.split("/")
+    return parts[-1].endswith(("_lora_a", "_lora_b")) or parts[0] in ("value_hidden", "value_out", "noise_std")
+
+
 def load_into(cfg: TrainConfig, state: Any, mesh) -> Any:
     """`state` (a fresh `TrainState`) with params (and EMA) from `cfg.sft.init_from`'s newest step."""
     from vlajax.policy import Bridge
@@ -65,7 +73,9 @@ def load_into(cfg: TrainConfig, state: Any, mesh) -> Any:
     ours, theirs = _flat(state.params), _flat(target.params)
     bad = [f"{k} {tuple(ours[k].shape)} vs {tuple(theirs[k].shape)}" for k in ours
            if k in theirs and tuple(ours[k].shape) != tuple(theirs[k].shape)]
-    missing, extra = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
+    fresh = sorted(k for k in set(ours) - set(theirs) if _fresh_ok(k))
+    missing = sorted(k for k in set(ours) - set(theirs) if not _fresh_ok(k))
+    extra = sorted(set(theirs) - set(ours))
     if bad or missing or extra:
         what = (f"shapes differ: {bad[:3]}" if bad else
                 f"leaves missing there: {missing[:3]}" if missing else f"leaves only there: {extra[:3]}")
@@ -78,9 +88,17 @@ def load_into(cfg: TrainConfig, state: Any, mesh) -> Any:
         raise ConfigError(f"sft.init_from: {e}") from None
     finally:
         ckpt.close()
-    params = restored.ema_params if restored.ema_params is not None else restored.params
-    params = jax.tree.map(lambda new, old: jax.device_put(jnp.asarray(new, old.dtype), old.sharding), params,
-                          state.params)  # onto this run's shardings (the step is jitted with them)
+    loaded = _flat(restored.ema_params if restored.ema_params is not None else restored.params)
+
+    def take(path, old):  # onto this run's shardings (the step is jitted with them)
+        key = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+        if key not in loaded:
+            return old  # a fresh leaf (_fresh_ok)
+        return jax.device_put(jnp.asarray(loaded[key], old.dtype), old.sharding)
+
+    params = jax.tree_util.tree_map_with_path(take, state.params)
+    if fresh:
+        log.info("sft: %d leaves start fresh (not in %s): %s", len(fresh), directory, fresh[:4])
     ema = None if state.ema_params is None else jax.tree.map(jnp.copy, params)
     log.info("sft: initialized from %s (step %s)", directory, extra_json.get("step"))
     return state.replace(params=params, ema_params=ema)

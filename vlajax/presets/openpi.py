@@ -8,6 +8,9 @@
     pi0, pi05               openpi's full sizes (PaliGemma gemma_2b + gemma_300m expert, SigLIP
                             So400m/14, 257,152 pieces, bf16) for GPU pods; the tokenizer is openpi's
                             `paligemma_tokenizer.model` at its cache path.
+    pi0-lora, pi05-lora     the same with openpi's LoRA fine-tuning (`pi0_libero_low_mem_finetune`):
+                            rank 16 on the VLM's Gemma, 32 on the action expert's, only the factors
+                            and the non-Gemma parts train (`model.trainable='lora'`), no EMA.
 
 Every preset: fixed batching (the π prefix is not packed), images resized with pad into openpi's
 slots (`data.camera_map`: agentview -> base_0_rgb, wrist -> left_wrist_0_rgb), state and actions
@@ -16,6 +19,8 @@ flow_sde (x_1 = 0, the last step stochastic), GRPO over groups of 4 with the pro
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from vlajax.config import (
     CheckpointConfig,
@@ -95,3 +100,22 @@ def _pi0() -> TrainConfig:
 @register("pi05", "π0.5 at openpi's sizes (PaliGemma 2B + 300M adaRMS expert, state in the prompt): GPU pods")
 def _pi05() -> TrainConfig:
     return _config("pi05", dummy=False)
+
+
+def _lora(family: str) -> TrainConfig:
+    """openpi's low-memory fine-tuning: gemma_2b_lora (rank 16) + gemma_300m_lora (rank 32), no EMA."""
+    cfg = _config(family, dummy=False)
+    model = dataclasses.replace(cfg.model, name=f"{family}-lora", lora_rank=16, expert_lora_rank=32,
+                                trainable="lora")
+    return cfg.replace(model=model, output_dir=f"runs/{family}-lora",
+                       sft=dataclasses.replace(cfg.sft, ema_decay=0.0))
+
+
+@register("pi0-lora", "π0 at openpi's sizes with its LoRA fine-tuning (ranks 16 / 32, factors train): GPU pods")
+def _pi0_lora() -> TrainConfig:
+    return _lora("pi0")
+
+
+@register("pi05-lora", "π0.5 at openpi's sizes with its LoRA fine-tuning (ranks 16 / 32, factors train): GPU pods")
+def _pi05_lora() -> TrainConfig:
+    return _lora("pi05")
