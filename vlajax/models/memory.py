@@ -1,0 +1,164 @@
+"""Per-device memory plan of an SFT step: params, optimizer, EMA, gradients and activations.
+
+Nothing is allocated: the train state comes from `jax.eval_shape` of the SFT init
+(`run_files.init_fn`: `build_model(cfg.model)` + `make_optimizer(cfg)` + EMA when
+`sft.ema_decay > 0`), sharded by the logical rules (`cfg.mesh.logical_rules`) on an abstract
+`(dp, tp, sp)` mesh of `devices` devices (`cfg.mesh` resolved as `sharding.resolve_mesh_shape`
+does: `mesh.dp = -1` takes what tp * sp leave). State bytes are exact per leaf (largest shard).
+
+Activations are an analytic count of what the backward pass keeps, per device, for a global
+batch `B` (b = B / dp samples per device; token dims over `sp`, heads and MLP over `tp`). Every
+transformer tower (SigLIP per image; the Gemma prefix + action-expert streams of the π
+families; the VLA's ViT / LLM / expert) is `layers` blocks over `n` tokens of width `w`
+(heads H, kv heads K, head dim D, MLP M, gated or not, T keys per query). One block's saved
+tensors per token, in the compute dtype unless said:
+
+    block input x, attention-norm out, MLP-norm out, residual after attention:  4w
+    q, k, v, attention output:                                                  (2H + 2K) D
+    attention logits (float32) and probabilities (compute dtype):               H T (4 + s) bytes
+    MLP input projection(s) and activation output:                              (2 if gated else 1) M + M
+
+    model.remat = False:  all `layers` blocks' tensors are live at the start of the backward pass.
+    model.remat = True:   each block keeps only its input x (w per token per layer, the scan carry);
+                          the backward pass recomputes one block at a time, so one block's tensors
+                          (plus its cotangents, counted once more) are live on top.
+
+Plus the towers' inputs (patch embeddings, the prefix embeddings) and the batch itself. Not
+counted: XLA's fusion scratch and collective buffers (the compiled check in
+tests/models/test_memory_plan.py bounds the error on a reduced-depth π0.5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from vlajax.config import GEMMA_VARIANTS, MESH_AXES, TrainConfig
+from vlajax.sharding import logical_to_mesh_spec, resolve_mesh_shape
+
+_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tower:
+    """`layers` transformer blocks over `tokens` tokens per sample (see the module docstring)."""
+
+    name: str
+    layers: int
+    tokens: int  # per sample (per image for a ViT: `per_sample` images)
+    width: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    mlp: int
+    gated: bool
+    keys: int  # keys each query attends to
+    per_sample: int = 1  # images per sample (ViT towers)
+
+
+def towers(cfg: TrainConfig) -> list[Tower]:
+    """The transformer towers of `cfg.model` whose activations the backward pass keeps."""
+    m = cfg.model
+    if m.family == "vla":
+        vit_tokens = (m.image_size // m.patch_size) ** 2
+        return [
+            Tower("vit", m.vit_depth, vit_tokens, m.vit_width, m.vit_heads, m.vit_heads,
+                  m.vit_width // m.vit_heads, m.vit_mlp_dim, False, vit_tokens, m.num_cameras),
+            Tower("llm", m.depth, m.prefix_len, m.width, m.num_heads, m.num_kv_heads, m.head_dim, m.mlp_dim,
+                  True, m.prefix_len),
+            Tower("expert", m.depth, m.action_len, m.expert_width, m.num_heads, m.num_kv_heads, m.head_dim,
+                  m.expert_mlp_dim, True, m.prefix_len + m.action_len),
+        ]
+    sig = m.siglip
+    img = (m.image_size // sig["patch"]) ** 2
+    vlm, exp = GEMMA_VARIANTS[m.paligemma_variant], GEMMA_VARIANTS[m.action_expert_variant]
+    prefix = m.num_cameras * img + m.max_text_len
+    suffix = m.action_horizon + int(m.family == "pi0")  # pi0: the state token
+    return [
+        Tower("siglip", sig["depth"], img, sig["width"], sig["num_heads"], sig["num_heads"],
+              sig["width"] // sig["num_heads"], sig["mlp_dim"], False, img, m.num_cameras),
+        Tower("gemma prefix", vlm["depth"], prefix, vlm["width"], vlm["num_heads"], vlm["num_kv_heads"],
+              vlm["head_dim"], vlm["mlp_dim"], True, prefix),
+        Tower("gemma expert", exp["depth"], suffix, exp["width"], exp["num_heads"], exp["num_kv_heads"],
+              exp["head_dim"], exp["mlp_dim"], True, prefix + suffix),
+    ]
+
+
+def _split(n: int, k: int) -> int:
+    """Per-device share of a dim of size n over a mesh axis of size k (replicated if k does not divide)."""
+    return n // k if n % k == 0 else n
+
+
+def activation_bytes(cfg: TrainConfig, batch: int, mesh_shape: tuple[int, int, int]) -> dict[str, int]:
+    """Per-device bytes the backward pass keeps, per tower and in total (module docstring)."""
+    dp, tp, sp = mesh_shape
+    s = _BYTES[cfg.model.dtype]
+    b = max(1, batch // dp)
+    out: dict[str, int] = {}
+    total = 0
+    for t in towers(cfg):
+        n = b * t.per_sample * _split(t.tokens, sp)  # tokens on this device
+        h, k, m = _split(t.heads, tp), _split(t.kv_heads, tp), _split(t.mlp, tp)
+        block = n * s * (4 * t.width + (2 * h + 2 * k) * t.head_dim + ((2 if t.gated else 1) + 1) * m)
+        block += n * h * t.keys * (4 + s)
+        # remat: each block's input (the scan carry) + one block recomputed with its cotangents
+        tower = t.layers * n * t.width * s + 2 * block if cfg.model.remat else t.layers * block
+        tower += n * t.width * s  # the tower's input embeddings
+        out[t.name] = tower
+        total += tower
+    m = cfg.model
+    # the batch: uint8 images, int32 tokens + masks, float32 state / actions
+    out["batch"] = b * (m.num_cameras * m.image_size**2 * 3 + m.max_text_len * 5
+                        + 4 * (m.state_dim + m.action_horizon * (m.action_dim + 1)))
+    out["total"] = total + out["batch"]
+    return out
+
+
+def _leaf_bytes(tree, mesh, rules) -> int:
+    total = 0
+    boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
+    for leaf in jax.tree.leaves(tree, is_leaf=boxed):
+        names = leaf.names if boxed(leaf) else None
+        value = leaf.value if boxed(leaf) else leaf
+        if not hasattr(value, "shape"):
+            continue
+        spec = tuple(logical_to_mesh_spec(names, value.shape, rules, mesh)) + (None,) * value.ndim
+        shard = [d // (mesh.shape[a] if a else 1) for d, a in zip(value.shape, spec)]
+        total += math.prod(shard) * np.dtype(value.dtype).itemsize
+    return total
+
+
+def abstract_state(cfg: TrainConfig):
+    """`jax.eval_shape` of the SFT init: the boxed `TrainState` (params, opt_state, ema_params)."""
+    from vlajax.data.openpi import is_pi, model_slots  # noqa: PLC0415
+    from vlajax.run_files import init_fn  # noqa: PLC0415
+
+    cams = model_slots(cfg.model) if is_pi(cfg.model) else tuple(f"cam{i}" for i in range(cfg.model.num_cameras))
+    return jax.eval_shape(init_fn(cfg, cams), jax.random.key(0))
+
+
+def plan(cfg: TrainConfig, devices: int, batch: int, state=None) -> dict[str, object]:
+    """Per-device bytes on `devices` devices for global batch `batch`.
+
+    -> {"mesh": (dp, tp, sp), "params", "optimizer", "ema", "grads", "activations", "total"} (bytes),
+    "activation_parts": per tower. `state`: a precomputed `abstract_state(cfg)` (reused across sizes).
+    """
+    shape = resolve_mesh_shape(cfg.mesh, devices)
+    mesh = jax.sharding.AbstractMesh(shape, MESH_AXES)
+    rules = cfg.mesh.logical_rules
+    state = abstract_state(cfg) if state is None else state
+    params = _leaf_bytes(state.params, mesh, rules)
+    opt = _leaf_bytes(state.opt_state, mesh, rules)
+    ema = _leaf_bytes(state.ema_params, mesh, rules) if state.ema_params is not None else 0
+    grads = params  # same shapes, dtypes and shardings as the params
+    act = activation_bytes(cfg, batch, shape)
+    total = params + opt + ema + grads + act["total"]
+    return {"mesh": shape, "params": params, "optimizer": opt, "ema": ema, "grads": grads,
+            "activations": act["total"], "activation_parts": act, "total": total}
+
+
+__all__ = ["Tower", "towers", "activation_bytes", "abstract_state", "plan"]
