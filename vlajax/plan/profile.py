@@ -34,7 +34,7 @@ import numpy as np
 from vlajax import cli
 from vlajax.plan.costs import Costs
 
-__all__ = ["main", "load", "profile"]
+__all__ = ["main", "load", "profile", "costs_from_raw", "STATISTICS"]
 
 
 def _timed(fn, log: list):
@@ -46,8 +46,36 @@ def _timed(fn, log: list):
     return wrapped
 
 
-def _median(xs: list[float], skip: int) -> float:
-    return float(np.median(xs[skip:] if len(xs) > skip else xs))
+STATISTICS = ("median", "min")
+
+
+def _stat(xs: list[float], skip: int, statistic: str = "median") -> float:
+    xs = xs[skip:] if len(xs) > skip else xs
+    return float(np.median(xs) if statistic == "median" else np.min(xs))
+
+
+def costs_from_raw(raw: dict[str, list[float]], envs: int, horizon: int, slots: int,
+                   statistic: str = "median") -> dict[str, Costs]:
+    """Per physics, the `Costs` of the per-call seconds in `raw` (the first, compiling call's entries
+    skipped). `statistic`: 'median' of the calls, or 'min' (the least disturbed call: on a loaded
+    machine other jobs only ever add time, so the minimum is the closer estimate of a quiet one)."""
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    out = {}
+    prep_item = _stat(raw["train/prepare_item"], 1, statistic)
+    update = _stat(raw["train/update_window"], 1, statistic)
+    for physics in sorted({k.split("/")[0] for k in raw} - {"train", "sync"}):
+        infer, env = [], []
+        for n in sorted({1, slots}):
+            infer.append(_stat(raw[f"{physics}/infer_slots{n}"], horizon, statistic))
+            env.append((envs // n, _stat(raw[f"{physics}/step_envs{envs // n}"], horizon * n, statistic)))
+        out[physics] = Costs(
+            infer_s=((envs, float(np.mean(infer))),),  # padded to all envs either way
+            train_update_s=((envs * horizon, max(update - slots * prep_item, 0.0)),),
+            prep_s_per_sample=prep_item / (envs // slots * horizon), env_compute_s=tuple(sorted(env)),
+            env_on_device=True, sync_s=_stat(raw["sync/device_put"], 1, statistic), shared_compute=True,
+            infer_padded=True, source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
+    return out
 
 
 def profile(args) -> dict:
@@ -61,10 +89,8 @@ def profile(args) -> dict:
     state = jax.device_put(w.init_state(0), dev[0])
     params = w.get_params(state)
     raw: dict[str, list[float]] = {}
-    costs = {}
     items_by_n: dict[int, list] = {}
     for physics in args.physics:
-        infer_pts, env_pts = [], []
         for n in sorted({1, args.slots}):
             reset, step, infer = w.env(n, None, physics_impl=physics)
             inf_log, step_log = [], []
@@ -75,14 +101,8 @@ def profile(args) -> dict:
             for call in range(1 + args.repeats):  # one segment of every slot per call; the first compiles
                 items = ro.sample_step(0, params, call)
             items_by_n.setdefault(n, items)
-            skip_inf, skip_step = w.horizon, w.horizon * n  # the first (compiling) call's entries
             raw[f"{physics}/infer_slots{n}"] = inf_log
             raw[f"{physics}/step_envs{w.envs // n}"] = step_log
-            infer_pts.append((w.envs, _median(inf_log, skip_inf)))
-            env_pts.append((w.envs // n, _median(step_log, skip_step)))
-        rows = sorted({r for r, _ in infer_pts})
-        infer = tuple((r, float(np.mean([t for q, t in infer_pts if q == r]))) for r in rows)
-        costs[physics] = {"infer_s": infer, "env_compute_s": tuple(sorted(env_pts))}
 
     # the trainer: one update over a window of prepared micro-batches; preparation alone
     n = args.slots
@@ -96,9 +116,6 @@ def profile(args) -> dict:
         t0 = time.perf_counter()
         jax.block_until_ready(w._prepare(jax.device_put(items_by_n[n][0].data, dev[0])))
         prep_log.append(time.perf_counter() - t0)
-    decisions = w.envs * w.horizon
-    prep_item = _median(prep_log, 1)
-    update = _median(upd_log, 1)
     raw["train/update_window"], raw["train/prepare_item"] = upd_log, prep_log
 
     # a weight publication onto another device (the control plane's device_put, completed)
@@ -110,27 +127,23 @@ def profile(args) -> dict:
         sync_log.append(time.perf_counter() - t0)
     raw["sync/device_put"] = sync_log
 
-    per_item = w.envs // n * w.horizon
-    out = {}
-    for physics, c in costs.items():
-        out[physics] = Costs(
-            infer_s=c["infer_s"], train_update_s=((decisions, max(update - n * prep_item, 0.0)),),
-            prep_s_per_sample=prep_item / per_item, env_compute_s=c["env_compute_s"], env_on_device=True,
-            sync_s=_median(sync_log, 1), shared_compute=True, infer_padded=True,
-            source=f"python -m vlajax.plan profile ({physics} physics), this machine").to_json()
+    out = {k: c.to_json() for k, c in costs_from_raw(raw, w.envs, w.horizon, args.slots).items()}
     return {"workload": spec, "slots": args.slots, "costs": out, "raw": raw,
             "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": {"cpu_count": os.cpu_count(), "devices": jax.device_count(),
                         "loadavg_1m": os.getloadavg()[0]}}
 
 
-def load(run_dir: str | os.PathLike, physics: str) -> Costs:
-    """The `Costs` of `physics` ('jax' | 'c') from `RUN_DIR/profile.json`."""
+def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median") -> Costs:
+    """The `Costs` of `physics` ('jax' | 'c') from `RUN_DIR/profile.json` (recomputed from its
+    per-call seconds with `statistic`, see `costs_from_raw`)."""
     path = pathlib.Path(run_dir) / "profile.json"
     d = json.loads(path.read_text())
-    if physics not in d["costs"]:
-        raise ValueError(f"{path} has no costs for physics {physics!r} (has {sorted(d['costs'])})")
-    return Costs.from_json(d["costs"][physics])
+    wl = d["workload"]
+    costs = costs_from_raw(d["raw"], wl["envs"], wl["horizon"], d.get("slots", 4), statistic)
+    if physics not in costs:
+        raise ValueError(f"{path} has no costs for physics {physics!r} (has {sorted(costs)})")
+    return costs[physics]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import pathlib
 import shlex
+from typing import Literal
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
                     ratio=ratio, updates=row.get("updates_timed", 8))
 
 
-def validate(runs: list[str], run_dir: str, seeds: int = 5) -> dict:
+def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median") -> dict:
     rows = []
     for path in runs:
         d = json.loads(pathlib.Path(path).read_text())
@@ -58,7 +59,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5) -> dict:
         for row in d["rows"]:
             longtail = row["regime"] == "cpu_longtail"
             physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
-            costs = load(run_dir, physics)
+            costs = load(run_dir, physics, statistic)
             if longtail:
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["latency_model"]))
             pipe = row_pipeline(meta, row)
@@ -80,6 +81,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5) -> dict:
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
+            "statistic": statistic,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
             "max_abs_error": float(np.max(err)), "median_abs_error_by_regime": by_regime}
 
@@ -135,6 +137,7 @@ class Args:
     json: str = ""  # write the comparison here
     plot: str = ""  # write predicted vs measured (PNG) here (needs matplotlib)
     seeds: int = 5  # simulated runs averaged per row
+    statistic: Literal["median", "min"] = "median"  # of the profile's calls (min: the least disturbed call)
 
 
 def main(argv: list[str]) -> int:
@@ -151,7 +154,7 @@ def main(argv: list[str]) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             cli.error("--plot needs matplotlib (pip install -e '.[report]')")
-    result = validate(list(a.runs), a.profile_from, a.seeds)
+    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
