@@ -18,10 +18,12 @@ tensors per token, in the compute dtype unless said:
     attention logits (float32) and probabilities (compute dtype):               H T (4 + s) bytes
     MLP input projection(s) and activation output:                              (2 if gated else 1) M + M
 
-    model.remat = False:  all `layers` blocks' tensors are live at the start of the backward pass.
+    model.remat = False:  all `layers` blocks' tensors are live at the start of the backward pass,
+                          plus one block's worth of cotangents while that block is differentiated:
+                          (layers + 1) x block.
     model.remat = True:   each block keeps only its input x (w per token per layer, the scan carry);
-                          the backward pass recomputes one block at a time, so one block's tensors
-                          (plus its cotangents, counted once more) are live on top.
+                          the backward pass recomputes one block at a time, so that block's tensors
+                          and their cotangents are live on top: layers x n w s + 2 x block.
 
 Plus the towers' inputs (patch embeddings, the prefix embeddings) and the batch itself. Not
 counted: XLA's fusion scratch and collective buffers (the compiled check in
@@ -105,8 +107,9 @@ def activation_bytes(cfg: TrainConfig, batch: int, mesh_shape: tuple[int, int, i
         h, k, m = _split(t.heads, tp), _split(t.kv_heads, tp), _split(t.mlp, tp)
         block = n * s * (4 * t.width + (2 * h + 2 * k) * t.head_dim + ((2 if t.gated else 1) + 1) * m)
         block += n * h * t.keys * (4 + s)
-        # remat: each block's input (the scan carry) + one block recomputed with its cotangents
-        tower = t.layers * n * t.width * s + 2 * block if cfg.model.remat else t.layers * block
+        # + one block's cotangents during its backward; remat: only the scan carry is kept per layer,
+        # the block being differentiated is recomputed (its tensors live once more)
+        tower = t.layers * n * t.width * s + 2 * block if cfg.model.remat else (t.layers + 1) * block
         tower += n * t.width * s  # the tower's input embeddings
         out[t.name] = tower
         total += tower
