@@ -6,7 +6,7 @@ suite runs the same fixed-seed episodes as `vlajax.evaluate` (`episode_keys`: th
 differ only by the perturbation). The levels are a traced argument of one jitted closed loop, so
 all axes and levels share one compile; level 0 is bit-identical to the plain evaluation.
 
-Outputs in `--output-dir` (default `<output_dir>/eval/robustness-<suite>-step-<step>`):
+Outputs in `--output-dir` (default `<output_dir>/eval/robustness-<suite or task with / as __>-step-<step>`):
 `robustness.json` (per axis, level and task: success; the summary; seeds), `robustness.md` (the
 task x axis x level table and the summary: success drop per axis), `robustness.png` (success
 against level, one line per axis; needs matplotlib, the `report` extra) and
@@ -199,7 +199,8 @@ def run(cfg: TrainConfig) -> int:
         bridge, model, params, train_cfg, step = load_policy(ckpt_dir, cfg)
     except FileNotFoundError as e:
         raise ConfigError(str(e)) from None
-    out_dir = os.path.join(cfg.output_dir, "eval", f"robustness-{cfg.env.task or cfg.env.suite}-step-{step}")
+    name = (cfg.env.task or cfg.env.suite).replace("/", "__")
+    out_dir = os.path.join(cfg.output_dir, "eval", f"robustness-{name}-step-{step}")
     result = evaluate_robustness(cfg, bridge, model, params, out_dir=out_dir)
     result["checkpoint"] = {"dir": os.path.abspath(ckpt_dir), "step": step, "preset": train_cfg.name}
     with open(os.path.join(out_dir, "robustness.json"), "w") as f:
