@@ -79,6 +79,19 @@ def test_remat_plans_fewer_activation_bytes_and_scales_with_devices():
     assert memory.activation_bytes(cfg, 256, (64, 1, 1))["total"] * 8 == pytest.approx(a, rel=0.01)
 
 
+def test_pi05_vit_unsplit_at_256_flat_but_split_with_tp2():
+    """SigLIP So400m has no dim divisible by 256: the plan names it; the (128, 2, 1) mesh splits everything."""
+    cfg = get_config("pi05")
+    state = memory.abstract_state(cfg)
+    flat = memory.plan(cfg, 256, 256, state)
+    assert flat["mesh"] == (256, 1, 1) and any(m.startswith("vision/") for m in flat["unsplit_modules"])
+    assert memory.plan(cfg, 64, 256, state)["unsplit_modules"] == []
+    tp2 = dataclasses.replace(cfg, mesh=MeshConfig(tp=2))
+    split = memory.plan(tp2, 256, 256, state)
+    assert split["mesh"] == (128, 2, 1) and split["unsplit_modules"] == []
+    assert split["params"] < flat["params"] / 10
+
+
 def test_cli_refuses_before_building():
     assert presets.main(["--preset", "pi05", "--devices", "8", "--batch", "3"]) == 2
     assert presets.main(["--batch", "8"]) == 2

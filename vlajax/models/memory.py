@@ -39,7 +39,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from vlajax.config import GEMMA_VARIANTS, MESH_AXES, TrainConfig
+from vlajax.config import DP, GEMMA_VARIANTS, MESH_AXES, TrainConfig
 from vlajax.sharding import logical_to_mesh_spec, resolve_mesh_shape
 
 _BYTES = {"float32": 4, "bfloat16": 2}
@@ -135,6 +135,27 @@ def _leaf_bytes(tree, mesh, rules) -> int:
     return total
 
 
+def unsplit_params(tree, mesh, rules) -> tuple[int, list[str]]:
+    """Per-device bytes of parameters whose logical names ask for `dp` but that no dim of which
+    divides (dp > 1), and their modules (path minus leaf, large weights only)."""
+    if mesh.shape[DP] == 1:
+        return 0, []
+    boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
+    total, where = 0, []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=boxed)[0]:
+        value = leaf.value if boxed(leaf) else leaf
+        names = leaf.names if boxed(leaf) else ()
+        if not any(dict(rules).get(n) == DP for n in names if isinstance(n, str)):
+            continue  # not meant to be split over dp (norms, replicated by their names)
+        if DP in jax.tree.leaves(tuple(logical_to_mesh_spec(names, value.shape, rules, mesh))):
+            continue
+        total += _leaf_bytes(leaf, mesh, rules)
+        name = jax.tree_util.keystr(path[:-1], simple=True, separator="/")
+        if math.prod(value.shape) >= 2**20 and name not in where:  # ignore norms and biases
+            where.append(name)
+    return total, where
+
+
 def abstract_state(cfg: TrainConfig):
     """`jax.eval_shape` of the SFT init: the boxed `TrainState` (params, opt_state, ema_params)."""
     from vlajax.data.openpi import is_pi, model_slots  # noqa: PLC0415
@@ -148,7 +169,8 @@ def plan(cfg: TrainConfig, devices: int, batch: int, state=None) -> dict[str, ob
     """Per-device bytes on `devices` devices for global batch `batch`.
 
     -> {"mesh": (dp, tp, sp), "params", "optimizer", "ema", "grads", "activations", "total"} (bytes),
-    "activation_parts": per tower. `state`: a precomputed `abstract_state(cfg)` (reused across sizes).
+    "activation_parts": per tower; "unsplit_params" / "unsplit_modules": params left unsplit over dp
+    (no dim divides it; `unsplit_params`). `state`: a precomputed `abstract_state(cfg)` (reused across sizes).
     """
     shape = resolve_mesh_shape(cfg.mesh, devices)
     mesh = jax.sharding.AbstractMesh(shape, MESH_AXES)
@@ -160,8 +182,10 @@ def plan(cfg: TrainConfig, devices: int, batch: int, state=None) -> dict[str, ob
     grads = params  # same shapes, dtypes and shardings as the params
     act = activation_bytes(cfg, batch, shape)
     total = params + opt + ema + grads + act["total"]
-    return {"mesh": shape, "params": params, "optimizer": opt, "ema": ema, "grads": grads,
+    unsplit, where = unsplit_params(state.params, mesh, rules)
+    return {"mesh": shape, "unsplit_params": unsplit, "unsplit_modules": where, "params": params,
+            "optimizer": opt, "ema": ema, "grads": grads,
             "activations": act["total"], "activation_parts": act, "total": total}
 
 
-__all__ = ["Tower", "towers", "activation_bytes", "abstract_state", "plan"]
+__all__ = ["Tower", "towers", "activation_bytes", "abstract_state", "plan", "unsplit_params"]

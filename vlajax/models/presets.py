@@ -178,6 +178,9 @@ def _plan_main(args: Args) -> int:
             mesh = ",".join(map(str, p["mesh"]))
             print(f"  {d:7d}  {mesh:>13}  " + "  ".join(
                 _gib(p[k]) for k in ("params", "optimizer", "ema", "grads", "activations", "total")))
+            if p["unsplit_modules"]:
+                print(f"  {'':24}{_gib(p['unsplit_params']).strip()} of params not split over dp={p['mesh'][0]} "
+                      f"(no dim divides it): {', '.join(p['unsplit_modules'][:3])}, ...; try --tp 2")
     return 0
 
 
