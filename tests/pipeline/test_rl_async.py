@@ -22,7 +22,8 @@ def _cfg(tmp_path, name, iterations=3, **pipeline):
     cfg = get_config("rl-debug")
     return dataclasses.replace(
         cfg, output_dir=str(tmp_path / name),
-        rl=dataclasses.replace(cfg.rl, num_iterations=iterations),
+        rl=dataclasses.replace(cfg.rl, num_iterations=iterations,  # streaming: no global standardization
+                               **({"normalize_advantages": "none"} if pipeline.get("streaming") else {})),
         logging=dataclasses.replace(cfg.logging, tensorboard=False, progress="none"),
         checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False),
         pipeline=AsyncConfig(enabled=True, queue_timeout_s=900.0, watchdog_s=1800.0, **pipeline))
