@@ -4,6 +4,11 @@ Submodules: `advantages` (GAE, GRPO, RLOO; registered by name), `losses` (PPO cl
 clip-higher and dual clip, decoupled PPO, value, entropy, KL), `learner` (epochs x shuffled
 minibatches x accumulated micro-batches, generic over the policy's `logp_value_fn`),
 `mlp_policy` (state-observation Gaussian actor-critic over chunks).
+
+The training loops read top-down: `command` (the `rl` command) -> `loop` (synchronous) or
+`async_loop` + `async_workload` (through `vlajax.pipeline`; terminal progress in
+`async_progress`) -> `setup` (what both loops share) -> `rollout`, `actors`, `learner`, `losses`,
+`advantages`. None of them imports a module above it (tests/test_layers.py).
 """
 
 from vlajax.rl.advantages import (
