@@ -40,7 +40,9 @@ so a resumed run continues the same key streams. The collect path keeps a copy o
 state each unconsumed call started from and saves the one of the first unconsumed call, so a
 resumed run replays the calls whose samples were produced but not consumed (exact resume).
 Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window metrics every
-`logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`).
+`logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`); on the terminal
+(`logging.progress`) updates, env steps/s, staleness and success at least every 30 s
+(`vlajax.rl.async_progress`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
+from vlajax.rl.async_progress import AsyncProgress
 from vlajax.rl.async_workload import RLWorkload, Trainer, check_streaming
 from vlajax.train_state import TrainState
 
@@ -271,6 +274,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     evals: list[dict] = []
     steps_box = [env_steps]
     consumed = [0]  # env steps of the samples trained on in this run (all processes)
+    progress = AsyncProgress(total, f"rl async {cfg.name}", cfg.logging.progress, cfg.logging.every_steps,
+                             counters.updates, env_steps=timeline.total_env_steps)
 
     def save(runner: AsyncRunner, force: bool) -> None:
         c = runner.counters
@@ -297,6 +302,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
               "staleness_updates_max": float(max((s for s in record["staleness_updates"] if s is not None), default=0))}
         logger.scalars(u, m, prefix="train/")
         reporter(u)
+        progress.update(u, m["staleness_max"], m.get("success"))
         if main:
             with open(json_path, "a") as f:
                 f.write(json.dumps({"update": u, "train": m}) + "\n")
@@ -305,6 +311,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
             with runner.trainer_lane.heartbeat():  # evaluating in the trainer lane: busy, not stalled
                 evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0],
                                                step_name="update"))
+            progress.evaluated(evals[-1]["mean_success"])
         if u >= end:
             runner.lifetime.stop()
 
@@ -321,10 +328,12 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
                          publish_sharding=None if hosts is None else hosts.repl,
                          sync_peers=None if hosts is None else hosts.barrier)
     t0 = time.perf_counter()
-    if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 of the curve (as in sync)
-        evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
     try:
-        status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
+        with progress:  # the terminal hears from the run at least every 30 s
+            if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 (as in sync)
+                evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
+                progress.evaluated(evals[-1]["mean_success"])
+            status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
         ckpt.wait()
     finally:
         if runner.group.alive:  # a lane outlived its stop: closing under it could corrupt a checkpoint
