@@ -24,8 +24,8 @@ import optax
 
 from vlajax import checkpoint, sharding, trainable
 from vlajax.config import TrainConfig
+from vlajax.models.build import build_model
 from vlajax.models.observation import fake_observation
-from vlajax.models.vla import VLA
 from vlajax.policy import POLICY_FILE, Bridge
 from vlajax.train_state import TrainState
 
@@ -88,17 +88,6 @@ def write_json(path: str, obj: Any) -> None:
 # ------------------------------------------------------------------------------------------
 # Optimizer and state
 # ------------------------------------------------------------------------------------------
-
-
-def build_model(model_cfg):
-    """`vlajax.models.build_model` (our VLA or openpi's pi0 / pi0.5), from the modules themselves:
-    importing the `vlajax.models` package here would close a loop (`vlajax.models.memory` reads
-    this module's `init_fn`)."""
-    if model_cfg.family == "vla":
-        return VLA(model_cfg)
-    from vlajax.models.openpi import Pi0  # noqa: PLC0415
-
-    return Pi0(model_cfg)
 
 
 def make_schedule(cfg: TrainConfig) -> optax.Schedule:

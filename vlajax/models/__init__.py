@@ -11,6 +11,7 @@ See docs/models.md for the input contract, the heads and the sharding rules.
 """
 
 from vlajax.models.attention import attend, resolve_backend, te_available
+from vlajax.models.build import build_model
 from vlajax.models.heads import (
     FlowSample,
     TokenSample,
@@ -29,15 +30,6 @@ from vlajax.models.policy import PolicyOutput, clip_actions, log_prob, sample, s
 from vlajax.models.quantize import dequantize_params, quantize_params
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
-
-
-def build_model(cfg):
-    """The network for a `ModelConfig`: `VLA(cfg)` for family 'vla', openpi's pi0 / pi0.5 otherwise."""
-    if cfg.family == "vla":
-        return VLA(cfg)
-    from vlajax.models.openpi import Pi0  # noqa: PLC0415
-
-    return Pi0(cfg)
 
 __all__ = [
     # inputs
