@@ -21,7 +21,6 @@ imports the run-file helpers lazily, nothing below imports it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -157,17 +156,23 @@ def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id:
     return summary
 
 
+@dataclasses.dataclass(frozen=True)
+class ImportArgs:
+    """Import an openpi checkpoint directory as a vlajax run directory."""
+
+    checkpoint: str  # openpi checkpoint directory (holds params/, assets/)
+    config: str  # vlajax preset of the model: pi0 | pi05 (or pi0-dummy, pi05-dummy, pi0-lora, ...)
+    out: str  # new vlajax run directory to write
+    asset_id: str = ""  # which assets/<id>/norm_stats.json (when there are several)
+    tokenizer: str = ""  # SentencePiece model file ('' = the preset's model.tokenizer_path)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from vlajax import cli  # noqa: PLC0415
     from vlajax.config import get_config, preset_names  # noqa: PLC0415
 
-    ap = argparse.ArgumentParser(prog="python -m vlajax.models.import_openpi", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", required=True, help="openpi checkpoint directory (holds params/, assets/)")
-    ap.add_argument("--config", required=True, help="vlajax preset of the model: pi0 | pi05 (or pi0-dummy, ...)")
-    ap.add_argument("--out", required=True, help="new vlajax run directory to write")
-    ap.add_argument("--asset-id", default="", help="which assets/<id>/norm_stats.json (when there are several)")
-    ap.add_argument("--tokenizer", default="", help="SentencePiece model file (default: the preset's "
-                    "model.tokenizer_path, openpi's paligemma_tokenizer.model)")
-    args = ap.parse_args(argv)
+    args = cli.parse(ImportArgs, argv, prog="python -m vlajax.models.import_openpi",
+                     description=__doc__.split("\n\n")[0])
     try:
         if args.config not in preset_names():
             raise ConfigError(f"--config {args.config!r} is not a preset; pi presets: "
