@@ -22,7 +22,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlajax import checkpoint
 from vlajax.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ def _fresh_ok(path: str) -> bool:
 def load_into(cfg: TrainConfig, state: Any, mesh) -> Any:
     """`state` (a fresh `TrainState`) with params (and EMA) from `cfg.sft.init_from`'s newest step."""
     from vlajax.policy import Bridge
-    from vlajax.run_files import abstract_train_state
+    from vlajax.run_files import abstract_train_state, restore_eval_params
 
     directory, src_cfg = _source(cfg)
     try:
@@ -81,14 +80,8 @@ def load_into(cfg: TrainConfig, state: Any, mesh) -> Any:
                 f"leaves missing there: {missing[:3]}" if missing else f"leaves only there: {extra[:3]}")
         raise ConfigError(f"sft.init_from={directory}: its model ({src_cfg.model.name}) does not match "
                           f"model={cfg.model.name}: {what}")
-    ckpt = checkpoint.Checkpointer(directory, async_save=False)
-    try:
-        restored, extra_json = ckpt.restore(target)
-    except FileNotFoundError as e:
-        raise ConfigError(f"sft.init_from: {e}") from None
-    finally:
-        ckpt.close()
-    loaded = _flat(restored.ema_params if restored.ema_params is not None else restored.params)
+    restored, extra_json = restore_eval_params(directory, target, "sft.init_from")
+    loaded = _flat(restored)
 
     def take(path, old):  # onto this run's shardings (the step is jitted with them)
         key = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)

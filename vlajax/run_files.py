@@ -23,15 +23,15 @@ import jax
 import optax
 
 from vlajax import checkpoint, sharding, trainable
-from vlajax.config import TrainConfig
+from vlajax.config import ConfigError, TrainConfig
 from vlajax.models.build import build_model
 from vlajax.models.observation import fake_observation
 from vlajax.policy import POLICY_FILE, Bridge
 from vlajax.train_state import TrainState
 
 __all__ = ["CONFIG_FILE", "POLICY_SOURCES", "abstract_train_state", "config_from_dict", "config_to_dict", "eval_params",
-           "init_fn", "load_config", "load_policy", "make_optimizer", "make_schedule", "policy_source", "write_json",
-           "write_policy"]
+           "init_fn", "load_config", "load_policy", "make_optimizer", "make_schedule", "policy_source",
+           "restore_eval_params", "write_json", "write_policy"]
 
 CONFIG_FILE = "config.json"
 # policy.json 'source': which run wrote the checkpoint (where its state keeps the policy's params)
@@ -137,6 +137,17 @@ def inference_model(model: Any) -> Any:
 def eval_params(state: TrainState) -> Any:
     """The parameters to evaluate: the EMA when kept, else the live ones."""
     return state.ema_params if state.ema_params is not None else state.params
+
+
+def restore_eval_params(directory: str, target: TrainState, flag: str) -> tuple[Any, dict]:
+    """(eval_params, extra JSON) of the newest step in `directory`, restored onto `target` (an abstract
+    train state). A missing checkpoint is a ConfigError naming the config field `flag` that pointed here."""
+    with checkpoint.Checkpointer(directory, async_save=False) as ckpt:
+        try:
+            state, extra = ckpt.restore(target)
+        except FileNotFoundError as e:
+            raise ConfigError(f"{flag}: {e}") from None
+    return eval_params(state), extra
 
 
 # ------------------------------------------------------------------------------------------

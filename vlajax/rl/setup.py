@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import checkpoint, distributed, run_files, sharding
+from vlajax import distributed, run_files, sharding
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.envs.base import Env
 from vlajax.logging import MetricsLogger
@@ -254,14 +254,7 @@ def load_sft(cfg: TrainConfig, mesh):
     except FileNotFoundError as e:
         raise ConfigError(f"rl.init_from: {e}") from None
     abstract, _ = run_files.abstract_train_state(sft_cfg, bridge.cameras, mesh)
-    ckpt = checkpoint.Checkpointer(directory, async_save=False)
-    try:
-        state, extra = ckpt.restore(abstract)
-    except FileNotFoundError as e:
-        raise ConfigError(f"rl.init_from: {e}") from None
-    finally:
-        ckpt.close()
-    params = state.ema_params if state.ema_params is not None else state.params
+    params, extra = run_files.restore_eval_params(directory, abstract, "rl.init_from")
     m = cfg.model
     model_cfg = dataclasses.replace(sft_cfg.model, flow_sampler=m.flow_sampler, noise_level=m.noise_level,
                                     flow_x1=m.flow_x1, flow_sde_steps=m.flow_sde_steps, value_head=m.value_head,
