@@ -13,15 +13,19 @@ from tests.serve.test_openpi_client import REPO, _env
 def test_bench_serve_writes_rows_targets_and_a_plot(tmp_path):
     out = tmp_path / "serve.json"
     r = subprocess.run([sys.executable, "-m", "vlajax.bench", "serve", "--preset", "sft-tiny", "--clients", "1", "4",
-                        "16", "--seconds", "1", "--warmup-s", "0.5", "--max-batch", "4", "--json", str(out)],
+                        "16", "--seconds", "1", "--warmup-s", "0.5", "--max-batch", "4", "--replicas", "1", "2",
+                        "--repeats", "1", "--json", str(out)],
                        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
-    assert [row["clients"] for row in res["rows"]] == [1, 4, 16]
+    assert [(row["replicas_flag"], row["clients"]) for row in res["rows"]] == [(1, 1), (1, 4), (1, 16),
+                                                                               (2, 1), (2, 4), (2, 16)]
     for row in res["rows"]:
         assert row["requests"] > 0 and not row["errors"] and row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
-    assert res["rows"][2]["mean_batch"] > 1 and res["server_exit_code"] == 0
-    assert set(res["targets"]) >= {"rps16_over_rps1", "p95_16_over_p50_1"}
+        assert row["server_replicas"] == row["replicas_flag"] and row["server_infer_ms_mean"] > 0
+    assert res["rows"][2]["mean_batch"] > 1 and res["server_exit_codes"] == {"1": 0, "2": 0}
+    for entry in res["summary"]:
+        assert set(entry["targets"]) >= {"rps16_over_rps1", "p95_16_over_p50_1"}
     assert (tmp_path / "serve.png").stat().st_size > 0
 
 
@@ -30,3 +34,4 @@ def test_bench_serve_refuses_bad_flags():
 
     assert main(["--clients", "0"]) == 2
     assert main(["--checkpoint", "/nonexistent/dir"]) == 2
+    assert main(["--replicas", "1", "1"]) == 2 and main(["--repeats", "0"]) == 2

@@ -126,3 +126,5 @@ def test_cli_refuses_bad_flags_before_loading(tmp_path):
     assert main(["--checkpoint", str(tmp_path), "--max-batch", "8", "--buckets", "1", "4"]) == 2
     assert main(["--checkpoint", str(tmp_path), "--host", "example.com"]) == 2
     assert main(["--checkpoint", str(tmp_path), "--port", "70000"]) == 2
+    assert main(["--checkpoint", str(tmp_path), "--replicas", "-1"]) == 2
+    assert main(["--checkpoint", str(tmp_path), "--replicas", "4096"]) == 2  # more than the local devices

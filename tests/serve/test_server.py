@@ -22,7 +22,7 @@ LIMIT_MB = 0.25
 
 @pytest.fixture(scope="module")
 def served(policy_checkpoint):
-    s = ServerThread(ServeArgs(checkpoint=policy_checkpoint, port=0, max_batch=4, max_wait_ms=20,
+    s = ServerThread(ServeArgs(checkpoint=policy_checkpoint, port=0, max_batch=4, max_wait_ms=20, replicas=2,
                                max_message_mb=LIMIT_MB))
     yield s
     s.stop()
@@ -79,7 +79,7 @@ def test_concurrent_clients_are_batched_without_recompiles(served):
                 for k in range(6):
                     ws.send(pack(_good(meta, seed=10 * i + k)))
                     out = unpack(ws.recv(timeout=60))
-                    results.append(out["server_timing"]["batch_size"])
+                    results.append((out["server_timing"]["batch_size"], out["server_timing"]["replica"]))
         except Exception as e:  # noqa: BLE001 -- reported below
             errors.append(repr(e))
 
@@ -89,9 +89,25 @@ def test_concurrent_clients_are_batched_without_recompiles(served):
     for t in threads:
         t.join(120)
     assert not errors and len(results) == 48
-    assert max(results) > 1  # requests of different connections shared a batch
+    assert max(b for b, _ in results) > 1  # requests of different connections shared a batch
+    assert {r for _, r in results} == {0, 1}  # both replicas served
     assert sum(served.server.worker.batcher.batch_hist.values()) > before
     assert served.server.policy.traces == traces  # no recompiles under load
+
+
+def test_a_batch_is_split_over_idle_replicas_only_where_that_is_faster(served):
+    policy = served.server.policy
+    assert policy.replicas == 2 and set(policy.bucket_ms) == {1, 2, 4}  # measured at warm-up
+    saved = dict(policy.bucket_ms)
+    try:
+        policy.bucket_ms.update({1: 1.0, 2: 2.0, 4: 4.0})  # cost grows with the batch (a busy CPU)
+        assert policy.split(4, idle=2) == [2, 2] and policy.split(3, idle=2) == [2, 1]
+        assert policy.split(4, idle=1) == [4] and policy.split(1, idle=2) == [1]
+        policy.bucket_ms.update({1: 1.0, 2: 1.0, 4: 1.02})  # about flat (an accelerator): one batch
+        assert policy.split(4, idle=2) == [4]
+    finally:
+        policy.bucket_ms.clear()
+        policy.bucket_ms.update(saved)
 
 
 def _ndarray_map(dtype, shape, data):

@@ -9,6 +9,7 @@ anything is loaded or compiled; a bad one exits 2 with one `error:` line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import json
@@ -38,6 +39,7 @@ class ServeArgs:
     step: int = -1  # checkpoint step to load (-1 = the newest)
     keys: Literal["auto", "suite", "libero"] = "auto"  # wire key map (auto = the checkpoint's, else suite)
     key: tuple[str, ...] = ()  # overrides of single wire keys: 'CAMERA=KEY', 'state=KEY', 'prompt=KEY'
+    replicas: int = 0  # policy copies, one per device, each with its own inference thread (0 = auto: docs/serving.md)
     max_batch: int = 16  # B_max: a batch fires when this many requests wait
     max_wait_ms: float = 5.0  # T_max: ... or when the oldest request has waited this long
     buckets: tuple[int, ...] = ()  # static batch sizes compiled (default 1, 2, 4, ..., max_batch)
@@ -52,6 +54,8 @@ class ServeArgs:
             raise ValueError(f"--checkpoint {self.checkpoint}: not a directory")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port {self.port}: must be in [0, 65535]")
+        if self.replicas < 0:
+            raise ValueError(f"--replicas {self.replicas}: must be >= 0 (0 = auto)")
         if self.max_batch < 1:
             raise ValueError(f"--max-batch {self.max_batch}: must be >= 1")
         if self.max_wait_ms < 0:
@@ -88,6 +92,33 @@ def _policy_json(checkpoint: str) -> dict:
     return {}
 
 
+def _available_bytes() -> int:
+    """MemAvailable of /proc/meminfo (else total physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def replica_devices(requested: int, param_bytes: int) -> list:
+    """The devices the policy is copied to: the first `requested` local devices, or (0 = auto)
+    every local accelerator, or on CPU every CPU device (`main` makes one per core) as far as
+    the copies of the params fit in half the available memory (at least one)."""
+    import jax
+
+    devices = jax.local_devices()
+    if requested:
+        return devices[:requested]
+    if devices[0].platform != "cpu":
+        return devices
+    fit = int(0.5 * _available_bytes() // max(param_bytes, 1))
+    return devices[:max(1, min(len(devices), fit))]
+
+
 def build(args: ServeArgs) -> PolicyServer:
     """Load the checkpoint and compile every bucket. -> a server ready to `run()`."""
     import jax
@@ -96,10 +127,14 @@ def build(args: ServeArgs) -> PolicyServer:
     from vlajax.config import TrainConfig
 
     compile_cache.enable(TrainConfig().compilation_cache_dir)
+    if args.replicas > len(jax.local_devices()):
+        raise ValueError(f"--replicas {args.replicas}: this process has {len(jax.local_devices())} local device(s) "
+                         f"({jax.local_devices()[0].platform})")
 
     bridge, model, params, train_cfg, step = load_policy(os.path.expanduser(args.checkpoint), TrainConfig(),
                                                          None if args.step < 0 else args.step)
-    params = jax.device_put(jax.device_get(params), jax.devices()[0])  # one device: serving is per-request
+    params = jax.device_get(params)
+    devices = replica_devices(args.replicas, sum(x.nbytes for x in jax.tree.leaves(params)))
     serving = _policy_json(args.checkpoint)
     keys_name = args.keys if args.keys != "auto" else serving.get("keys", "suite")
     keys = KeyMap.make(keys_name, bridge.cameras, args.key)
@@ -111,9 +146,11 @@ def build(args: ServeArgs) -> PolicyServer:
     spec = ObsSpec(keys, (size, size, 3), int(bridge.norm["state"].mean.shape[-1]), bridge.model.max_text_len,
                    bridge.model.vocab_size, encode)
     buckets = args.buckets or default_buckets(args.max_batch)
-    policy = BatchedPolicy(bridge, model, params, buckets, deterministic=args.deterministic, seed=args.seed)
+    policy = BatchedPolicy(bridge, model, params, buckets, deterministic=args.deterministic, seed=args.seed,
+                           devices=devices)
     seconds = policy.warmup(spec.parse(spec.example()))
-    log.info("serve: compiled %d bucket(s) %s in %.1f s", len(buckets), list(buckets), seconds)
+    log.info("serve: compiled %d bucket(s) %s on %d replica(s) in %.1f s; ms per bucket %s", len(buckets),
+             list(buckets), policy.replicas, seconds, {b: round(ms, 2) for b, ms in policy.bucket_ms.items()})
     metadata = {
         "server": "vlajax.serve",
         "protocol": "openpi websocket (msgpack-numpy)",
@@ -137,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        import jax  # before any backend starts: one CPU device per core (replicas on a CPU host)
+
+        with contextlib.suppress(RuntimeError):  # a backend already runs (main called in-process): keep its devices
+            jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's restore chatter
     try:

@@ -1,17 +1,29 @@
-"""Cross-client dynamic batching: one inference thread, static batch-size buckets.
+"""Cross-client dynamic batching over one or more policy replicas, static batch-size buckets.
 
 Requests from every connection go into one `vlajax.pipeline.scheduler.DynamicBatcher` (the
 async RL pipeline's scheduler): a batch fires when `max_batch` (B_max) requests wait or the
-oldest has waited `max_wait_s` (T_max). The fired batch (n <= B_max requests) is padded to the
-smallest bucket >= n (default buckets 1, 2, 4, ..., B_max) by repeating its first request,
-so the sampling function sees only `len(buckets)` static shapes: it is jitted once per bucket,
-all compiled by `warmup()` before the server accepts connections, and never again under load
+oldest has waited `max_wait_s` (T_max) -- and only while at least one replica is idle, so
+requests arriving while every replica computes gather into the next, larger batch.
+
+Replicas: the policy's params live once on each of `devices` (one replica per local
+accelerator, or per CPU device), each served by its own inference thread. A fired batch of n
+requests with k idle replicas is split into the j <= k parts whose largest bucket is fastest by
+the bucket times measured at warm-up (ties: fewer parts). Where a batch costs about the same as
+a single request (an accelerator with room to spare) nothing is split; where cost grows with
+the batch (a compute-bound CPU) the batch is spread over the idle replicas.
+
+Each part (n <= B_max requests) is padded to the smallest bucket >= n (default buckets 1, 2,
+4, ..., B_max) by repeating its first request, so the sampling function sees only
+`len(buckets)` static shapes: traced once per bucket, compiled once per bucket and replica by
+`warmup()` before the server accepts connections, and never again under load
 (`BatchedPolicy.traces` counts the traces; tests assert it stays at `len(buckets)`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +41,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BatchedPolicy", "InferenceWorker", "default_buckets"]
 
+_SPLIT_TIE = 0.05  # a split must be this much faster (relative) than fewer parts to be chosen
+
 
 def default_buckets(max_batch: int) -> tuple[int, ...]:
     """1, 2, 4, ... up to and including `max_batch`."""
@@ -40,22 +54,27 @@ def default_buckets(max_batch: int) -> tuple[int, ...]:
 
 
 class BatchedPolicy:
-    """`bridge` + `model` + `params` as a function of a list of parsed requests.
+    """`bridge` + `model` + `params` as a function of a list of parsed requests, on each of `devices`.
 
-    `__call__(requests) -> actions float32 [n, H, env_action_dim]` (env actions in [-1, 1]).
-    deterministic: the ODE sampler / argmax tokens (what `eval` uses); else the model's
-    stochastic sampler. The rng of batch k is `fold_in(key(seed), k)`.
+    `__call__(requests, replica=0) -> actions float32 [n, H, env_action_dim]` (env actions in
+    [-1, 1]), computed on `devices[replica]`. deterministic: the ODE sampler / argmax tokens
+    (what `eval` uses); else the model's stochastic sampler. The rng of batch k (counted over
+    all replicas) is `fold_in(key(seed), k)`.
     """
 
     def __init__(self, bridge, model, params, buckets: Sequence[int], *, deterministic: bool = True,
-                 seed: int = 0):
+                 seed: int = 0, devices: Sequence[jax.Device] | None = None):
         if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
             raise ValueError(f"buckets must be increasing positive sizes, got {buckets}")
         self.bridge, self.buckets = bridge, tuple(int(b) for b in buckets)
-        self.traces = 0  # times the sampling function was traced (= compiled shapes)
+        self.devices = tuple(devices or jax.local_devices()[:1])
+        self.traces = 0  # times the sampling function was traced (= static shapes)
         self.batches = 0
+        self.bucket_ms: dict[int, float] = {}  # bucket -> measured ms per call (warmup; the split's cost model)
+        self._lock = threading.Lock()
         self._key = jax.random.key(seed)
-        self._params = params
+        host = jax.device_get(params)
+        self._params = [jax.device_put(host, d) for d in self.devices]
         cameras = bridge.cameras
 
         def sample(params, images, state, tokens, token_mask, rng):
@@ -76,13 +95,32 @@ class BatchedPolicy:
     def max_batch(self) -> int:
         return self.buckets[-1]
 
+    @property
+    def replicas(self) -> int:
+        return len(self.devices)
+
     def bucket(self, n: int) -> int:
         for b in self.buckets:
             if b >= n:
                 return b
         raise ValueError(f"batch of {n} exceeds the largest bucket {self.buckets[-1]}")
 
-    def __call__(self, requests: Sequence[Parsed]) -> np.ndarray:
+    def split(self, n: int, idle: int) -> list[int]:
+        """Sizes of the parts a batch of `n` is run as on `idle` free replicas (sum = n).
+
+        j parts of sizes ceil/floor(n / j) finish when the largest bucket does; the j with the
+        fastest measured bucket wins, a larger j only when >= 5% faster. Without measurements
+        (before warmup) nothing is split.
+        """
+        best, best_ms = 1, self.bucket_ms.get(self.bucket(n), 0.0)
+        for j in range(2, min(idle, n) + 1):
+            ms = self.bucket_ms.get(self.bucket(math.ceil(n / j)))
+            if ms is not None and ms < best_ms * (1 - _SPLIT_TIE):
+                best, best_ms = j, ms
+        q, r = divmod(n, best)
+        return [q + 1] * r + [q] * (best - r)
+
+    def __call__(self, requests: Sequence[Parsed], replica: int = 0) -> np.ndarray:
         n = len(requests)
         b = self.bucket(n)
         rows = list(requests) + [requests[0]] * (b - n)  # padding rows: valid inputs, results dropped
@@ -90,23 +128,36 @@ class BatchedPolicy:
         state = np.stack([r.state for r in rows])
         tokens = np.stack([r.tokens for r in rows])
         mask = np.stack([r.token_mask for r in rows])
-        rng = jax.random.fold_in(self._key, self.batches)
-        self.batches += 1
-        out = self._sample(self._params, images, state, tokens, mask, rng)
+        with self._lock:
+            k = self.batches
+            self.batches += 1
+        device = self.devices[replica]
+        inputs = jax.device_put((images, state, tokens, mask, jax.random.fold_in(self._key, k)), device)
+        out = self._sample(self._params[replica], *inputs)
         return np.asarray(jax.device_get(out))[:n]
 
-    def warmup(self, example: Parsed) -> float:
-        """Compile every bucket (seconds taken)."""
+    def warmup(self, example: Parsed, repeats: int = 3) -> float:
+        """Compile every bucket on every replica and time each bucket (median of `repeats`
+        calls on replica 0, into `bucket_ms`). -> seconds taken."""
         t0 = time.perf_counter()
+        for r in range(self.replicas):
+            for b in self.buckets:
+                jax.block_until_ready(self([example] * b, r))
         for b in self.buckets:
-            jax.block_until_ready(self([example] * b))
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                self([example] * b)
+                times.append(1e3 * (time.perf_counter() - t))
+            self.bucket_ms[b] = float(np.median(times))
         return time.perf_counter() - t0
 
 
 class InferenceWorker:
-    """The inference thread: fires batches from a `DynamicBatcher` and answers each request.
+    """A dispatcher thread that fires batches from a `DynamicBatcher` while a replica is idle,
+    splits them (`BatchedPolicy.split`), and one thread per replica that runs its parts.
 
-    `submit(parsed, done)`: `done(result_or_exception)` is called from the worker thread with
+    `submit(parsed, done)`: `done(result_or_exception)` is called from a replica thread with
     `{'actions': float32 [H, A], 'server_timing': {...}}` or the exception inference raised.
     """
 
@@ -114,11 +165,17 @@ class InferenceWorker:
         self.policy = policy
         self.lifetime = Lifetime()
         self.batcher = DynamicBatcher(policy.max_batch, max_wait_s, lifetime=self.lifetime)
-        self._thread = threading.Thread(target=self._loop, name="vlajax-serve-inference", daemon=True)
+        self._idle = list(range(policy.replicas))
+        self._idle_cv = threading.Condition()
+        self._inbox: list[queue.Queue] = [queue.Queue() for _ in range(policy.replicas)]
+        self._threads = [threading.Thread(target=self._dispatch, name="vlajax-serve-dispatch", daemon=True)]
+        self._threads += [threading.Thread(target=self._replica, args=(r,), name=f"vlajax-serve-replica{r}",
+                                           daemon=True) for r in range(policy.replicas)]
         self._slot = 0
 
     def start(self) -> None:
-        self._thread.start()
+        for t in self._threads:
+            t.start()
 
     def submit(self, parsed: Parsed, done: Callable[[Any], None]) -> Request:
         self._slot += 1
@@ -126,28 +183,56 @@ class InferenceWorker:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.lifetime.stop()
-        self._thread.join(timeout)
+        for box in self._inbox:
+            box.put(None)
+        with self._idle_cv:
+            self._idle_cv.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(deadline - time.monotonic(), 0.0))
 
-    def _loop(self) -> None:
+    def _dispatch(self) -> None:
         while not self.lifetime.stopped:
+            with self._idle_cv:
+                while not self._idle and not self.lifetime.stopped:
+                    self._idle_cv.wait(0.1)
             try:
                 batch = self.batcher.next_batch(0.1)
             except PipelineStopped:
                 break
             if not batch:
                 continue
-            t0 = time.monotonic()
+            with self._idle_cv:
+                sizes = self.policy.split(len(batch), len(self._idle))
+                replicas = [self._idle.pop(0) for _ in sizes]
+            start = 0
+            for r, size in zip(replicas, sizes):
+                self._inbox[r].put(batch[start:start + size])
+                start += size
+
+    def _replica(self, replica: int) -> None:
+        while True:
+            part = self._inbox[replica].get()
+            if part is None:
+                return
             try:
-                actions = self.policy([r.payload[0] for r in batch])
-            except Exception as e:  # an inference failure answers this batch; the server lives on
-                log.exception("serve: inference failed for a batch of %d", len(batch))
-                for r in batch:
-                    r.payload[1](e)
-                continue
-            infer_ms = 1e3 * (time.monotonic() - t0)
-            for i, r in enumerate(batch):
-                timing = {"infer_ms": infer_ms, "queue_ms": 1e3 * (r.fired - r.submitted),
-                          "batch_size": len(batch), "bucket": self.policy.bucket(len(batch))}
-                r.payload[1]({"actions": actions[i], "server_timing": timing})
+                self._run(part, replica)
+            finally:
+                with self._idle_cv:
+                    self._idle.append(replica)
+                    self._idle_cv.notify_all()
 
-
+    def _run(self, part: list[Request], replica: int) -> None:
+        t0 = time.monotonic()
+        try:
+            actions = self.policy([r.payload[0] for r in part], replica)
+        except Exception as e:  # an inference failure answers this part; the server lives on
+            log.exception("serve: inference failed for a batch of %d on replica %d", len(part), replica)
+            for r in part:
+                r.payload[1](e)
+            return
+        infer_ms = 1e3 * (time.monotonic() - t0)
+        for i, r in enumerate(part):
+            timing = {"infer_ms": infer_ms, "queue_ms": 1e3 * (r.fired - r.submitted),
+                      "batch_size": len(part), "bucket": self.policy.bucket(len(part)), "replica": replica}
+            r.payload[1]({"actions": actions[i], "server_timing": timing})

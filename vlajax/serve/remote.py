@@ -16,6 +16,7 @@ that draws x_1 ~ N(0, I) samples its own noise per request (equal in distributio
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -94,7 +95,7 @@ class RemoteBridge:
 
 def run(cfg: TrainConfig) -> int:
     """The `eval` command: against `--policy-server URL` when given, else `vlajax.evaluate.run`."""
-    from vlajax import evaluate
+    evaluate = importlib.import_module("vlajax.evaluate")  # the module; vlajax.evaluate is the function
 
     url = cfg.sft.eval_policy_server
     if not url:

@@ -12,7 +12,8 @@ Protocol (what `openpi_client.WebsocketClientPolicy` expects):
    (the client raises it); the connection stays open and the next request is served.
 4. `GET /healthz` answers 200 `OK` over plain HTTP (503 while draining).
 
-Every connection's requests go to one `InferenceWorker` (cross-client dynamic batching).
+Every connection's requests go to one `InferenceWorker` (cross-client dynamic batching over the
+policy's replicas, one per device).
 SIGTERM / SIGINT: stop accepting, answer every request already received, close, exit 0.
 """
 
@@ -51,7 +52,8 @@ class PolicyServer:
         self.drain_timeout_s = drain_timeout_s
         self.worker = InferenceWorker(policy, max_wait_s)
         self.metadata = {**metadata, "batching": {"max_batch": policy.max_batch, "max_wait_ms": 1e3 * max_wait_s,
-                                                  "buckets": list(policy.buckets)},
+                                                  "buckets": list(policy.buckets), "replicas": policy.replicas,
+                                                  "bucket_ms": {str(b): ms for b, ms in policy.bucket_ms.items()}},
                          "max_message_bytes": max_message_bytes}
         self.in_flight = 0
         self.served = 0
