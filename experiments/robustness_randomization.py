@@ -47,6 +47,8 @@ class Args:
     episode_length: int = 0  # control steps per evaluation episode (0 = the preset's)
     demo_episode_length: int = 0  # control steps the expert gets per demonstration (0 = the preset's)
     image_size: int = 0  # rendered image side (0 = the preset's)
+    action_head: str = ""  # 'tokens' or 'flow' ('' = the preset's); the quickstart's SFT uses tokens
+    num_bins: int = 0  # action-token bins with the token head (0 = the preset's; the quickstart's 64)
     smoke: bool = False  # a minutes-long end-to-end check (see the docstring); numbers mean nothing
 
 
@@ -71,6 +73,8 @@ def run_one(a: Args, arm: str, seed: int) -> dict:
     if a.image_size:
         env += ["--env.image-size", str(a.image_size)]
     common = ["--preset", a.preset, "--output-dir", root, *env]
+    model = (["--model.action-head", a.action_head] if a.action_head else []) + (
+        ["--model.num-bins", str(a.num_bins)] if a.num_bins else [])
     demos = os.path.join(root, "demos")
     if not os.path.isfile(os.path.join(demos, "meta", "info.json")):
         lv = f"{a.randomize_level:g}"
@@ -80,9 +84,9 @@ def run_one(a: Args, arm: str, seed: int) -> dict:
     ckpt = os.path.join(root, "checkpoints")
     sft = ["--sft.num-steps", str(a.sft_steps)] if a.sft_steps else []
     if not os.path.isfile(os.path.join(ckpt, "policy.json")):
-        _main(["sft", *common, "--data.dataset-dir", demos, *sft, "--sft.eval-every", "-1"])
+        _main(["sft", *common, *model, "--data.dataset-dir", demos, *sft, "--sft.eval-every", "-1"])
     length = ["--env.episode-length", str(a.episode_length)] if a.episode_length else []
-    _main(["eval", *common, *length, "--checkpoint", ckpt, "--robustness", ",".join(AXES),
+    _main(["eval", *common, *model, *length, "--checkpoint", ckpt, "--robustness", ",".join(AXES),
            "--episodes-per-task", str(a.eval_episodes_per_task)])
     evals = os.path.join(root, "eval")
     (sub,) = [d for d in os.listdir(evals) if d.startswith("robustness-")]  # robustness-<suite>-step-<n>
