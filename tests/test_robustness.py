@@ -58,7 +58,9 @@ def test_one_compile_for_every_axis_and_level(tmp_path):
     assert res["summary"]["camera"]["drop_at_max"] == pytest.approx(res["baseline"] - res["mean"]["camera"][3])
     md = (out / "robustness.md").read_text()
     assert "| camera | 3 |" in md and "| language | 2 |" in md and "Success drop per axis" in md
-    assert json.loads((out / "robustness.json").read_text())["spec"] == "camera=3,language=2"
+    saved = json.loads((out / "robustness.json").read_text())
+    assert saved["spec"] == "camera=3,language=2"
+    assert saved["replan_steps"] == (cfg.sft.eval_replan_steps or model_cfg.action_horizon)
     assert (out / "robustness.png").stat().st_size > 0
     # 4 control steps cannot press the button: every episode fails, so each axis has its failure GIF
     assert sorted(os.listdir(out)) == ["failure__camera.gif", "failure__language.gif", "robustness.json",

@@ -116,6 +116,8 @@ def evaluate_robustness(cfg: TrainConfig, bridge, model, params, *, spec: str | 
                   "rule": "episode e of task t: fold_in(fold_in(key(seed), stream + t), e); the same keys at "
                           "every axis and level"},
         "episode_length": cfg.env.episode_length, "seconds": round(seconds, 1),
+        # actions executed per predicted chunk (sft.eval_replan_steps; 0 there = the whole chunk)
+        "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
     }
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
