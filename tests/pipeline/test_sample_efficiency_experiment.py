@@ -1,4 +1,5 @@
-"""experiments/async_sample_efficiency.py: configs, the band comparison, and a real debug-size run."""
+"""experiments/async_sample_efficiency.py: configs, the band comparison (MLP), issue 21's protocol and its
+statistics (experiments/async_protocol.py, async_stats.py), and a real debug-size run."""
 
 import dataclasses
 import importlib
@@ -39,59 +40,122 @@ def test_sync_and_async_runs_share_the_workload_and_eval_schedule(debug, tmp_pat
         mod.train_config(exp, "other", 0, str(tmp_path))
 
 
+def _protocol():
+    _module()
+    return importlib.import_module("experiments.async_protocol"), importlib.import_module("experiments.async_stats")
+
+
 @pytest.mark.parametrize("debug", [False, True])
-def test_pixel_workload_sync_and_async_differ_only_in_the_pipeline(debug, tmp_path):
-    """`--workload grpo-tokens`: rl-grpo-tokens from one SFT checkpoint; seeds change only the key streams."""
-    mod = _module()
-    exp = mod.get_pixel_config(debug, "some/sft-dir")
-    assert len(exp.sync_seeds) == 3 and len(set(exp.sync_seeds)) == 3 and exp.async_seed in exp.sync_seeds
-    assert exp.staleness_threshold <= 1 and exp.iterations % exp.eval_every == 0 and exp.slots == 1
-    sync = mod.train_config(exp, "sync", exp.async_seed, str(tmp_path / "s"))
-    asyn = mod.train_config(exp, "async", exp.async_seed, str(tmp_path / "a"))
-    other = mod.train_config(exp, "sync", exp.sync_seeds[1], str(tmp_path / "o"))
-    assert not sync.pipeline.enabled and asyn.pipeline.enabled
-    assert sync.rl == asyn.rl == other.rl and sync.env == asyn.env == other.env and sync.model == asyn.model
-    assert sync.seed == asyn.seed != other.seed
-    assert sync.rl.algo == "grpo" and sync.rl.group_size == exp.group_size and sync.rl.init_from == "some/sft-dir"
-    assert sync.model.action_head == "tokens" and sync.env.obs_mode == "pixels"
-    assert sync.env.suite == exp.suite and sync.env.task == ""
-    assert sync.rl.eval_every == exp.eval_every and sync.rl.eval_episodes_per_task == exp.eval_episodes
-    p = asyn.pipeline
-    assert p.staleness_threshold == exp.staleness_threshold and p.num_slots == p.require_batches == 1
-    assert not p.streaming and not p.use_rollout_log_probs
-    assert exp.num_envs % exp.group_size == 0
-    decisions = exp.num_envs * math.ceil(exp.episode_length / sync.rl.chunk_steps)  # GRPO: one episode per env
-    assert decisions % (sync.rl.num_minibatches * sync.rl.micro_batches) == 0
-    assert exp.steps_per_update == exp.num_envs * exp.episode_length
-    if not debug:  # the lead's synchronous recipe: 32 envs, 200-step episodes, 80 eval episodes on goal
-        assert (exp.num_envs, exp.episode_length, exp.iterations, exp.eval_every) == (32, 200, 15, 5)
-        assert exp.eval_episodes * 4 == 80 and mod.get_pixel_config().init_from == "runs/s3/start-tokmm5-500"
-    with pytest.raises(ValueError, match="mode"):
-        mod.train_config(exp, "other", 0, str(tmp_path))
+@pytest.mark.parametrize("name", ["grpo-tokens", "ppo-flow"])
+def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
+    """Issue 21: every arm trains the preset from one checkpoint on the same eval episodes; a seed is a pair."""
+    proto, _ = _protocol()
+    p = proto.get_protocol(name, debug, "some/sft-dir")
+    assert p.arms[0] == "sync" and "async-s1" in p.arms and p.iterations % p.eval_every == 0
+    assert len(p.seeds) >= (2 if debug else p.min_pairs) and p.min_pairs >= (2 if debug else 3)
+    cfgs = {a: proto.train_config(p, a, 1, str(tmp_path / a)) for a in p.arms}
+    sync = cfgs["sync"]
+    assert not sync.pipeline.enabled and sync.rl.init_from == "some/sft-dir" and sync.seed == 1
+    assert sync.rl.eval_seed == p.eval_seed >= 0 and sync.env.suite == "goal" and sync.env.task == ""
+    for arm, cfg in cfgs.items():
+        assert cfg.rl == sync.rl and cfg.env == sync.env and cfg.model == sync.model and cfg.seed == sync.seed
+        if arm != "sync":
+            q = cfg.pipeline
+            assert q.enabled and q.staleness_threshold == proto.ARMS[arm] and q.num_slots == q.require_batches == 1
+            assert not q.streaming and not q.partial_rollout and not q.use_rollout_log_probs
+    # the config fingerprint ignores the seed and the paths, and tells the arms apart
+    fp = {a: proto.config_fingerprint(c)[0] for a, c in cfgs.items()}
+    assert len(set(fp.values())) == len(p.arms)
+    assert proto.config_fingerprint(proto.train_config(p, "sync", 3, "elsewhere"))[0] == fp["sync"]
+    # interleaved: sync and async-s1 seed by seed first, so a partial set is still paired
+    plan = p.plan()
+    assert plan[:4] == [("sync", p.seeds[0]), ("async-s1", p.seeds[0]), ("sync", p.seeds[1]), ("async-s1", p.seeds[1])]
+    assert sorted(plan) == sorted((a, s) for a in p.arms for s in p.seeds)
+    if not debug and name == "grpo-tokens":  # the workload as defined before issue 21: 15 updates, eval every 5
+        assert (p.num_envs, p.episode_length, p.iterations, p.eval_every, p.eval_episodes) == (32, 200, 15, 5, 20)
+        assert p.arms == ("sync", "async-s1", "async-s2") and len(p.seeds) == p.min_pairs == 5
+        assert sync.rl.algo == "grpo" and sync.model.action_head == "tokens" and p.steps_per_update == 6400
+    if not debug and name == "ppo-flow":
+        assert sync.rl.algo == "ppo" and sync.rl.critic == "privileged" and len(p.seeds) == p.min_pairs == 3
+    with pytest.raises(ValueError, match="arm"):
+        proto.train_config(p, "async", 0, str(tmp_path))
+    assert proto.parse_runs("sync:0,async-s1:2", p) == [("sync", 0), ("async-s1", 2)]
+    with pytest.raises(ValueError, match="arm:seed"):
+        proto.parse_runs("async:0", p)
 
 
-def test_saved_runs_are_reused_and_compared(tmp_path, capsys):
-    """`--runs` writes one JSON per run into the work dir; `--reuse` assembles them (checking the config)."""
-    mod = _module()
-    exp = mod.get_pixel_config(True, "x")
-    work = tmp_path / "work"
-    work.mkdir()
-    values = {("sync", 0): [0.3, 0.5, 0.6], ("sync", 1): [0.3, 0.4, 0.9], ("sync", 2): [0.3, 0.6, 0.7],
-              ("async", 0): [0.3, 0.45, 0.95]}
-    for (mode, seed), v in values.items():
-        r = _run(mode, seed, v, step=exp.steps_per_update)
-        (work / f"{mode}-seed{seed}.json").write_text(json.dumps({"experiment": dataclasses.asdict(exp), "run": r}))
-    out = mod.run(exp, str(tmp_path / "r.json"), str(tmp_path / "r.png"), str(work), str(tmp_path / "r.md"),
-                  reuse=True)
-    assert [r["inside"] for r in out["rows"]] == [True, True, False] and out["points_outside"] == 1
-    assert "warm_start" not in out and json.loads((tmp_path / "r.json").read_text())["rows"] == out["rows"]
-    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG" and "at 2/3 eval points" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="another experiment"):
-        mod.run(dataclasses.replace(exp, iterations=4), str(tmp_path / "q.json"), str(tmp_path / "q.png"),
-                str(work), str(tmp_path / "q.md"), reuse=True)
-    assert mod._parse_runs("sync:0,async:1") == [("sync", 0), ("async", 1)]
-    with pytest.raises(ValueError, match="mode:seed"):
-        mod._parse_runs("sync0")
+def test_bootstrap_interval_and_criterion_can_fail():
+    """The criterion passes when the paired interval reaches 0 from the midpoint on, fails when it is below."""
+    _, st = _protocol()
+    assert st.bootstrap_mean([0.4]) == (0.4, 0.4, 0.4)
+    mean, lo, hi = st.bootstrap_mean([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert mean == pytest.approx(0.3) and 0.1 < lo < 0.3 < hi < 0.5
+    assert st.bootstrap_mean([0.1, 0.2, 0.3, 0.4, 0.5]) == (mean, lo, hi)  # a fixed generator
+    # all 5 differences negative: every resampled mean is negative, the interval is below 0
+    assert st.bootstrap_mean([-0.05, -0.01, -0.1, -0.0125, -0.2])[2] < 0
+
+    def curves(diffs_at_15, n=5):  # async = sync + diff; the differences at update 10 are of mixed sign
+        mk = lambda u, v: {"update": u, "env_steps": 100.0 * u, "success": v, "wall_s": 10.0 * u}  # noqa: E731
+        sync = {s: [mk(0, 0.3), mk(5, 0.4), mk(10, 0.5), mk(15, 0.5)] for s in range(n)}
+        mixed = [0.1, -0.1, 0.05, -0.05, 0.0]
+        asyn = {s: [mk(0, 0.3), mk(5, 0.1), mk(10, 0.5 + mixed[s]), mk(15, 0.5 + diffs_at_15[s])] for s in range(n)}
+        return {"sync": sync, "async-s1": asyn}
+
+    rows = st.point_table(curves([0.1, -0.1, 0.0, 0.05, -0.0125]))
+    assert [r["update"] for r in rows] == [0, 5, 10, 15]
+    assert rows[0]["diff"]["async-s1"] == {"pairs": 5, "seeds": [0, 1, 2, 3, 4], "values": [0.0] * 5, "mean": 0.0,
+                                           "low": 0.0, "high": 0.0}
+    assert rows[1]["diff"]["async-s1"]["high"] < 0  # below 0 at update 5: before the midpoint, does not count
+    assert rows[3]["arms"]["sync"]["wall_s"] == 150.0 and rows[3]["arms"]["async-s1"]["n"] == 5
+    v = st.criterion(rows, "async-s1", iterations=15, min_pairs=5)
+    assert v["verdict"] == "PASS" and [q["update"] for q in v["points"]] == [10, 15]
+    rows = st.point_table(curves([-0.05, -0.0125, -0.1, 0.0, -0.2]))  # one zero, four below: interval below 0
+    v = st.criterion(rows, "async-s1", iterations=15, min_pairs=5)
+    assert v["verdict"] == "FAIL" and "[15]" in v["reason"]
+    small = {a: {s: c for s, c in by.items() if s < 4} for a, by in curves([-0.05] * 5).items()}
+    v = st.criterion(st.point_table(small), "async-s1", iterations=15, min_pairs=5)
+    assert v["verdict"] == "NOT EVALUATED" and v["pairs"] == 4
+    bad = curves([0.0] * 5)
+    bad["sync"][0] = bad["sync"][0][:3]
+    with pytest.raises(ValueError, match="eval points"):
+        st.point_table(bad)
+
+
+def test_protocol_reuses_only_runs_with_matching_fingerprints(tmp_path, monkeypatch, capsys):
+    """Saved run JSONs are taken when config and checkpoint fingerprints match; the report writes its
+    tables, JSON and plot and prints the verdict."""
+    proto, _ = _protocol()
+    init = {"init_params_sha256": "a" * 64, "init_bridge_sha256": "b" * 64}
+    monkeypatch.setattr(proto, "init_fingerprint", lambda cfg: dict(init))
+    p = proto.get_protocol("grpo-tokens", True, "x")
+    runs_dir = tmp_path / "runs"
+    values = {("sync", 0): [0.3, 0.5, 0.6], ("async-s1", 0): [0.3, 0.45, 0.65], ("sync", 1): [0.3, 0.4, 0.5],
+              ("async-s1", 1): [0.3, 0.4, 0.4], ("async-s2", 0): [0.3, 0.2, 0.1]}
+    for (arm, seed), v in values.items():
+        rec = {"arm": arm, "seed": seed, "fingerprints": proto.fingerprints(p, arm, seed),
+               "curve": [{"update": u, "env_steps": float(u * p.steps_per_update), "success": s, "wall_s": 5.0 * u}
+                         for u, s in enumerate(v)],
+               "final_success": v[-1], "seconds": 9.0, "loadavg": {"start": "1.0 1 1", "end": "2.0 2 2"},
+               "wall_clock_utc": ["2026-11-24T17:00:00Z", "2026-11-24T17:10:00Z"]}
+        if arm != "sync":
+            rec |= {"staleness_max": 1, "staleness_mean": 0.5}
+        if arm == "async-s2":
+            rec["fingerprints"]["init_params_sha256"] = "c" * 64  # another starting checkpoint: not reused
+        path = pathlib.Path(proto.run_path(str(runs_dir), p, arm, seed))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+    found, skipped = proto.load_runs(p, str(runs_dir), init)
+    assert {a: sorted(b) for a, b in found.items()} == {"sync": [0, 1], "async-s1": [0, 1], "async-s2": []}
+    assert len(skipped) == 1 and "init_params_sha256" in skipped[0]
+    out = proto.main(p, str(runs_dir), str(tmp_path / "work"), str(tmp_path / "p.png"), report_only=True)
+    assert [v["verdict"] for v in out["verdicts"]] == ["PASS"]  # debug: min_pairs 2; differences +0.05 / -0.1
+    assert out["rows"][2]["diff"]["async-s1"]["values"] == pytest.approx([0.05, -0.1])
+    text = capsys.readouterr().out
+    assert "criterion grpo-tokens async-s1: PASS" in text and "not reused (fingerprints)" in text
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert (runs_dir / p.name / "report.md").read_text().count("| async-s1 |") >= 3
+    with pytest.raises(SystemExit, match="--reuse"):  # a saved run is never overwritten silently
+        proto.main(p, str(runs_dir), str(tmp_path / "work"), str(tmp_path / "p.png"), only="sync:0")
 
 
 def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():

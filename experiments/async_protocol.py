@@ -1,0 +1,472 @@
+"""Issue 21's protocol: asynchronous RL against synchronous RL, paired by seed, on the pixel
+workloads of `experiments/async_sample_efficiency.py` (`--workload grpo-tokens` / `ppo-flow`).
+
+Arms (`ARMS`): `sync` (`vlajax.rl.loop.train`), `async-s1` and `async-s2`
+(`vlajax.rl.async_loop.train_async`, `pipeline.staleness_threshold` 1 / 2, one env slot, no
+partial rollout, no streaming, decoupled PPO: `use_rollout_log_probs=False`). Every run of a
+workload starts from the same SFT checkpoint (`init_from`; its parameter hash is in every run's
+JSON) and is scored on the same evaluation episodes (`rl.eval_seed`); a seed k sets the
+collect / update key streams (`cfg.seed`), the same in every arm, so arm runs with the same seed
+form a pair. Everything else is the preset as committed (`Protocol.preset`), with the horizon,
+eval schedule and env sizes below.
+
+Each run writes `<runs_dir>/<workload>/<arm>-seed<k>.json`: the eval curve (update, env-step
+budget, env steps consumed, success per task, training wall time without evaluation, machine
+load), the fingerprints (`config_sha256` of the resolved `TrainConfig` without paths, seed,
+logging and timeouts; `init_params_sha256` / `init_bridge_sha256` of the starting checkpoint),
+how to regenerate the checkpoint (`Protocol.init_recipe`), the git commit and the machine.
+`load_runs` takes a saved run only when both fingerprints equal the ones computed now.
+
+The statistics and the criterion are `experiments/async_stats.py`; `report` writes the tables
+(markdown), the plot and a JSON summary, and prints PASS / FAIL / NOT EVALUATED per async arm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import time
+
+import numpy as np
+
+from experiments import async_stats
+
+ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0}  # arm -> pipeline.staleness_threshold (None: sync loop)
+
+QUICKSTART_RECIPE = (  # `make quickstart`'s demos + SFT phases (vlajax/quickstart.py, default size, seed 0)
+    "python -m vlajax.train demos --preset sft-small --suite goal --episodes-per-task 5 --out runs/quickstart/demos",
+    "python -m vlajax.train sft --preset sft-small --data.dataset-dir runs/quickstart/demos "
+    "--output-dir runs/quickstart/sft --model.action-head tokens --model.num-bins 64 --sft.num-steps 500 "
+    "--sft.eval-every -1 --logging.progress plain",
+)
+FLOW_RECIPE = (  # the quickstart's demos, a flow-head SFT (the sft-small default head)
+    QUICKSTART_RECIPE[0],
+    "python -m vlajax.train sft --preset sft-small --data.dataset-dir runs/quickstart/demos "
+    "--output-dir runs/issue21/sft-flow --sft.num-steps 300 --sft.eval-every -1 --logging.progress plain",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """One workload of the protocol: what every run of every arm shares."""
+
+    name: str = "grpo-tokens"
+    preset: str = "rl-grpo-tokens"
+    init_from: str = "runs/quickstart/sft/checkpoints"  # the SFT checkpoint directory (newest step)
+    init_recipe: tuple[str, ...] = QUICKSTART_RECIPE  # commands that regenerate it (config seed 0)
+    suite: str = "goal"
+    num_envs: int = 32
+    group_size: int = 4  # GRPO groups (ignored by PPO)
+    episode_length: int = 200
+    rollout_length: int = 0  # PPO decisions per env per update (0 = the preset's)
+    iterations: int = 15
+    eval_every: int = 5
+    eval_episodes: int = 20  # per task (x 4 goal tasks = 80 episodes)
+    eval_seed: int = 0  # the eval episodes' seed, the same in every run
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    arms: tuple[str, ...] = ("sync", "async-s1", "async-s2")
+    min_pairs: int = 5  # the criterion is evaluated once this many seed pairs exist
+
+    @property
+    def steps_per_update(self) -> int:
+        """The update's env-step budget (GRPO: one episode per env, fewer steps when one succeeds early)."""
+        if self.preset.startswith("rl-grpo"):
+            return self.num_envs * self.episode_length
+        from vlajax.config import get_config as preset
+
+        cfg = preset(self.preset)
+        return self.num_envs * (self.rollout_length or cfg.rl.rollout_length) * cfg.rl.chunk_steps
+
+    def plan(self) -> list[tuple[str, int]]:
+        """The run order: sync and async-s1 interleaved seed by seed (a partial set stays paired), then the rest."""
+        first = [a for a in self.arms if a in ("sync", "async-s1")]
+        rest = [a for a in self.arms if a not in first]
+        return [(a, s) for s in self.seeds for a in first] + [(a, s) for a in rest for s in self.seeds]
+
+
+PROTOCOLS = {
+    "grpo-tokens": Protocol(),
+    # PPO, flow head, privileged critic: a shorter horizon (5 critic-only warm-up iterations + 15), 3 seeds
+    "ppo-flow": Protocol(name="ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
+                         init_recipe=FLOW_RECIPE, iterations=20, seeds=(0, 1, 2), arms=("sync", "async-s1"),
+                         min_pairs=3),
+}
+
+
+def get_protocol(name: str, debug: bool = False, init_from: str | None = None) -> Protocol:
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown workload {name!r}; one of {sorted(PROTOCOLS)}")
+    p = PROTOCOLS[name]
+    if init_from is not None:
+        p = dataclasses.replace(p, init_from=init_from)
+    if debug:
+        p = dataclasses.replace(p, num_envs=8, episode_length=8, rollout_length=2 if name == "ppo-flow" else 0,
+                                iterations=2, eval_every=1, eval_episodes=1, seeds=(0, 1), min_pairs=2)
+    return p
+
+
+def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
+    """The `TrainConfig` of one run: the preset, the protocol's sizes, the arm's pipeline."""
+    from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
+    from vlajax.config import get_config as preset
+
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+    cfg = preset(p.preset)
+    rl = dict(init_from=p.init_from, num_iterations=p.iterations, eval_every=p.eval_every,
+              eval_episodes_per_task=p.eval_episodes, eval_seed=p.eval_seed)
+    if cfg.rl.algo == "grpo":
+        rl["group_size"] = p.group_size
+    elif p.rollout_length:
+        rl["rollout_length"] = p.rollout_length
+    cfg = dataclasses.replace(
+        cfg, seed=seed, output_dir=output_dir,
+        env=dataclasses.replace(cfg.env, suite=p.suite, task="", num_envs=p.num_envs, episode_length=p.episode_length),
+        rl=dataclasses.replace(cfg.rl, **rl),
+        checkpoint=CheckpointConfig(every_steps=p.iterations, max_to_keep=1, resume=False),
+        logging=LoggingConfig(every_steps=1, progress="plain"))
+    if ARMS[arm] is not None:
+        cfg = dataclasses.replace(cfg, pipeline=AsyncConfig(
+            enabled=True, num_slots=1, require_batches=1, staleness_threshold=ARMS[arm], partial_rollout=False,
+            streaming=False, use_rollout_log_probs=False, queue_timeout_s=1800.0, watchdog_s=3600.0))
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------
+# Fingerprints
+# ----------------------------------------------------------------------------------------
+
+_NOT_FINGERPRINTED = ("output_dir", "seed", "compilation_cache_dir", "logging", "checkpoint", "distributed")
+
+
+def config_fingerprint(cfg) -> tuple[str, dict]:
+    """(sha256, the hashed dict): the resolved config without what does not change the learning
+    (paths, the seed, which is the pair's key, logging, checkpointing, pipeline timeouts)."""
+    d = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    for k in _NOT_FINGERPRINTED:
+        d.pop(k, None)
+    d["rl"].pop("init_from", None)  # the checkpoint is fingerprinted by its contents
+    for k in ("queue_timeout_s", "watchdog_s"):
+        d["pipeline"].pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest(), d
+
+
+def tree_sha256(tree) -> str:
+    """sha256 over a pytree's leaves in path order: path, dtype, shape and bytes of each."""
+    import jax
+
+    h = hashlib.sha256()
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
+        a = np.ascontiguousarray(np.asarray(jax.device_get(leaf)))
+        h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def init_fingerprint(cfg) -> dict:
+    """The starting checkpoint's fingerprint: sha256 of its (eval) params and of its bridge (norm stats, model)."""
+    from vlajax import sharding
+    from vlajax.rl.setup import load_sft
+
+    _, bridge, params = load_sft(cfg, sharding.make_mesh(cfg.mesh))
+    return {"init_params_sha256": tree_sha256(params),
+            "init_bridge_sha256": hashlib.sha256(json.dumps(bridge.to_json(), sort_keys=True).encode()).hexdigest()}
+
+
+def fingerprints(p: Protocol, arm: str, seed: int, init: dict | None = None) -> dict:
+    """Everything a saved run must match to be reused (`init`: a precomputed `init_fingerprint`)."""
+    cfg = train_config(p, arm, seed, "unused")
+    return {"config_sha256": config_fingerprint(cfg)[0], **(init or init_fingerprint(cfg))}
+
+
+# ----------------------------------------------------------------------------------------
+# One run
+# ----------------------------------------------------------------------------------------
+
+
+def _loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().strip()
+
+
+def _git() -> dict:
+    def out(*args):
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": out("rev-parse", "HEAD"),
+            "dirty_paths": out("status", "--porcelain", "--", "vlajax", "experiments").splitlines()}
+
+
+def run_path(runs_dir: str, p: Protocol, arm: str, seed: int) -> str:
+    return os.path.join(runs_dir, p.name, f"{arm}-seed{seed}.json")
+
+
+_DIAGNOSTICS = ("success", "approx_kl", "clip_frac", "behaviour_kl", "behaviour_capped_frac", "behaviour_weight_max")
+
+
+def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> dict:
+    """Train one (arm, seed) run and write its JSON (`run_path`); -> the record."""
+    import jax
+
+    from vlajax import sharding
+    from vlajax.rl import async_loop, loop
+    from vlajax.rl.setup import build
+
+    out = os.path.join(work_dir, p.name, f"{arm}-seed{seed}")
+    cfg = train_config(p, arm, seed, out)
+    config_sha, config_dict = config_fingerprint(cfg)
+    init = init_fingerprint(cfg)
+    wall_start, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _loadavg()
+    setup = build(cfg, sharding.make_mesh(cfg.mesh))
+    evals_at: dict[int, dict] = {}
+    t0 = time.perf_counter()
+
+    def timed_evaluate(params, iteration):  # the eval's start, its length, the machine's load then
+        start = time.perf_counter()
+        res = setup_evaluate(params, iteration)
+        evals_at[int(iteration)] = {"start": start - t0, "eval_s": time.perf_counter() - start, "loadavg": _loadavg()}
+        return res
+
+    setup_evaluate = setup.evaluate
+    setup = dataclasses.replace(setup, evaluate=timed_evaluate)
+    extra: dict = {}
+    if ARMS[arm] is None:
+        s = loop.train(cfg, setup)
+        evals = [(e["iteration"], float(e["env_steps"]), e) for e in s["evals"]]
+        extra["train_env_steps"] = s["env_steps"]
+    else:
+        s = async_loop.train_async(cfg, setup)
+        if s["status"] != "done":
+            raise RuntimeError(f"async run ended with status {s['status']!r}")
+        cum = np.cumsum([0.0] + [float(h["env_steps"]) for h in s["history"]])  # consumed after update u
+        evals = [(e["update"], float(cum[e["update"]]), e) for e in s["evals"]]
+        stale = [int(v) for h in s["history"] for v in np.ravel(h["staleness"])]
+        summ = s["summary"]
+        extra |= {"staleness_max": max(stale), "staleness_mean": float(np.mean(stale)),
+                  "staleness_hist": {str(k): stale.count(k) for k in sorted(set(stale))},
+                  "env_steps_produced": s["env_steps"], "env_steps_consumed": s["consumed_env_steps"],
+                  "per_update": [{"update": h.get("update"), "staleness_max": int(np.max(h["staleness"])),
+                                  **{k: float(v) for k, v in h.get("metrics", {}).items() if k in _DIAGNOSTICS}}
+                                 for h in s["history"]],
+                  "trainer_idle_ratio": summ.get("trainer/idle_ratio"),
+                  "rollouter_idle_ratio": summ.get("rollouter/idle_ratio")}
+    seconds = time.perf_counter() - t0
+    curve, eval_total = [], 0.0
+    for u, consumed, e in evals:
+        t = evals_at[int(u)]
+        curve.append({"update": int(u), "env_steps": float(u * p.steps_per_update), "env_steps_consumed": consumed,
+                      "success": e["mean_success"], "per_task": e.get("per_task", {}),
+                      "wall_s": round(t["start"] - eval_total, 2),  # training time so far, evaluations excluded
+                      "wall_s_with_eval": round(t["start"], 2), "eval_s": round(t["eval_s"], 2),
+                      "loadavg": t["loadavg"]})
+        eval_total += t["eval_s"]
+    record = {
+        "workload": p.name, "arm": arm, "seed": seed, "staleness_threshold": ARMS[arm],
+        "fingerprints": {"config_sha256": config_sha, **init},
+        "init": {"path": p.init_from, "recipe": list(p.init_recipe), "config_seed": 0},
+        "protocol": dataclasses.asdict(p), "config": config_dict, "curve": curve,
+        "final_success": curve[-1]["success"], "seconds": round(seconds, 1),
+        "wall_clock_utc": [wall_start, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())],
+        "loadavg": {"start": load_start, "end": _loadavg()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
+                    "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]},
+        "git": _git(), **extra}
+    path = run_path(runs_dir, p, arm, seed)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return record
+
+
+# ----------------------------------------------------------------------------------------
+# Saved runs
+# ----------------------------------------------------------------------------------------
+
+
+def load_runs(p: Protocol, runs_dir: str, init: dict | None = None) -> tuple[dict, list[str]]:
+    """({arm: {seed: record}} of the saved runs whose fingerprints match now, [mismatch messages])."""
+    found, skipped = {a: {} for a in p.arms}, []
+    for arm in p.arms:
+        for seed in p.seeds:
+            path = run_path(runs_dir, p, arm, seed)
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                rec = json.load(f)
+            want = fingerprints(p, arm, seed, init)
+            got = rec.get("fingerprints", {})
+            bad = sorted(k for k in want if got.get(k) != want[k])
+            if bad:
+                skipped.append(f"{path}: {', '.join(bad)} differ (saved {[got.get(k) for k in bad]}, "
+                               f"now {[want[k] for k in bad]})")
+            else:
+                found[arm][seed] = rec
+    return found, skipped
+
+
+# ----------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------
+
+
+def _ci(a: dict) -> str:
+    return f"{a['mean']:.3f} [{a['low']:.3f}, {a['high']:.3f}]"
+
+
+def report(p: Protocol, runs: dict, out_dir: str, plot_path: str) -> dict:
+    """Tables (markdown), plot and JSON summary of the saved runs; the criterion per async arm."""
+    curves = {arm: {s: r["curve"] for s, r in by.items()} for arm, by in runs.items() if by}
+    rows = async_stats.point_table(curves)
+    verdicts = [async_stats.criterion(rows, arm, p.iterations, p.min_pairs) for arm in p.arms
+                if arm != "sync" and any(arm in r["diff"] for r in rows)]
+    arms = [a for a in p.arms if a in curves]
+    md = ["Runs: " + ", ".join(f"{a} {len(curves[a])} seed(s) ({', '.join(map(str, sorted(curves[a])))})"
+                                for a in arms) + ".", "",
+          "Success per evaluation point: mean over seeds [95% bootstrap interval] (n seeds)", "",
+          "| update | env steps (budget) | " + " | ".join(arms) + " |", "|---|---:|" + "---|" * len(arms)]
+    for r in rows:
+        md.append(f"| {r['update']} | {r['update'] * p.steps_per_update:,} | "
+                  + " | ".join(f"{_ci(r['arms'][a])} ({r['arms'][a]['n']})" for a in arms) + " |")
+    md += ["", "Paired difference async - sync (same seed) [95% bootstrap interval]; * = counts for the criterion "
+           f"(update >= {p.iterations / 2:g})", "",
+           "| update | arm | pairs | per-seed differences | mean [95% interval] |", "|---|---|---:|---|---|"]
+    for r in rows:
+        for arm, d in r["diff"].items():
+            star = "*" if r["update"] >= p.iterations / 2 else ""
+            md.append(f"| {r['update']}{star} | {arm} | {d['pairs']} | "
+                      + ", ".join(f"{v:+.3f}" for v in d["values"]) + f" | {_ci(d)} |")
+    md += ["", "Success against training wall time (mean over seeds, evaluation time excluded) and env steps "
+           "consumed", "", "| update | arm | wall s (mean) | env steps consumed (mean) | success (mean) |",
+           "|---|---|---:|---:|---:|"]
+    for r in rows:
+        for a in arms:
+            x = r["arms"][a]
+            md.append(f"| {r['update']} | {a} | {x['wall_s']:.0f} | {x['env_steps_consumed']:,.0f} | {x['mean']:.3f} |")
+    md += ["", "| arm | seed | success at each eval | final | run s (with evals) | load start / end | staleness "
+           "max / mean | date (UTC) |", "|---|---:|---|---:|---:|---|---|---|"]
+    for a in arms:
+        for s, rec in sorted(runs[a].items()):
+            st = f"{rec['staleness_max']} / {rec['staleness_mean']:.2f}" if "staleness_max" in rec else "-"
+            ld = lambda x: x.split()[0]  # noqa: E731
+            md.append(f"| {a} | {s} | " + " / ".join(f"{c['success']:.3f}" for c in rec["curve"])
+                      + f" | {rec['final_success']:.3f} | {rec['seconds']:.0f} | "
+                      f"{ld(rec['loadavg']['start'])} / {ld(rec['loadavg']['end'])} | {st} | "
+                      f"{rec['wall_clock_utc'][0][:16]} |")
+    md += [""] + [f"**{v['arm']}: {v['verdict']}** ({v['pairs']} pairs; {v['reason']})" for v in verdicts]
+    text = "\n".join(md) + "\n"
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(text)
+    summary = {"protocol": dataclasses.asdict(p), "rows": rows, "verdicts": verdicts,
+               "runs": {a: sorted(by) for a, by in runs.items()}}
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if rows:
+        plot(p, runs, rows, plot_path)
+    print(text, end="", flush=True)
+    for v in verdicts:
+        print(f"criterion {p.name} {v['arm']}: {v['verdict']} ({v['reason']})", flush=True)
+    return summary
+
+
+_COLORS = {"sync": "tab:blue", "async-s1": "tab:red", "async-s2": "tab:orange"}
+
+
+def plot(p: Protocol, runs: dict, rows: list[dict], path: str) -> None:
+    """Three panels: success vs env steps (arm mean, 95% band, seeds), vs training wall time, paired differences."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2), dpi=100)
+    arms = [a for a in p.arms if runs.get(a)]
+    x = np.asarray([r["update"] * p.steps_per_update for r in rows]) / 1e3
+    for a in arms:
+        c = _COLORS.get(a, "k")
+        st = [r["arms"][a] for r in rows]
+        ax1.fill_between(x, [s["low"] for s in st], [s["high"] for s in st], color=c, alpha=0.15)
+        ax1.plot(x, [s["mean"] for s in st], color=c, lw=2, marker="o", ms=4, label=f"{a} (n={len(runs[a])})")
+        for rec in runs[a].values():
+            ax1.plot(x, [q["success"] for q in rec["curve"]], color=c, lw=0.6, ls=":", alpha=0.7)
+            ax2.plot([q["wall_s"] / 60 for q in rec["curve"]], [q["success"] for q in rec["curve"]], color=c, lw=0.6,
+                     ls=":", alpha=0.7)
+        ax2.plot([s["wall_s"] / 60 for s in st], [s["mean"] for s in st], color=c, lw=2, marker="o", ms=4, label=a)
+    for i, a in enumerate(a for a in arms if a != "sync"):
+        pts = [(r["update"], r["diff"][a]) for r in rows if a in r["diff"]]
+        u = np.asarray([q[0] for q in pts], float) + 0.25 * i
+        m = np.asarray([q[1]["mean"] for q in pts])
+        err = np.asarray([[q[1]["mean"] - q[1]["low"] for q in pts], [q[1]["high"] - q[1]["mean"] for q in pts]])
+        ax3.errorbar(u, m, yerr=err, color=_COLORS.get(a, "k"), marker="o", capsize=4, ls="none",
+                     label=f"{a} - sync ({min(q[1]['pairs'] for q in pts)} pairs)")
+    ax3.axhline(0, color="k", lw=0.8)
+    ax3.axvspan(p.iterations / 2, p.iterations + 1, color="0.85", alpha=0.5, label="criterion: interval reaches 0")
+    ax1.set_xlabel("env steps (update budget, thousands)")
+    ax2.set_xlabel("training wall time, evaluations excluded (min; shared 2-core CPU)")
+    ax3.set_xlabel("update")
+    ax1.set_ylabel(f"eval success ({p.eval_episodes} episodes per task, eval seed {p.eval_seed})")
+    ax3.set_ylabel("paired difference in success, 95% bootstrap interval")
+    for ax in (ax1, ax2):
+        ax.set_ylim(-0.02, 1.02)
+    for ax in (ax1, ax2, ax3):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{p.name} ({p.preset}) on {p.suite}: async vs sync, paired by seed (issue 21 protocol)",
+                 fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def parse_runs(text: str, p: Protocol) -> list[tuple[str, int]]:
+    """'sync:0,async-s1:0' -> [('sync', 0), ('async-s1', 0)] (arms of the workload only)."""
+    out = []
+    for item in text.split(","):
+        arm, _, seed = item.partition(":")
+        if arm not in p.arms or not seed.isdigit():
+            raise ValueError(f"--runs wants arm:seed items (arm one of {list(p.arms)}), got {item!r}")
+        out.append((arm, int(seed)))
+    return out
+
+
+def main(p: Protocol, runs_dir: str, work_dir: str, plot_path: str, only: str | None = None,
+         reuse: bool = False, replace: bool = False, report_only: bool = False) -> dict | None:
+    """Run the plan (or `only`), reusing saved runs whose fingerprints match when `reuse`; then report
+    (unless `only` is given: those runs only, no report)."""
+    cfg0 = train_config(p, "sync", p.seeds[0], "unused")
+    init = init_fingerprint(cfg0)
+    print(f"== {p.name}: initial checkpoint {p.init_from}: {init}", flush=True)
+    if not report_only:
+        for arm, seed in (parse_runs(only, p) if only else p.plan()):
+            path = run_path(runs_dir, p, arm, seed)
+            if os.path.exists(path):
+                with open(path) as f:
+                    got = json.load(f).get("fingerprints", {})
+                want = fingerprints(p, arm, seed, init)
+                if got == want and reuse:
+                    print(f"== {arm} seed {seed}: reused {path}", flush=True)
+                    continue
+                if got != want and not replace:
+                    raise SystemExit(f"{path} exists with other fingerprints ({got} vs {want}); "
+                                     "pass --replace to run it again over it")
+                if got == want and not replace:
+                    raise SystemExit(f"{path} exists (same fingerprints): pass --reuse to keep it, --replace to rerun")
+            print(f"== {arm} seed {seed} (load {_loadavg()}, {time.strftime('%H:%M:%S')})", flush=True)
+            rec = run_one(p, arm, seed, work_dir, runs_dir)
+            print(f"== {arm} seed {seed}: " + " / ".join(f"{c['success']:.3f}" for c in rec["curve"])
+                  + f" in {rec['seconds']:.0f} s -> {path}", flush=True)
+    if only and not report_only:
+        return None
+    runs, skipped = load_runs(p, runs_dir, init)
+    for msg in skipped:
+        print(f"not reused (fingerprints): {msg}", flush=True)
+    return report(p, runs, os.path.join(runs_dir, p.name), plot_path)
