@@ -470,7 +470,7 @@ class RLConfig:
     critic_width: int = 256  # rl.critic='privileged': hidden width of its 2-layer MLP
     critic_warmup_iterations: int = 0  # first N iterations train only the critic (policy advantages zeroed)
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
-    eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end)
+    eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end, -1 = never)
     eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
     eval_seed: int = -1  # seed of the evaluation episodes (-1 = the run's seed; fix it to compare seeds)
     init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
@@ -502,8 +502,9 @@ class RLConfig:
         _check(not (self.algo == "ppo" and self.advantage in ("grpo", "rloo")),
                f"rl.advantage={self.advantage!r} compares rollouts of one group (one initial state): it needs "
                "rl.algo='grpo'; PPO's envs reset independently, use rl.advantage='gae' (or 'auto')")
-        _check(self.eval_every >= 0 and self.eval_episodes_per_task >= 1 and self.chunk_steps >= 0,
-               "rl.eval_every and rl.chunk_steps must be >= 0 and rl.eval_episodes_per_task >= 1")
+        _check(self.eval_every >= -1 and self.eval_episodes_per_task >= 1 and self.chunk_steps >= 0,
+               "rl.eval_every must be >= -1 (0 = only at the end, -1 = never), rl.chunk_steps >= 0 and "
+               "rl.eval_episodes_per_task >= 1")
 
 
 @dataclasses.dataclass(frozen=True)

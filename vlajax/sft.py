@@ -5,7 +5,8 @@ train state built on its shards, one jitted step with explicit shardings and sta
 global batches from the grain loader (`vlajax.data.make_loader`), TensorBoard scalars,
 progress, async Orbax checkpoints (params, optimizer state, step, RNG, EMA and the loader's
 iterator state) and exact resume: re-running the same command continues from the newest
-checkpoint in `checkpoint.dir` (default `<output_dir>/checkpoints`).
+checkpoint in `checkpoint.dir` (default `<output_dir>/checkpoints`). SIGTERM / Ctrl-C stop after the
+current step with its checkpoint (`vlajax.preemption`; a second signal exits at once).
 
 The step consumes every batching mode through one path (`data.batching`):
 
@@ -51,6 +52,7 @@ from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
+from vlajax.preemption import StopRequest
 from vlajax.run_files import (
     CONFIG_FILE,
     config_to_dict,
@@ -222,7 +224,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     t_start = time.perf_counter()
     t_last, last_logged = t_start, start
     total = cfg.sft.num_steps
-    with (sharding.use_mesh(mesh, rules),
+    status = "done"
+    with (sharding.use_mesh(mesh, rules), StopRequest("sft") as stop,
           Progress(total, f"sft {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
         end = total if stop_at is None else min(stop_at, total)
         for step in range(start, end):
@@ -247,10 +250,13 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
                 log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
                 end = done
+            if done < end and stop.requested():  # SIGTERM / Ctrl-C: this step's checkpoint, then leave
+                log.warning("sft: interrupted (%s) after step %d; saving it", stop.signal_name, done)
+                end, status = done, "interrupted"
             ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
                       data_iter=loader, force=done in (total, end))
             periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
-            if periodic or (done == end and cfg.sft.eval_every >= 0):
+            if periodic or (done == end and cfg.sft.eval_every >= 0 and status == "done"):
                 evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
             if done >= end:
                 break
@@ -260,7 +266,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     te_scope.close()
     seconds = time.perf_counter() - t_start
     summary = {
-        "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total, "params": int(n_params),
+        "status": status, "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total,
+        "params": int(n_params),
         "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
         "losses": losses, "seconds": round(seconds, 1),
         "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),

@@ -307,7 +307,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
             with open(json_path, "a") as f:
                 f.write(json.dumps({"update": u, "train": m}) + "\n")
         save(runner, force=u in (total, end))
-        if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or u == total:
+        if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or (u == total and cfg.rl.eval_every >= 0):
             with runner.trainer_lane.heartbeat():  # evaluating in the trainer lane: busy, not stalled
                 evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0],
                                                step_name="update"))

@@ -20,7 +20,8 @@ Algorithms: PPO runs continuing envs (auto-reset, `rl.rollout_length` decisions 
 iteration, GAE); GRPO resets all envs each iteration, `rl.group_size` per initial state, and
 plays one whole episode (`ceil(env.episode_length / H)` decisions). Iteration i uses
 `fold_in(key(seed), i)`; the checkpoint holds the train state and (PPO) the env state, so a
-resumed run continues identically. A non-finite loss or gradient stops the run before any
+resumed run continues identically. SIGTERM / Ctrl-C stop after the current iteration with its
+checkpoint (`vlajax.preemption`; a second signal exits at once). A non-finite loss or gradient stops the run before any
 save: the newest checkpoint is the last good one.
 """
 
@@ -38,6 +39,7 @@ import jax.numpy as jnp
 from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger, Progress
+from vlajax.preemption import StopRequest
 from vlajax.rl import learner
 from vlajax.rl.setup import (
     Setup,
@@ -113,8 +115,9 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     end = total if stop_at is None else min(stop_at, total)
     history, evals = [], []
     t_start = time.perf_counter()
+    status = "done"
     try:
-        with (sharding.use_mesh(mesh, rules),
+        with (sharding.use_mesh(mesh, rules), StopRequest("rl") as stop,
               Progress(total, f"rl {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
             if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
                 evals.append(log_eval(setup, logger, state.params, 0, env_steps))
@@ -138,13 +141,19 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                     logger.scalars(done, host, prefix="train/")
                     progress.update(done, {"success": host["success"], "return": host["episode_return"],
                                            "sps": host["env_steps_per_s"]})
+                if done < end and stop.requested():  # SIGTERM / Ctrl-C: this iteration's checkpoint, then leave
+                    log.warning("rl: interrupted (%s) after iteration %d; saving it", stop.signal_name, done)
+                    end, status = done, "interrupted"
                 ckpt.save(done, pack(state, env_state), force=done in (total, end),
                           extra={"iteration": done, "env_steps": env_steps, "config": cfg.name})
-                if (cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0) or done == total:
+                if status == "interrupted":
+                    break
+                periodic = cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0
+                if periodic or (done == total and cfg.rl.eval_every >= 0):
                     evals.append(log_eval(setup, logger, state.params, done, env_steps))
     finally:
         ckpt.close()
         logger.close()
-    return {"start_iteration": start, "iterations": total, "params": int(n_params),
+    return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
             "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": history,
             "evals": evals, "checkpoint_dir": ckpt_dir, "state": state}
