@@ -60,6 +60,8 @@ class Checkpointer:
                 save_interval_steps=save_every,
                 enable_async_checkpointing=async_save,
                 create=True,
+                # a write cut off by a crash leaves `N.orbax-checkpoint-tmp`: removed when the directory is reopened
+                cleanup_tmp_directories=True,
             ),
         )
 

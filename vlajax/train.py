@@ -18,6 +18,7 @@ import difflib
 import importlib
 import logging
 import sys
+import traceback
 import typing
 from collections.abc import Callable
 
@@ -220,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a run that failed: its traceback, then one line that says what and where
+        traceback.print_exc()
+        where = "; ".join(getattr(e, "__notes__", []))
+        print(f"error: {command}: {type(e).__name__}: {e}" + (f" ({where})" if where else ""), file=sys.stderr,
+              flush=True)
+        return 1
 
 
 if __name__ == "__main__":
