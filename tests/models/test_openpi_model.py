@@ -115,8 +115,6 @@ def test_pi05_has_no_state_token_and_pi0_reads_state(setup):
 
 def test_bf16_runs_close_to_f32(setup):
     cfg, model, obs, variables = setup
-    if cfg.family == "pi0":
-        pytest.skip("one family is enough: the bf16 casts are in the shared towers")
     model16 = build_model(dataclasses.replace(cfg, dtype="bfloat16"))
     x, t = jnp.zeros((B, cfg.action_horizon, cfg.action_dim)), jnp.full((B,), 0.5)
 
