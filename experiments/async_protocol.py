@@ -155,6 +155,28 @@ def config_fingerprint(cfg) -> tuple[str, dict]:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest(), d
 
 
+def config_changes(saved: dict, now: dict, prefix: str = "") -> tuple[list[str], list[str]]:
+    """(changed, added): the dotted names of config fields whose value differs from a saved run's
+    (or that the saved run had and the config no longer has), and of fields added since it was saved.
+
+    A saved run stays valid when only fields were added: a new config field must default to the
+    behaviour from before it existed (the rule for every field added to `vlajax.config`), so the
+    run's config is the one it would have now."""
+    changed, added = [], []
+    for k in sorted(set(saved) | set(now)):
+        name = prefix + k
+        if k not in now:
+            changed.append(name)
+        elif k not in saved:
+            added.append(name)
+        elif isinstance(saved[k], dict) and isinstance(now[k], dict):
+            c, a = config_changes(saved[k], now[k], name + ".")
+            changed, added = changed + c, added + a
+        elif saved[k] != now[k]:
+            changed.append(name)
+    return changed, added
+
+
 def tree_sha256(tree) -> str:
     """sha256 over a pytree's leaves in path order: path, dtype, shape and bytes of each."""
     import jax
@@ -304,6 +326,11 @@ def load_runs(p: Protocol, runs_dir: str, init: dict | None = None) -> tuple[dic
             want = fingerprints(p, arm, seed, init)
             got = rec.get("fingerprints", {})
             bad = sorted(k for k in want if got.get(k) != want[k])
+            if bad == ["config_sha256"] and "config" in rec:  # fields added since the run was saved?
+                changed, added = config_changes(rec["config"], config_fingerprint(train_config(p, arm, seed, "x"))[1])
+                if not changed:
+                    rec["config_fields_added_since"] = added
+                    bad = []
             if bad:
                 skipped.append(f"{path}: {', '.join(bad)} differ (saved {[got.get(k) for k in bad]}, "
                                f"now {[want[k] for k in bad]})")

@@ -158,6 +158,33 @@ def test_protocol_reuses_only_runs_with_matching_fingerprints(tmp_path, monkeypa
         proto.main(p, str(runs_dir), str(tmp_path / "work"), str(tmp_path / "p.png"), only="sync:0")
 
 
+def test_a_saved_run_survives_config_fields_added_later_but_not_changed_ones(tmp_path, monkeypatch):
+    """A field added to the config after a run was saved (defaulting to the old behaviour) keeps the run;
+    a changed value or a removed field does not."""
+    proto, _ = _protocol()
+    init = {"init_params_sha256": "a" * 64, "init_bridge_sha256": "b" * 64}
+    monkeypatch.setattr(proto, "init_fingerprint", lambda cfg: dict(init))
+    p = proto.get_protocol("grpo-tokens", True, "x")
+    runs_dir = tmp_path / "runs"
+
+    def save(arm, seed, edit):
+        d = proto.config_fingerprint(proto.train_config(p, arm, seed, "x"))[1]
+        edit(d)
+        fp = {"config_sha256": proto.hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest(), **init}
+        rec = {"arm": arm, "seed": seed, "fingerprints": fp, "config": d}
+        path = pathlib.Path(proto.run_path(str(runs_dir), p, arm, seed))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+
+    save("sync", 0, lambda d: d["rl"].pop("target_kl"))  # saved before rl.target_kl existed
+    save("sync", 1, lambda d: d["rl"].update(learning_rate=1.0))  # another learning rate
+    save("async-s1", 0, lambda d: d["rl"].update(gone_field=1))  # a field the config no longer has
+    found, skipped = proto.load_runs(p, str(runs_dir), init)
+    assert sorted(found["sync"]) == [0] and found["sync"][0]["config_fields_added_since"] == ["rl.target_kl"]
+    assert not found["async-s1"] and len(skipped) == 2
+    assert proto.config_changes({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3, "d": 0}}) == (["a.c"], ["a.d"])
+
+
 def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():
     """The experiment trains on `rl.reward='success'`: the async slot path (`RLWorkload`) must build its envs
     with it, as the sync loop's `collect` does (it used to build them with the shaped reward)."""
