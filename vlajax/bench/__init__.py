@@ -7,7 +7,8 @@ BENCHMARKS: dict[str, str] = {
     "env": "env steps/s with and without rendering vs C MuJoCo (vlajax.bench.env)",
     "fp8": "block-wise FP8 PTQ: bytes saved and action error (vlajax.bench.fp8)",
     "packing": "fixed vs dynamic padding vs packing, effective tokens/s (vlajax.bench.packing)",
-    "async": "sync vs async pipeline modes and placements, env steps/s (vlajax.bench.async_)",
+    "async": "the production rl loops, sync vs async modes, in the mjx / cpu-sim / emulated-farm regimes "
+             "(vlajax.bench.async_loops)",
     "rl_peer": "vlajax sync PPO vs brax PPO env steps/s on one state task (vlajax.bench.rl_peer)",
     "rollout": "decisions/s of the pixel VLA rollout, flow and token heads (vlajax.bench.rollout)",
     "soak": "long async run: RSS and every pipeline structure sampled each minute (vlajax.bench.soak)",

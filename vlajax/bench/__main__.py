@@ -11,7 +11,7 @@ import tyro
 
 from vlajax.bench import BENCHMARKS
 
-_MODULES = {"async": "async_"}
+_MODULES = {"async": "async_loops"}
 
 
 def _help() -> None:

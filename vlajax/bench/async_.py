@@ -1,7 +1,15 @@
-"""`python -m vlajax.bench async --json PATH`: sync vs the async pipeline modes, env steps/s.
+"""The bench-only slot path of the async pipeline (superseded as `python -m vlajax.bench async`).
 
-One fixed workload (same policy, env count, rollout horizon, global batch, update epochs) runs
-in every mode, one after the other in this process:
+`python -m vlajax.bench async` now runs the production loops (`vlajax.bench.async_loops`). This
+module keeps the earlier per-decision path -- `run_one` drives `SlotRollout.sample_step` through
+`run_sync` / `AsyncRunner` directly, with the RL core (`rl_workload`) or a stand-in (`StandIn`)
+behind the `Workload` interface -- because other code still uses it: `vlajax.bench.soak`
+(`StandIn`, `mode_config`, `rl_workload`), `vlajax.plan.profile` (`rl_workload`) and the async
+experiments (`experiments/async_common.py`: `rl_workload`, `run_one`). It has no command line;
+the JSONs it wrote (`docs/bench/async*.json` up to the sixth session) are marked superseded in
+`docs/async.md`.
+
+The modes (`MODES`, `mode_config`):
 
 | mode                        | rollout                       | staleness | streaming | partial |
 |-----------------------------|-------------------------------|-----------|-----------|---------|
@@ -12,31 +20,19 @@ in every mode, one after the other in this process:
 | +streaming                  | slots                         | 1         | yes       | no      |
 | +partial_rollout            | slots                         | 1         | yes       | yes     |
 
-under the `colocated` and a `disaggregated` placement, for two simulator regimes: `mjx`
-(the env step is a jitted JAX function on the host CPU, compute-bound) and `cpu_longtail`
-(LIBERO's CPU MuJoCo workers: the RL workload's envs step in C MuJoCo on the host,
-`--longtail-physics c`, and each env batch also takes the wall time of its slowest env under
-`LatencyModel`). One JSON row per (regime, placement, mode): env_steps_per_s,
-trainer/rollouter idle ratios, staleness mean/max, ratio to sync colocated of its regime.
-
-Workload: `standin` (an MLP Gaussian policy on a point-mass env, REINFORCE, Adam) until the
-RL core's PPO on the tabletop suite plugs in through the same `Workload` interface.
-Throughput is measured after a warm-up update (compilation excluded); with `--repeats` a row
-is the median run and `env_steps_per_s_all` lists every run (repeats are the outer loop, so
-every mode is sampled across the same stretch of machine load). Rows record the 1-minute load
-average: on a shared machine, compare rows measured under similar load.
+`run_one(workload, regime, placement, mode, ...)`: regime `mjx` (the env step as the workload
+builds it) or `cpu_longtail` (each env batch also takes the wall time of its slowest env under
+a `LatencyModel`, around C MuJoCo with `longtail_physics='c'`); one row with env_steps_per_s,
+idle ratios and staleness after a warm-up update.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import os
-import sys
 import time
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +40,6 @@ import numpy as np
 import optax
 from jax.sharding import SingleDeviceSharding
 
-from vlajax import cli
 from vlajax.config import AsyncConfig, MeshConfig
 from vlajax.pipeline.latency import LatencyModel, with_latency
 from vlajax.pipeline.metrics import Timeline, summarize
@@ -307,106 +302,3 @@ def run_one(w: Workload, regime: str, placement: str, mode: str, *, slots: int, 
             "grad_streaming": grad_streaming if cfg.streaming else None, "wall_s": t_end - t_start,
             "physics": (longtail_physics if longtail else None) or "preset",
             "loadavg_1m": os.getloadavg()[0]}
-
-
-def render_markdown(rows: list[dict]) -> str:
-    """The rows as a markdown table (docs/async.md)."""
-    head = ("| regime | placement | mode | env steps/s | x sync colocated | trainer idle | rollouter idle "
-            "| staleness mean / max | inference batch | load |\n|" + "---|" * 10 + "\n")
-    body = "".join(
-        f"| {r['regime']} | {r['placement']} | {r['mode']} | {r['env_steps_per_s']:.0f} "
-        f"| {r['ratio_to_sync_colocated']:.2f} | {r['trainer_idle_ratio']:.2f} | {r['rollouter_idle_ratio']:.2f} "
-        f"| {r['staleness_mean']:.2f} / {r['staleness_max']:.0f} | {r['inference_batch_mean']:.1f} "
-        f"| {r['loadavg_1m']:.1f} |\n" for r in rows)
-    return head + body
-
-
-@dataclasses.dataclass(frozen=True)
-class Args:
-    """The command line (`--help` lists every option with its comment)."""
-
-    json: str = ""  # write the rows here
-    workload: Literal['rl', 'standin'] = "rl"
-    """rl: the RL core (MLP PPO, tabletop MJX envs); standin: point-mass + MLP REINFORCE"""
-    preset: str = "rl-debug"  # rl workload: the TrainConfig preset it starts from
-    width: int = 256  # rl workload: MLP width (actor and critic)
-    update_epochs: int = 1  # rl workload: PPO epochs per update
-    minibatches: int = 1  # rl workload: PPO minibatches per epoch
-    regimes: str = "cpu_longtail,mjx"
-    placements: str = "colocated,disaggregated"
-    ratio: str = "1:1"  # disaggregated rollout:train device ratio
-    modes: str = ",".join(MODES)
-    updates: int = 8
-    """timed updates per run (after one warm-up update); at least 2: with staleness 1 the samples of the first timed
-    update may all be produced before the timed window opens"""
-    slots: int = 4
-    envs: int = 32
-    horizon: int = 8
-    hidden: int = 512
-    epochs: int = 32
-    median_ms: float = 10.0  # cpu_longtail: median env step
-    sigma: float = 0.25  # cpu_longtail: log-normal shape of a step
-    tail_prob: float = 0.02
-    tail_scale: float = 6.0
-    reset_prob: float = 0.0  # cpu_longtail: probability that an env's chunk call also resets its episode
-    reset_steps: float = 0.0  # cpu_longtail: a reset's extra wall time, in median steps
-    longtail_physics: Literal['c', 'jax'] = "c"
-    """rl workload, cpu_longtail: the simulator under the latency model ('c': C MuJoCo on the host like LIBERO's CPU
-    workers; 'jax': MJX on the host CPU, as before)"""
-    max_wait_ms: float = 2.0  # dynamic batching: max_wait_ms of the slot modes
-    render: str = ""  # print the markdown table of an existing JSON and exit
-    repeats: int = 1  # runs per row; the row is the median run
-    cpu_devices: int = 8  # virtual CPU devices when running on CPU
-
-
-def main(argv: list[str]) -> int:
-    a = cli.parse(Args, argv, prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
-    if a.updates < 2:
-        cli.error(f"--updates must be >= 2 (got {a.updates}): env steps/s counts the steps produced inside the "
-                 "timed window, which one update's may precede")
-    if a.render:
-        with open(a.render) as f:
-            print(render_markdown(json.load(f)["rows"]), end="")
-        return 0
-    with contextlib.suppress(RuntimeError):  # only possible before the backend starts (tests set it themselves)
-        jax.config.update("jax_num_cpu_devices", a.cpu_devices)
-    if a.workload == "rl":
-        w, spec = rl_workload(a.preset, envs=a.envs, horizon=a.horizon, width=a.width,
-                              update_epochs=a.update_epochs, minibatches=a.minibatches)
-        grad_streaming = spec["grad_streaming"]
-    else:
-        spec = StandIn(envs=a.envs, horizon=a.horizon, hidden=a.hidden, epochs=a.epochs)
-        w, grad_streaming = StandInWorkload(spec), True
-    latency = LatencyModel(median_s=a.median_ms / 1e3, sigma=a.sigma, tail_prob=a.tail_prob, tail_scale=a.tail_scale,
-                           reset_prob=a.reset_prob, reset_s=a.reset_steps * a.median_ms / 1e3)
-    rows = []
-    placements, modes = a.placements.split(","), a.modes.split(",")
-    for regime in a.regimes.split(","):
-        runs: dict[tuple[str, str], list[dict]] = {}
-        for _ in range(a.repeats):  # repeats outermost: every mode samples the machine's load alike
-            for placement in placements:
-                for mode in modes:
-                    runs.setdefault((placement, mode), []).append(run_one(
-                        w, regime, placement, mode, slots=a.slots, updates=a.updates, latency=latency,
-                        ratio=a.ratio, max_wait_ms=a.max_wait_ms, grad_streaming=grad_streaming,
-                        longtail_physics=a.longtail_physics if a.workload == "rl" else None))
-        base = None
-        for placement in placements:
-            for mode in modes:
-                reps = sorted(runs[(placement, mode)], key=lambda r: r["env_steps_per_s"])
-                row = dict(reps[len(reps) // 2])  # the median run (by throughput) of the repeats
-                row["env_steps_per_s_all"] = [r["env_steps_per_s"] for r in reps]
-                if placement == "colocated" and mode == "sync":
-                    base = row["env_steps_per_s"]
-                row["ratio_to_sync_colocated"] = row["env_steps_per_s"] / base if base else None
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    spec_dict = spec if isinstance(spec, dict) else dataclasses.asdict(spec)
-    meta = {"workload": spec_dict | {"name": a.workload}, "latency_model": dataclasses.asdict(latency),
-            "devices": jax.device_count(), "cpu_count": os.cpu_count(), "argv": sys.argv[1:],
-            "expected_batch_ms": {f"{k} envs x {w.steps_per_decision} steps": 1e3 * latency.expected_batch_seconds(
-                k, steps=w.steps_per_decision) for k in sorted({w.envs, w.envs // a.slots})}}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    return 0

@@ -9,6 +9,13 @@ the workload's envs / horizon / chunk from the JSON's `meta` -- with the costs m
 model for the `cpu_longtail` regime (C MuJoCo under the latency model), the `jax` costs and no
 latency for `mjx`. Nothing in the prediction is fitted to the rows.
 
+Rows of the production-loop bench (`vlajax.bench.async_loops`, e.g. `docs/bench/async_production.json`)
+are read too: `mjx` -> the `jax` costs; `cpu-sim` -> the `c` costs, no latency; `emulated-farm`
+-> the `c` costs plus the JSON's calibrated farm model (`meta.farm.latency_model`). That farm
+delays every control step to its slowest env (a sum of maxima over a chunk), the planner's law
+takes the slowest env's chunk (a maximum of sums): its prediction is a slight under-estimate of
+the farm's time there. The profile must be of the same workload as the rows.
+
 Reports each row's predicted and measured env steps/s and idle ratios, the signed error
 (predicted / measured - 1), and the median absolute error over all rows and per regime.
 `--plot PATH` draws predicted vs measured (needs matplotlib, the `report` extra).
@@ -42,7 +49,7 @@ def _flag(argv: list[str], name: str, default: str) -> str:
 def row_pipeline(meta: dict, row: dict) -> Pipeline:
     """The `Pipeline` a bench row ran (see the module docstring)."""
     wl, argv = meta["workload"], meta.get("argv", [])
-    slots = int(_flag(argv, "--slots", "4"))
+    slots = int(wl["slots"]) if "slots" in wl else int(_flag(argv, "--slots", "4"))
     disagg = row["placement"].startswith("disaggregated")
     ratio = tuple(int(x) for x in row["placement"].split()[-1].split(":")) if disagg else (1, 1)
     return Pipeline(envs=wl["envs"], horizon=wl["horizon"], steps_per_decision=wl.get("action_horizon", 1),
@@ -58,10 +65,15 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
         meta = d["meta"]
         for row in d["rows"]:
             longtail = row["regime"] == "cpu_longtail"
-            physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
+            if row["regime"] in ("cpu-sim", "emulated-farm"):  # the production-loop bench
+                physics = "c"
+            else:
+                physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
             costs = load(run_dir, physics, statistic)
             if longtail:
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["latency_model"]))
+            elif row["regime"] == "emulated-farm":
+                costs = dataclasses.replace(costs, sim=SimLatency(**meta["farm"]["latency_model"]))
             pipe = row_pipeline(meta, row)
             pred = simulate_mean(pipe, costs, seeds)
             m = row["env_steps_per_s"]
@@ -71,9 +83,10 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 "measured_all": row.get("env_steps_per_s_all", [m]),
                 "predicted_env_steps_per_s": pred["env_steps_per_s"],
                 "error": pred["env_steps_per_s"] / m - 1.0,
-                "measured_trainer_idle": row["trainer_idle_ratio"],
+                # (the production bench's sync rows have no idle ratios: the sync loop does not report them)
+                "measured_trainer_idle": row.get("trainer_idle_ratio"),
                 "predicted_trainer_idle": pred["trainer_idle_ratio"],
-                "measured_rollouter_idle": row["rollouter_idle_ratio"],
+                "measured_rollouter_idle": row.get("rollouter_idle_ratio"),
                 "predicted_rollouter_idle": pred["rollouter_idle_ratio"],
                 "measured_staleness_mean": row["staleness_mean"], "predicted_staleness_mean": pred["staleness_mean"],
             })
@@ -90,11 +103,12 @@ def render(result: dict) -> str:
     """Markdown table of a `validate` result."""
     out = ["| regime | placement | mode | measured env steps/s | predicted | error | trainer idle meas. / pred. "
            "| rollouter idle meas. / pred. | source |", "|" + "---|" * 9]
+    f = lambda v: "-" if v is None else f"{v:.2f}"
     for r in result["rows"]:
         out.append(f"| {r['regime']} | {r['placement']} | {r['mode']} | {r['measured_env_steps_per_s']:.0f} "
                    f"| {r['predicted_env_steps_per_s']:.0f} | {100 * r['error']:+.1f}% "
-                   f"| {r['measured_trainer_idle']:.2f} / {r['predicted_trainer_idle']:.2f} "
-                   f"| {r['measured_rollouter_idle']:.2f} / {r['predicted_rollouter_idle']:.2f} "
+                   f"| {f(r['measured_trainer_idle'])} / {r['predicted_trainer_idle']:.2f} "
+                   f"| {f(r['measured_rollouter_idle'])} / {r['predicted_rollouter_idle']:.2f} "
                    f"| {pathlib.Path(r['source']).name} |")
     regimes = ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["median_abs_error_by_regime"].items())
     out.append(f"\nmedian |error| {100 * result['median_abs_error']:.1f}% over {len(result['rows'])} rows "
@@ -109,7 +123,7 @@ def plot(result: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    for regime, marker in (("cpu_longtail", "o"), ("mjx", "s")):
+    for regime, marker in (("cpu_longtail", "o"), ("mjx", "s"), ("cpu-sim", "^"), ("emulated-farm", "D")):
         rs = [r for r in result["rows"] if r["regime"] == regime]
         if rs:
             ax.scatter([r["measured_env_steps_per_s"] for r in rs], [r["predicted_env_steps_per_s"] for r in rs],

@@ -174,7 +174,9 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
                 timeout: float | None = None) -> dict[str, Any]:
     """Run to `rl.num_iterations` optimizer updates (resuming from the newest checkpoint). -> summary.
 
-    `stop_at`: stop after that many updates (with a checkpoint), as if interrupted.
+    `stop_at`: stop after that many updates (with a checkpoint), as if interrupted. The summary's
+    `summary` covers the whole run (compiles included), `summary_steady` the window from the end
+    of this run's first update to its last (`update_times`: `time.monotonic()` as each ends).
     """
     p = cfg.pipeline
     distributed.initialize(cfg.distributed)
@@ -274,6 +276,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     evals: list[dict] = []
     steps_box = [env_steps]
     consumed = [0]  # env steps of the samples trained on in this run (all processes)
+    update_times: list[float] = []  # time.monotonic() as each update of this run ends
     progress = AsyncProgress(total, f"rl async {cfg.name}", cfg.logging.progress, cfg.logging.every_steps,
                              counters.updates, env_steps=timeline.total_env_steps)
 
@@ -288,6 +291,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
         ckpt.save(c.updates, pack(runner.state, env_copy), force=force, extra=extra)
 
     def on_update(runner: AsyncRunner, record: dict) -> None:
+        update_times.append(time.monotonic())
         u = record["update"]
         m = dict(record["metrics"])
         if collect is not None:  # update u trained on collect calls (u - 1) * rb .. u * rb - 1
@@ -347,9 +351,12 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
              "env steps trained on: %d by this process, %d by all", jax.process_index(), status,
              runner.counters.updates, version, checksum,
              sum(r["env_steps"] for r in runner.history), consumed[0])
+    # the steady state: from the end of this run's first update (which compiles) to its last
+    steady = runner.summary(update_times[0], update_times[-1]) if len(update_times) > 1 else {}
     return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
             "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
             "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
+            "update_times": update_times, "summary_steady": steady,
             "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
 
 

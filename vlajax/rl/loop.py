@@ -63,7 +63,9 @@ __all__ = ["train"]
 def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None = None) -> dict[str, Any]:
     """Run to `rl.num_iterations` (resuming from the newest checkpoint). -> summary dict.
 
-    `stop_at`: leave after that iteration (with a checkpoint), as if interrupted. Raises
+    `stop_at`: leave after that iteration (with a checkpoint), as if interrupted. The summary's
+    `iteration_times` holds `[start, end, env_steps]` per iteration of this run (`time.monotonic`;
+    `vlajax.bench.async_loops` times the steady state from them). Raises
     `learner.NonFiniteError` (after closing the checkpointer) on a non-finite update.
     """
     # ---- Start-up: processes, compile cache, mesh ----------------------------------------
@@ -114,6 +116,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     total = cfg.rl.num_iterations
     end = total if stop_at is None else min(stop_at, total)
     history, evals = [], []
+    times: list[list[float]] = []  # per iteration: monotonic start, end, env steps (throughput windows)
     t_start = time.perf_counter()
     status = "done"
     try:
@@ -122,7 +125,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
                 evals.append(log_eval(setup, logger, state.params, 0, env_steps))
             for it in range(start, end):
-                t0 = time.perf_counter()
+                t0, m0 = time.perf_counter(), time.monotonic()
                 k_collect, k_update = iteration_keys(cfg.seed, it)
                 env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
                 batch = learner.critic_warmup(cfg.rl, it, batch)
@@ -134,6 +137,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                 done = it + 1
                 seconds = time.perf_counter() - t0
                 env_steps += host["env_steps"]
+                times.append([m0, time.monotonic(), host["env_steps"]])
                 host |= {"env_steps_per_s": host["env_steps"] / seconds, "iteration_s": seconds,
                          "total_env_steps": env_steps}
                 history.append({k: host[k] for k in ("success", "episode_return", "policy_loss", "env_steps_per_s")})
@@ -156,4 +160,4 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
         logger.close()
     return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
             "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": history,
-            "evals": evals, "checkpoint_dir": ckpt_dir, "state": state}
+            "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": times}

@@ -21,12 +21,24 @@ Numerics: C MuJoCo steps in float64 (MJX in float32) with its own solver code, s
 trajectory follows the MJX one closely but not bit for bit (tests/envs/test_c_physics.py).
 The callback runs on the host: use it for single-device CPU rollouts (the CPU-bound regime of
 the async benchmark, CPU-only runs); a rollout sharded over several devices should use MJX.
+
+Host timing (`host_timing()`, off by default; `python -m vlajax.bench async` uses it): while the
+context is open every physics call (not the pose-only resets) records the wall time of each
+env's control step, and with `farm(n) -> seconds` a call over n envs also takes that wall time
+(it sleeps what its real steps left): a remote worker farm emulated around the in-process
+simulator, with the emulated sleeps kept as intervals so a caller can say which share of its
+wall time was emulated. The loops and the jitted rollout are unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +46,39 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-__all__ = ["CPhysics"]
+__all__ = ["CPhysics", "HostTiming", "host_timing"]
+
+
+@dataclasses.dataclass
+class HostTiming:
+    """What the callbacks did while `host_timing` was open (see the module docstring).
+
+    env_step_s: real seconds of each env's control step (the env's part of a batched call);
+    calls: physics calls; real_s: their real seconds; sleeps: `(start, end)` monotonic
+    intervals of the emulated remainder (farm only)."""
+
+    farm: Callable[[int], float] | None = None
+    env_step_s: list[float] = dataclasses.field(default_factory=list)
+    calls: int = 0
+    real_s: float = 0.0
+    sleeps: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+
+_timing: HostTiming | None = None  # read by every callback at run time (XLA threads: not thread-local)
+
+
+@contextlib.contextmanager
+def host_timing(farm: Callable[[int], float] | None = None) -> Iterator[HostTiming]:
+    """Record (and with `farm`, emulate) the C MuJoCo step times of every `CPhysics` while open."""
+    global _timing
+    if _timing is not None:
+        raise RuntimeError("host_timing is already open")
+    _timing = HostTiming(farm)
+    try:
+        yield _timing
+    finally:
+        _timing = None
 
 STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart")  # carried per env
 INPUT_FIELDS = ("ctrl", "mocap_pos", "mocap_quat")  # set by the env, not changed by physics
@@ -72,7 +116,10 @@ class CPhysics:
         try:
             m = self.model
             out = np.empty((flat.shape[0], width), flat.dtype)
+            timing = _timing if nstep else None
+            per_env = []
             for i, row in enumerate(flat):
+                t0 = time.perf_counter() if timing is not None else 0.0
                 for k, part in zip(inputs, np.split(row, cuts)):
                     if k == "time":
                         d.time = float(part[0])
@@ -83,6 +130,11 @@ class CPhysics:
                 mujoco.mj_kinematics(m, d)
                 mujoco.mj_camlight(m, d)
                 out[i] = np.concatenate([np.ravel(getattr(d, k)) for k in outputs])
+                if timing is not None:
+                    per_env.append(time.perf_counter() - t0)
+            if timing is not None:
+                with timing.lock:
+                    timing.env_step_s.extend(per_env)
             return out
         finally:
             self._pool.put(d)
@@ -98,8 +150,20 @@ class CPhysics:
             raise ValueError(f"packed input has {packed.shape[-1]} values per env, fields {inputs} need {sum(sizes)}")
         nstep = self.n_substeps if nstep is None else nstep
         width = sum(_size(shape) for shape in outputs.values())
-        out = self._simulate(packed.reshape(-1, packed.shape[-1]), inputs, np.cumsum(sizes)[:-1], outputs, width,
-                             nstep)
+        flat = packed.reshape(-1, packed.shape[-1])
+        timing, t0 = _timing, time.monotonic()
+        out = self._simulate(flat, inputs, np.cumsum(sizes)[:-1], outputs, width, nstep)
+        if timing is not None and nstep:
+            real = time.monotonic() - t0
+            left = timing.farm(flat.shape[0]) - real if timing.farm is not None else 0.0
+            if left > 0:
+                s0 = time.monotonic()
+                time.sleep(left)  # releases the GIL and the core, like waiting on remote workers
+            with timing.lock:
+                timing.calls += 1
+                timing.real_s += real
+                if left > 0:
+                    timing.sleeps.append((s0, time.monotonic()))
         return out.reshape(*packed.shape[:-1], width)
 
     def step(self, data: mjx.Data) -> mjx.Data:

@@ -1,0 +1,391 @@
+"""`python -m vlajax.bench async --json PATH`: the production RL loops, sync vs async, in three simulator regimes.
+
+Every run is a real `rl` run: the synchronous loop `vlajax.rl.loop.train` or the pipeline
+`vlajax.rl.async_loop.train_async`, on one TrainConfig that differs between runs only in its
+`pipeline` section (the mode) and `env.physics_impl` (the regime). Nothing here steps envs,
+samples actions or updates weights itself; it builds configs, calls the loops and reads what
+they return (`iteration_times` of the sync loop; `update_times`, `history` and the pipeline's
+own `summary_steady` of the async loop).
+
+Modes (the pipeline's `AsyncConfig`; S = `--slots`):
+
+| mode                      | entry point                   | slots | staleness | streaming | partial |
+|---------------------------|-------------------------------|-------|-----------|-----------|---------|
+| sync                      | `rl.loop.train`               | -     | -         | -         | -       |
+| train_async               | `rl.async_loop.train_async`   | 1 (the loop's jitted collect) | 1 | no | no |
+| rollout_async             | `rl.async_loop.train_async`   | S     | 0         | no        | no      |
+| train_async+rollout_async | `rl.async_loop.train_async`   | S     | 1         | no        | no      |
+| +streaming                | `rl.async_loop.train_async`   | S     | 1         | yes       | no      |
+| +partial_rollout          | `rl.async_loop.train_async`   | S     | 1         | yes       | yes     |
+
+Every mode runs the same optimizer update (one PPO epoch over one minibatch of S accumulated
+micro-batches, `rl.normalize_advantages='none'`: what streaming requires, so the update is the
+same in all modes) on the same envs, horizon and policy.
+
+Regimes (what is real in each is written into every row, `reality`):
+
+- `mjx`: MJX physics in-process (`env.physics_impl='jax'`); simulation, inference and training
+  all real, on this machine's cores.
+- `cpu-sim`: C MuJoCo in-process (`env.physics_impl='c'`, `vlajax/envs/tabletop/c_physics.py`):
+  real simulator cost on this machine's cores.
+- `emulated-farm`: C MuJoCo in-process for the observations, and every physics call also lasts
+  as long as a remote worker farm would take for its envs: each env's control step is drawn
+  from a `LatencyModel` calibrated on the per-env C MuJoCo step times measured in this run's
+  first `cpu-sim` sync run, times `--farm-scale`; a call waits for its slowest env and sleeps
+  what its real steps left (`c_physics.host_timing`). The row reports the emulated fraction of
+  its wall time (union of the sleeps / window).
+
+Throughput is timed inside each run from the end of its first update (which compiles) to the
+end of its last: env steps trained on per second (`env_steps_per_s`; the async loop's own
+produced rate is `produced_env_steps_per_s`) and updates per second. Repeats are the outer
+loop (repeat -> regime -> mode), so every mode samples the machine's load alike; a row is the
+median over repeats with [min, max], and its speed-up is the median of the per-repeat ratios
+to the same repeat's sync run of the regime. The 1-minute load average is recorded before and
+after every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Literal
+
+import numpy as np
+
+from vlajax import cli
+from vlajax.config import AsyncConfig, TrainConfig
+from vlajax.pipeline.latency import LatencyModel
+
+REGIMES = ("mjx", "cpu-sim", "emulated-farm")
+MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
+ENTRY = {"sync": "vlajax.rl.loop.train"} | {m: "vlajax.rl.async_loop.train_async" for m in MODES[1:]}
+REALITY = {
+    "mjx": "MJX physics in-process (env.physics_impl='jax'); simulation, inference and training all real on this "
+           "machine's CPU cores",
+    "cpu-sim": "C MuJoCo in-process (env.physics_impl='c', host callback); simulation, inference and training all "
+               "real on this machine's CPU cores",
+    "emulated-farm": "C MuJoCo in-process for the observations (real); each physics call also waits, asleep, until a "
+                     "remote worker farm would have stepped its envs (per-env step time from the latency model "
+                     "calibrated on this run's C MuJoCo step times x farm_scale; the call waits for its slowest env): "
+                     "the sleeps are emulated, inference and training real",
+}
+
+
+def pipeline_config(mode: str, slots: int, max_wait_ms: float, timeout_s: float) -> AsyncConfig:
+    """The `pipeline` section of a mode (see the module docstring)."""
+    if mode == "sync":
+        return AsyncConfig(enabled=False)
+    n = 1 if mode == "train_async" else slots
+    return AsyncConfig(enabled=True, num_slots=n, require_batches=n, max_batch=n, max_wait_ms=max_wait_ms,
+                       staleness_threshold=0.0 if mode == "rollout_async" else 1.0,
+                       streaming=mode in ("+streaming", "+partial_rollout"), partial_rollout=mode == "+partial_rollout",
+                       queue_timeout_s=timeout_s, watchdog_s=timeout_s)
+
+
+def run_config(base: TrainConfig, regime: str, mode: str, *, envs: int, slots: int, horizon: int, width: int,
+               updates: int, max_wait_ms: float, out_dir: str, timeout_s: float = 600.0) -> TrainConfig:
+    """The TrainConfig of one run: `base` (a preset) with the bench's workload, the regime's physics, the mode."""
+    rl = dataclasses.replace(base.rl, num_iterations=updates + 1, rollout_length=horizon, update_epochs=1,
+                             num_minibatches=1, micro_batches=slots, normalize_advantages="none", eval_every=-1)
+    return dataclasses.replace(
+        base, output_dir=out_dir, rl=rl,
+        env=dataclasses.replace(base.env, num_envs=envs, physics_impl="jax" if regime == "mjx" else "c"),
+        model=dataclasses.replace(base.model, width=width),
+        checkpoint=dataclasses.replace(base.checkpoint, dir="", every_steps=10**9, max_to_keep=1, resume=False),
+        logging=dataclasses.replace(base.logging, tensorboard=False, progress="none", every_steps=10**9),
+        pipeline=pipeline_config(mode, slots, max_wait_ms, timeout_s))
+
+
+# ----------------------------------------------------------------------------------------
+# The emulated farm: a latency model calibrated on measured C MuJoCo step times
+# ----------------------------------------------------------------------------------------
+
+
+def step_stats(step_s: list[float]) -> dict[str, float]:
+    x = np.asarray(step_s, float) * 1e3
+    return {"n": int(x.size), "mean_ms": float(x.mean()), "median_ms": float(np.median(x)),
+            **{f"p{q}_ms": float(np.percentile(x, q)) for q in (10, 90, 99)}, "max_ms": float(x.max())}
+
+
+def calibrate(step_s: list[float], scale: float) -> LatencyModel:
+    """A per-env `LatencyModel` from measured per-env step seconds: the median (x `scale`), the
+    log-normal spread of the steps below 3x the median (from their interquartile range), and the
+    share and size (median ratio) of the steps above it as the straggler tail."""
+    x = np.asarray(step_s, float)
+    med = float(np.median(x))
+    tail = x > 3.0 * med
+    body = np.log(x[~tail] / med)
+    sigma = float((np.percentile(body, 75) - np.percentile(body, 25)) / 1.349)
+    tail_scale = max(1.0, float(np.median(x[tail]) / med)) if tail.any() else 1.0
+    return LatencyModel(median_s=scale * med, sigma=sigma, tail_prob=float(tail.mean()), tail_scale=tail_scale)
+
+
+class Farm:
+    """`farm(n) -> seconds`: one control step of n envs on n remote workers (the slowest one)."""
+
+    def __init__(self, model: LatencyModel, seed: int = 0):
+        self.model, self.rng, self.lock = model, np.random.default_rng(seed), threading.Lock()
+
+    def __call__(self, n: int) -> float:
+        with self.lock:
+            return self.model.batch_seconds(self.rng, n)
+
+
+def _union(intervals: list[tuple[float, float]], t0: float, t1: float) -> tuple[float, float]:
+    """(union length, summed length) of the intervals clipped to [t0, t1]."""
+    clipped = sorted((max(a, t0), min(b, t1)) for a, b in intervals if b > t0 and a < t1)
+    union, end = 0.0, t0
+    for a, b in clipped:
+        union += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return union, sum(b - a for a, b in clipped)
+
+
+# ----------------------------------------------------------------------------------------
+# One run through a production loop
+# ----------------------------------------------------------------------------------------
+
+
+def run_one(cfg: TrainConfig, setup: Any, regime: str, mode: str, farm: Farm | None = None) -> dict[str, Any]:
+    """One run of `cfg` through the mode's production loop; its steady-state figures and what the loop reported."""
+    from vlajax.envs.tabletop import c_physics
+    from vlajax.rl import async_loop, loop
+
+    load_before = os.getloadavg()[0]
+    with contextlib.ExitStack() as stack:
+        timing = None if regime == "mjx" else stack.enter_context(
+            c_physics.host_timing(farm if regime == "emulated-farm" else None))
+        t_run = time.monotonic()
+        if mode == "sync":
+            out = loop.train(cfg, setup)
+            ends = [t[1] for t in out["iteration_times"]]
+            trained = sum(t[2] for t in out["iteration_times"][1:])
+            summary = {}
+            reported = {"status": out["status"], "seconds": out["seconds"], "env_steps": out["env_steps"],
+                        "iteration_times": out["iteration_times"],
+                        "history_env_steps_per_s": [h["env_steps_per_s"] for h in out["history"]]}
+        else:
+            out = async_loop.train_async(cfg, setup, timeout=cfg.pipeline.watchdog_s * 3)
+            ends = out["update_times"]
+            trained = sum(r["env_steps"] for r in list(out["history"])[1:])
+            summary = out["summary_steady"]
+            reported = {"status": out["status"], "seconds": out["seconds"], "env_steps": out["env_steps"],
+                        "consumed_env_steps": out["consumed_env_steps"], "update_times": ends,
+                        "summary_steady": summary,
+                        "summary": {k: v for k, v in out["summary"].items()
+                                    if not k.startswith("inference/batch_hist")}}
+        run_s = time.monotonic() - t_run
+    if out["status"] != "done" or len(ends) < 2:
+        raise RuntimeError(f"{regime} {mode}: the loop ended {out['status']!r} after {len(ends)} updates")
+    w0, w1 = ends[0], ends[-1]
+    window = w1 - w0
+    row: dict[str, Any] = {
+        "regime": regime, "mode": mode, "entry": ENTRY[mode], "physics_impl": cfg.env.physics_impl,
+        "updates_timed": len(ends) - 1, "window_s": window, "run_s": run_s,
+        "env_steps_per_s": trained / window, "updates_per_s": (len(ends) - 1) / window,
+        "produced_env_steps_per_s": summary.get("env/steps_per_s", trained / window),
+        "trainer_idle_ratio": summary.get("trainer/idle_ratio"),
+        "rollouter_idle_ratio": summary.get("rollouter/idle_ratio"),
+        "rollouter_wait_inference_ratio": summary.get("rollouter/wait_inference_ratio"),
+        "staleness_mean": summary.get("staleness/mean", 0.0), "staleness_max": summary.get("staleness/max", 0.0),
+        "inference_batch_mean": summary.get("inference/batch_mean"),
+        "loadavg_1m_before": load_before, "loadavg_1m_after": os.getloadavg()[0], "loop": reported}
+    if timing is not None:
+        union, summed = _union(timing.sleeps, w0, w1)
+        row |= {"c_calls": timing.calls, "c_real_s": timing.real_s, "c_env_step": step_stats(timing.env_step_s)}
+        if regime == "emulated-farm":
+            row |= {"emulated_wall_fraction": union / window, "emulated_sleep_s_per_wall_s": summed / window}
+        row["_env_step_s"] = timing.env_step_s  # calibration input (dropped from the JSON)
+    return row
+
+
+def aggregate(runs: list[dict]) -> dict[str, Any]:
+    """The repeats of one (regime, mode): medians with [min, max]."""
+    def stat(key):
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        return (float(np.median(vals)), [float(min(vals)), float(max(vals))], vals) if vals else (None, None, [])
+
+    first = runs[0]
+    row = {k: first[k] for k in ("regime", "mode", "entry", "physics_impl", "updates_timed")}
+    row |= {"placement": "colocated", "repeats": len(runs)}
+    for key in ("env_steps_per_s", "updates_per_s", "speedup_vs_sync", "produced_env_steps_per_s",
+                "trainer_idle_ratio", "rollouter_idle_ratio", "rollouter_wait_inference_ratio", "staleness_mean",
+                "staleness_max", "inference_batch_mean", "emulated_wall_fraction", "emulated_sleep_s_per_wall_s"):
+        med, rng, vals = stat(key)
+        if med is not None:
+            row[key], row[f"{key}_range"], row[f"{key}_all"] = med, rng, vals
+    row["loadavg_1m"] = [[r["loadavg_1m_before"], r["loadavg_1m_after"]] for r in runs]
+    row["runs"] = runs
+    return row
+
+
+def render_markdown(data: dict) -> str:
+    """One table per regime (docs/async.md)."""
+    out = []
+    for regime in dict.fromkeys(r["regime"] for r in data["rows"]):
+        rows = [r for r in data["rows"] if r["regime"] == regime]
+        out.append(f"**{regime}** -- {REALITY[regime]}\n")
+        farm = regime == "emulated-farm"
+        head = ("| mode | env steps/s | updates/s | x sync | trainer idle | rollouter idle | staleness mean / max "
+                + ("| emulated share of wall " if farm else "") + "| load before-after |")
+        out += [head, "|" + "---|" * (head.count("|") - 1)]
+        fmt = lambda r, k, f="{:.0f}": (f"{f.format(r[k])} [{f.format(r[k + '_range'][0])}, "
+                                        f"{f.format(r[k + '_range'][1])}]") if r.get(k) is not None else "-"
+        for r in rows:
+            load = f"{min(x[0] for x in r['loadavg_1m']):.1f}-{max(x[1] for x in r['loadavg_1m']):.1f}"
+            out.append(f"| {r['mode']} | {fmt(r, 'env_steps_per_s')} | {fmt(r, 'updates_per_s', '{:.2f}')} "
+                       f"| {fmt(r, 'speedup_vs_sync', '{:.2f}')} | {fmt(r, 'trainer_idle_ratio', '{:.2f}')} "
+                       f"| {fmt(r, 'rollouter_idle_ratio', '{:.2f}')} "
+                       f"| {fmt(r, 'staleness_mean', '{:.2f}')} / {r['staleness_max']:.0f} "
+                       + (f"| {fmt(r, 'emulated_wall_fraction', '{:.2f}')} " if farm else "") + f"| {load} |")
+        out.append("")
+    return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: str = ""  # write the rows here
+    preset: str = "rl-debug"  # the TrainConfig preset the workload starts from (a state-observation PPO preset)
+    regimes: tuple[Literal["mjx", "cpu-sim", "emulated-farm"], ...] = REGIMES
+    modes: tuple[Literal[MODES], ...] = MODES  # type: ignore[valid-type]
+    repeats: int = 3  # runs per (regime, mode); the outer loop
+    updates: int = 20  # timed updates per run (after one warm-up update, which compiles)
+    envs: int = 16  # env.num_envs (split into --slots slots in the slot modes)
+    slots: int = 4  # env slots of the slot modes; also the micro-batches of every mode's update
+    horizon: int = 8  # rl.rollout_length: decisions per env per update
+    width: int = 256  # model.width of the MLP actor and critic
+    max_wait_ms: float = 2.0  # dynamic batching of the slot modes
+    farm_scale: float = 20.0  # emulated-farm: a worker's step time = this x the measured C MuJoCo step time
+    seed: int = 0
+    render: str = ""  # print the markdown tables of an existing JSON and exit
+
+
+def _check(a: Args) -> None:
+    if a.render:
+        return
+    if a.repeats < 1 or a.updates < 2:
+        cli.error(f"--repeats must be >= 1 and --updates >= 2 (got {a.repeats}, {a.updates}): the timed window "
+                  "runs from the end of the first timed update to the last")
+    if a.slots < 1 or a.envs % a.slots:
+        cli.error(f"--envs {a.envs} must split into --slots {a.slots}")
+    if min(a.envs, a.horizon, a.width) < 1 or a.max_wait_ms < 0 or a.farm_scale <= 0:
+        cli.error("--envs, --horizon and --width must be >= 1, --max-wait-ms >= 0 and --farm-scale > 0")
+    if not a.regimes or not a.modes:
+        cli.error("--regimes and --modes must name at least one each")
+
+
+def main(argv: list[str]) -> int:
+    a = cli.parse(Args, argv, prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
+    _check(a)
+    if a.render:
+        with open(a.render) as f:
+            print(render_markdown(json.load(f)), end="")
+        return 0
+    import grain  # noqa: F401  (imported by the loops' first checkpoint save: not inside a timed window)
+    import jax
+
+    import vlajax.presets  # noqa: F401  (registers the presets)
+    from vlajax.config import ConfigError, get_config
+    from vlajax.rl.setup import build
+
+    try:
+        base = dataclasses.replace(get_config(a.preset), seed=a.seed)
+    except (KeyError, ConfigError) as e:
+        cli.error(f"--preset {a.preset}: {e}")
+    if base.env.obs_mode != "state" or base.rl.algo != "ppo":
+        cli.error(f"--preset {a.preset}: the bench runs a state-observation PPO preset (got {base.env.obs_mode}, "
+                  f"{base.rl.algo})")
+    regimes = [g for g in REGIMES if g in a.regimes]  # cpu-sim before emulated-farm: the calibration
+    modes = [m for m in MODES if m in a.modes]
+    root = tempfile.mkdtemp(prefix="bench_async_")
+    cfg = lambda regime, mode, name: run_config(
+        base, regime, mode, envs=a.envs, slots=a.slots, horizon=a.horizon, width=a.width, updates=a.updates,
+        max_wait_ms=a.max_wait_ms, out_dir=os.path.join(root, name))
+    try:
+        cfgs = {g: cfg(g, m, "check") for g in regimes for m in modes}  # ConfigErrors before any run
+        setups = {g: build(cfgs[g]) for g in regimes}
+    except ConfigError as e:
+        cli.error(str(e))
+    uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    git = lambda *c: subprocess.run(["git", *c], capture_output=True, text=True).stdout.split()
+    meta: dict[str, Any] = {
+        "command": "python -m vlajax.bench async " + shlex.join(argv), "argv": ["async", *argv],
+        "uptime_before": uptime(), "devices": jax.device_count(), "cpu_count": os.cpu_count(),
+        # the code measured: HEAD plus the files under vlajax/ that differ from it (a shared tree)
+        "git": {"head": (git("rev-parse", "HEAD") or [""])[0], "modified": git("diff", "--name-only", "HEAD",
+                                                                               "--", "vlajax")},
+        "workload": {"preset": a.preset, "task": base.env.task or base.env.suite, "obs_mode": "state",
+                     "envs": a.envs, "slots": a.slots, "horizon": a.horizon,
+                     "action_horizon": base.model.action_horizon, "width": a.width, "depth": base.model.depth,
+                     "episode_length": base.env.episode_length, "algo": "ppo", "update_epochs": 1, "minibatches": 1,
+                     "micro_batches": a.slots, "normalize_advantages": "none", "updates_timed": a.updates,
+                     "env_steps_per_update": a.envs * a.horizon * base.model.action_horizon},
+        "reality": {g: REALITY[g] for g in regimes}, "order": "repeat -> regime -> mode",
+        "max_wait_ms": a.max_wait_ms}
+    farm: Farm | None = None
+
+    def calibrate_from(step_s: list[float], source: str) -> Farm:
+        model = calibrate(step_s, a.farm_scale)
+        meta["farm"] = {"scale": a.farm_scale, "calibrated_on": source, "c_env_step": step_stats(step_s),
+                        "latency_model": dataclasses.asdict(model),
+                        "expected_call_ms": {f"{n} envs": 1e3 * model.expected_batch_seconds(n)
+                                             for n in sorted({a.envs, a.envs // a.slots})},
+                        "semantics": "per control step: a physics call over n envs lasts max(real, the slowest of n "
+                                     "draws); pose-only reset calls are not delayed"}
+        print(json.dumps({"farm": meta["farm"]}), flush=True)
+        return Farm(model, a.seed)
+
+    if "emulated-farm" in regimes and ("cpu-sim" not in regimes or "sync" not in modes):
+        calib = run_one(cfg("cpu-sim", "sync", "calibration"), build(cfg("cpu-sim", "sync", "c")), "cpu-sim", "sync")
+        farm = calibrate_from(calib["_env_step_s"], "a cpu-sim sync run before the rows (not a row)")
+    runs: dict[tuple[str, str], list[dict]] = {}
+    t_bench = time.monotonic()
+    try:
+        for rep in range(a.repeats):
+            for regime in regimes:
+                for mode in modes:
+                    name = f"r{rep}_{regime}_{mode}".replace("+", "p")
+                    r = run_one(cfg(regime, mode, name), setups[regime], regime, mode, farm)
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                    steps = r.pop("_env_step_s", None)
+                    if farm is None and regime == "cpu-sim" and mode == "sync" and "emulated-farm" in regimes:
+                        farm = calibrate_from(steps, "the cpu-sim sync run of repeat 0 (a row)")
+                    r["repeat"] = rep
+                    runs.setdefault((regime, mode), []).append(r)
+                    short = {k: r[k] for k in ("repeat", "regime", "mode", "env_steps_per_s", "updates_per_s",
+                                               "loadavg_1m_before", "run_s")}
+                    print(json.dumps(short), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    rows = []
+    for regime in regimes:
+        for mode in modes:
+            reps = runs[(regime, mode)]
+            for r in reps:
+                base_r = next((s for s in runs.get((regime, "sync"), []) if s["repeat"] == r["repeat"]), None)
+                r["speedup_vs_sync"] = r["env_steps_per_s"] / base_r["env_steps_per_s"] if base_r else None
+            rows.append(aggregate(reps))
+    meta |= {"uptime_after": uptime(), "bench_s": time.monotonic() - t_bench}
+    data = {"meta": meta, "rows": rows}
+    print(render_markdown(data), end="")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
