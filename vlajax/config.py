@@ -453,6 +453,11 @@ class RLConfig:
     # above the cap: 'truncate' to the cap (verl's truncated IS; beat 'drop' at 6/6 paired points on the
     # goal suite at staleness 1, docs/async.md) or 'drop' the sample (AReaL)
     behaviour_weight_mode: Literal["drop", "truncate"] = "truncate"
+    # granularity of the importance ratios: 'decision' = one ratio per chunk (the product over its
+    # scored entries); 'factor' = one per scored entry (a token of the token head, an (action step,
+    # dim) entry of the flow chain), clipped and behaviour-weighted per entry and averaged over the
+    # decision's entries, as token-level PPO (DAPO / verl); VLA policies only
+    ratio_level: Literal["decision", "factor"] = "decision"
     filter_zero_advantage: bool = True  # GRPO: drop groups whose rewards have zero variance
     advantage_eps: float = 1e-6  # GRPO: added to the group std before dividing
     group_std_normalize: bool = True  # GRPO: divide by the group std (False = Dr. GRPO, mean only)
@@ -648,6 +653,9 @@ class TrainConfig:
                     and self.rl.critic == "privileged"),
                f"rl.critic='privileged' with pipeline.num_slots={self.pipeline.num_slots}: the env slots carry no "
                "privileged observations; use pipeline.num_slots=1 or rl.critic='head'")
+        _check(not (self.rl.ratio_level == "factor" and self.env.obs_mode == "state"),
+               "rl.ratio_level='factor' scores the entries of a VLA's chunk (tokens, flow-chain entries); the "
+               "state-observation MLP policy (env.obs_mode='state') takes rl.ratio_level='decision'")
         if self.rl.algo == "grpo":
             _check(
                 self.env.num_envs % self.rl.group_size == 0,

@@ -19,6 +19,7 @@ CASES = [  # (command and flags, words the error line must contain)
     (("rl", "--preset", "rl-debug", "--model.fp8", "flax"), "is for sft"),
     (("rl", "--preset", "rl-async-debug", "--pipeline.streaming", "true", "--rl.normalize-advantages", "batch"),
      "rl.normalize_advantages='batch'"),
+    (("rl", "--preset", "rl-debug", "--rl.ratio-level", "factor"), "state-observation MLP"),
     (("smoke", "--mesh.dp", "3"), "is not divisible by mesh.dp=3"),  # a contradiction found by tyro's parse
 ]
 

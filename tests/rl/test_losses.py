@@ -186,3 +186,65 @@ def test_rl_loss_combines_terms_and_normalizer_splits_exactly():
     assert "behaviour_weight_mean" in m2
     with pytest.raises(ValueError, match="ref_logp"):
         L.rl_loss(cfg, logp, ent, val, {k: v for k, v in batch.items() if k != "ref_logp"})
+
+
+# ------------------------------------------------------------------------------------------
+# Per-entry ratios (rl.ratio_level='factor')
+# ------------------------------------------------------------------------------------------
+
+
+def test_per_entry_ppo_by_hand():
+    # 2 decisions x 3 entries; decision 1 scores only its first 2 entries (entry 3 holds garbage).
+    # per-entry ratios: d0 [1, 1.5, 0.5], d1 [1.1, 2.0, *]; A = [1, -1]; clip 0.2 / 0.28
+    # d0 (A = 1): losses -min(r, clip(r)) = [-1, -1.28, -0.5] -> mean -0.9266667 (clipped: entry 2)
+    # d1 (A = -1): losses max(r, clip(r)) = [1.1, 2.0] -> mean 1.55 (entry 2: unclipped branch larger)
+    # loss = (-0.9266667 + 1.55) / 2 = 0.3116667; clip_frac = (1/3 + 0) / 2
+    old = jnp.log(jnp.array([[0.5, 0.2, 0.4], [0.3, 0.1, 0.9]]))
+    logp = old + jnp.log(jnp.array([[1.0, 1.5, 0.5], [1.1, 2.0, 7.0]]))
+    fmask = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv, mask = jnp.array([1.0, -1.0]), jnp.ones(2)
+    loss, m = L.ppo_policy_loss(logp, old, adv, mask, factor_mask=fmask, **CLIP)
+    np.testing.assert_allclose(loss, (-(1 + 1.28 + 0.5) / 3 + 1.55) / 2, rtol=1e-5)
+    np.testing.assert_allclose(m["clip_frac"], (1 / 3) / 2, rtol=1e-5)
+    np.testing.assert_allclose(m["ratio_mean"], ((1 + 1.5 + 0.5) / 3 + 1.55) / 2, rtol=1e-5)
+    with pytest.raises(ValueError, match="factor_mask"):
+        L.ppo_policy_loss(logp, old, adv, mask, **CLIP)
+
+
+def test_per_entry_with_one_entry_equals_decision_level_and_truncates_per_entry():
+    rng = np.random.default_rng(1)
+    n = 32
+    old = jnp.asarray(rng.normal(-3, 1, n), jnp.float32)
+    logp = old + jnp.asarray(rng.normal(0, 0.3, n), jnp.float32)
+    behav = old + jnp.asarray(rng.normal(0, 0.8, n), jnp.float32)
+    adv = jnp.asarray(rng.standard_normal(n), jnp.float32)
+    mask = jnp.asarray(rng.random(n) < 0.8)
+    kw = dict(dual_clip=3.0, weight_mode="truncate", **CLIP)
+    whole, m1 = L.decoupled_ppo_policy_loss(logp, old, behav, adv, mask, **kw)
+    per, m2 = L.decoupled_ppo_policy_loss(logp[:, None], old[:, None], behav[:, None], adv, mask,
+                                          factor_mask=jnp.ones((n, 1)), **kw)
+    np.testing.assert_allclose(per, whole, rtol=1e-6)
+    for k in m1:
+        np.testing.assert_allclose(m2[k], m1[k], rtol=1e-6, err_msg=k)
+    # two entries whose behaviour weights are 3 and 1/3: per entry, only the first is truncated (to 2);
+    # as one decision its weight is exactly 1 and nothing is truncated
+    prox = jnp.log(jnp.array([[0.3, 0.3]]))
+    b2 = prox - jnp.log(jnp.array([[3.0, 1 / 3]]))
+    lp, a, mk = prox, jnp.array([1.0]), jnp.ones(1)
+    loss_e, me = L.decoupled_ppo_policy_loss(lp, prox, b2, a, mk, factor_mask=jnp.ones((1, 2)), **kw)
+    loss_d, md = L.decoupled_ppo_policy_loss(lp.sum(-1), prox.sum(-1), b2.sum(-1), a, mk, **kw)
+    np.testing.assert_allclose(loss_e, -(2.0 + 1 / 3) / 2, rtol=1e-5)
+    np.testing.assert_allclose(loss_d, -1.0, rtol=1e-5)
+    assert float(me["behaviour_capped_frac"]) == 0.5 and float(md["behaviour_capped_frac"]) == 0.0
+
+
+def test_rl_loss_reads_logp_mask_and_sums_entries_for_the_kl_penalty():
+    rl = RLConfig(kl_coef=0.1)
+    old = jnp.log(jnp.array([[0.5, 0.2], [0.3, 0.1]]))
+    ref = old - 0.1
+    batch = {"old_logp": old, "advantages": jnp.array([1.0, -1.0]), "mask": jnp.ones(2), "ref_logp": ref,
+             "logp_mask": jnp.ones((2, 2))}
+    loss, m = L.rl_loss(rl, old, None, None, batch)
+    kl, _ = L.kl_penalty(old.sum(-1), ref.sum(-1), jnp.ones(2))
+    np.testing.assert_allclose(m["kl_ref"], kl, rtol=1e-6)
+    np.testing.assert_allclose(loss, m["policy_loss"] + 0.1 * kl, rtol=1e-6)

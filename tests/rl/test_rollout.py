@@ -187,13 +187,13 @@ def test_evaluate_pins_tasks_and_is_deterministic():
 # ------------------------------------------------------------------------------------------
 
 
-def _vla(head):
+def _vla(head, per_factor=False):
     model, bridge = _model_and_bridge(head)
     env = toy.make_env(B, H, episode_length=6, pixels=True)
     obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], jax.jit(
         lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0)).obs), jnp.zeros((1,), jnp.int32))
     params = jax.jit(model.init)(jax.random.key(1), obs0)["params"]
-    return actors.vla_actor(model, bridge), params, env
+    return actors.vla_actor(model, bridge, per_factor=per_factor), params, env
 
 
 _HEADS = {  # the ModelConfig fields of each tested head
@@ -256,6 +256,37 @@ def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
     diff = np.abs(np.asarray(logp) - np.asarray(batch["old_logp"]))
     print(head, f"{B * t}-row recomputation: max |logp - old_logp| =", diff.max())
     assert diff.max() <= 1e-6 * max(1.0, np.abs(np.asarray(batch["old_logp"])).max())
+
+
+@pytest.mark.parametrize("head", ["flow_sde_last", "tokens"])
+def test_per_entry_log_probs_sum_to_the_decisions_and_start_at_ratio_one(head):
+    """rl.ratio_level='factor': the rollout records log-probs [N, H*A] per scored entry with
+    `logp_mask`; they sum to the decision-level log-probs of the same draws, and the first update
+    on fresh data has every entry's ratio 1 (float32 rounding) and clips nothing."""
+    algo = "grpo" if head == "tokens" else "ppo"
+    t = 3 if algo == "grpo" else 4
+    rl = RLConfig(algo=algo, group_size=4, rollout_length=4, update_epochs=1, num_minibatches=1, micro_batches=t,
+                  learning_rate=1e-3, filter_zero_advantage=False, ratio_level="factor")
+    cfg = TrainConfig(env=EnvConfig(num_envs=B, episode_length=6), rl=rl)
+    batches = {}
+    for per_factor in (False, True):
+        actor, params, env = _vla(head, per_factor)
+        setup = rl_setup.Setup(actor, env, None, None, H, 3)
+        env_state = jax.jit(functools.partial(rl_setup.initial_env_state, cfg, env))()
+        _, batches[per_factor], _ = jax.jit(functools.partial(rl_setup.collect, cfg, setup))(
+            params, env_state, jax.random.key(1), jnp.int32(0))
+    whole, per = batches[False], batches[True]
+    assert per["old_logp"].shape == per["logp_mask"].shape == (B * t, H * 4) and "logp_mask" not in whole
+    np.testing.assert_array_equal(per["action_mask"], whole["action_mask"])  # the same draws
+    np.testing.assert_allclose(np.sum(per["old_logp"], -1), whole["old_logp"], rtol=1e-5, atol=1e-5)
+    assert np.all(np.asarray(per["old_logp"])[np.asarray(per["logp_mask"]) == 0] == 0.0)
+    if algo == "grpo":
+        per["advantages"] = jnp.asarray(np.random.default_rng(0).standard_normal(B * t), jnp.float32)
+    state = TrainState.create(params, learner.make_optimizer(rl), jax.random.key(2))
+    _, m = jax.jit(functools.partial(learner.update, rl, actor.logp_value))(jax.random.key(3), state, per)
+    m = jax.device_get(m)
+    learner.check_finite(m)
+    assert m["clip_frac"] == 0.0 and abs(m["ratio_mean"] - 1.0) <= 2e-6 and m["approx_kl"] <= 1e-10
 
 
 def test_vla_executes_the_first_k_actions_and_scores_only_them():

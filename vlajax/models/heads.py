@@ -87,11 +87,6 @@ def _gauss_logp_terms(x, mean, std):
     return jnp.where(std > 0, lp, 0.0)
 
 
-def _gauss_logp(x, mean, std, m):
-    """Sum over masked entries of log N(x; mean, std^2); entries with std == 0 contribute 0. -> [B]."""
-    return jnp.sum(_gauss_logp_terms(x, mean, std) * m, axis=(1, 2))
-
-
 def _gauss_entropy(std, m):
     safe = jnp.where(std > 0, std, 1.0)
     return jnp.sum(jnp.where(std > 0, 0.5 * (1 + _LOG_2PI) + jnp.log(safe), 0.0) * m, axis=(1, 2))
@@ -147,7 +142,8 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
 
 def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step=None, *,
                         sampler: str | None = None, logp_mask=None) -> dict[str, jax.Array]:
-    """Log-prob [B] (and entropy [B]) of a stored chain [B, K+1, H, A] under `variables`.
+    """Log-prob [B] (and entropy [B]) of a stored chain [B, K+1, H, A] under `variables`, and
+    `log_prob_terms` [B, H, A]: each entry's log-density (summed over the evaluated steps), unmasked.
 
     flow_sde evaluates only step `sde_step` (one expert call; with cfg.flow_sde_steps = 'all',
     every step; 'last': the ODE steps from the stored x_1, then the last step); flow_noise
@@ -171,7 +167,9 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
         t = jnp.full((b,), ts[K - 1])
         v, _, _ = model.apply(variables, cache, x, t, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, None, x, t, d, jnp.ones((b,), bool))
-        return {"log_prob": _gauss_logp(chain[:, K], mean, std, m), "entropy": _gauss_entropy(std, m)}
+        terms = _gauss_logp_terms(chain[:, K], mean, std)
+        return {"log_prob": jnp.sum(terms * m, axis=(1, 2)), "entropy": _gauss_entropy(std, m),
+                "log_prob_terms": terms}
     if sampler == "flow_sde" and not every:
         if sde_step is None:
             raise ValueError("flow_sde log-probs need the stored sde_step [B] of each chain")
@@ -180,17 +178,20 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
         t = ts[sde_step]
         v, log_std, _ = model.apply(variables, cache, x, t, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, t, d, jnp.ones((b,), bool))
-        return {"log_prob": _gauss_logp(x_next, mean, std, m), "entropy": _gauss_entropy(std, m)}
+        terms = _gauss_logp_terms(x_next, mean, std)
+        return {"log_prob": jnp.sum(terms * m, axis=(1, 2)), "entropy": _gauss_entropy(std, m),
+                "log_prob_terms": terms}
 
     def step(carry, k):
         x, x_next = chain[:, k], chain[:, k + 1]
         tb = jnp.full((b,), ts[k])
         v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity")
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, jnp.full((b,), every))
-        return carry, (_gauss_logp(x_next, mean, std, m), _gauss_entropy(std, m))
+        return carry, (_gauss_logp_terms(x_next, mean, std), _gauss_entropy(std, m))
 
-    _, (lps, ents) = jax.lax.scan(step, None, jnp.arange(K))
-    return {"log_prob": lps.sum(0), "entropy": ents.sum(0)}
+    _, (terms, ents) = jax.lax.scan(step, None, jnp.arange(K))
+    terms = terms.sum(0)  # [B, H, A]: each entry's log-density summed over the denoising steps
+    return {"log_prob": jnp.sum(terms * m, axis=(1, 2)), "entropy": ents.sum(0), "log_prob_terms": terms}
 
 
 # ------------------------------------------------------------------------------------ tokens
@@ -254,14 +255,16 @@ def token_sample(model: VLA, variables, obs: Observation, rng, *, temperature: f
 
 def token_chunk_log_prob(model: VLA, variables, obs: Observation, tokens, *, temperature: float = 1.0,
                          logp_mask=None) -> dict[str, jax.Array]:
-    """Log-prob [B] and entropy [B] of stored tokens int32 [B, H, A] under `variables`."""
+    """Log-prob [B] and entropy [B] of stored tokens int32 [B, H, A] under `variables`, and
+    `log_prob_terms` [B, H, A]: each token's log-prob, unmasked."""
     _, cache = model.apply(variables, obs, method="prefix")
     logits, _ = model.apply(variables, cache, method="action_logits")
     logp = token_log_probs(logits, temperature)
     m = _mask(logp_mask, tokens.shape)
     lp = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
     ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-    return {"log_prob": jnp.sum(lp * m, axis=(1, 2)), "entropy": jnp.sum(ent * m, axis=(1, 2))}
+    return {"log_prob": jnp.sum(lp * m, axis=(1, 2)), "entropy": jnp.sum(ent * m, axis=(1, 2)),
+            "log_prob_terms": lp}
 
 
 # ------------------------------------------------------------------------------------ value

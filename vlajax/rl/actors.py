@@ -56,6 +56,9 @@ class Actor:
     name: str = ""
     act: Callable[..., tuple[Array, dict[str, Array], dict[str, Array]]] | None = None  # (params, obs, task_id, rng)
     score: Callable[[dict, Array], tuple[Array, Array | None]] | None = None  # (scores, action_mask [B, k])
+    # per-entry log-probs (`rl.ratio_level='factor'`): (action_mask [B, k] | None, B) -> float [B, F], the
+    # scored entries of each decision; `logp_value` / `score` then return log-probs [B, F] (0 where unscored)
+    logp_mask: Callable[[Array | None, int], Array] | None = None
 
     @property
     def has_value(self) -> bool:
@@ -112,7 +115,7 @@ def _logp_mask(bridge: Bridge, action_mask: Array | None, shape: tuple[int, ...]
 
 
 def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, temperature: float = 1.0,
-              execute: int = 0, critic: mlp_policy.ValueMLP | None = None) -> Actor:
+              execute: int = 0, critic: mlp_policy.ValueMLP | None = None, per_factor: bool = False) -> Actor:
     """The VLA's configured head. Flow: `cfg.flow_sampler` must be stochastic (`flow_sde` /
     `flow_noise`); its log-prob scores the whole chain of a decision (`_logp_mask`). Tokens:
     the log-prob covers only the executed steps and the env's action dims.
@@ -122,10 +125,13 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
     are [B, k, A_env], and `action_mask` [N, k] is padded to H with False for the log-prob.
     `critic` (asymmetric actor-critic, `rl.critic='privileged'`): values come from this MLP on
     `obs['privileged']` [B, 32] with params `params['critic']` (the VLA ignores that entry);
-    the model's own value head is then not used."""
+    the model's own value head is then not used. `per_factor` (`rl.ratio_level='factor'`): log-probs
+    [N, F] per scored entry (F = H * A, flattened; unscored entries 0) instead of their sum [N], and
+    `logp_mask` gives which entries count."""
     cfg = model.cfg
     if critic is not None:
-        return _with_privileged_critic(vla_actor(model, bridge, False, temperature, execute), critic)
+        return _with_privileged_critic(vla_actor(model, bridge, False, temperature, execute, per_factor=per_factor),
+                                       critic)
     if cfg.action_head == "flow" and cfg.flow_sampler == "ode":
         raise ValueError("RL with the flow head needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
     use_value = cfg.value_head != "none" if use_value is None else use_value
@@ -160,9 +166,12 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
             executed = jnp.pad(jnp.asarray(executed) > 0, ((0, 0), (0, shape[0] - executed.shape[1])))
         return _logp_mask(bridge, executed, (n, *shape), whole_chunk=whole_chunk)
 
+    def reduce(terms, m):  # [n, H, A] entries, mask -> the decision's log-prob [n] (or its scored entries [n, F])
+        return (terms * m).reshape(terms.shape[0], -1) if per_factor else jnp.sum(terms * m, axis=(1, 2))
+
     def score(scores, action_mask):
         terms = scores["logp_terms"]
-        return jnp.sum(terms * mask(action_mask, terms.shape[0]), axis=(1, 2)), scores.get("value")
+        return reduce(terms, mask(action_mask, terms.shape[0])), scores.get("value")
 
     def logp_value(params, batch, rng):
         del rng
@@ -174,12 +183,16 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
         else:
             out = heads.token_chunk_log_prob(model, v, o, batch["tokens"], temperature=temperature, logp_mask=m)
         val = heads.value(model, _critic_variables(params), o) if use_value else None
-        return out["log_prob"], out["entropy"], val
+        return reduce(out["log_prob_terms"], m), out["entropy"], val
 
     def value(params, obs, task_id):
         return heads.value(model, {"params": params}, bridge.observation(obs, task_id))
 
-    return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}", act, score)
+    def logp_mask(action_mask, n):
+        return mask(action_mask, n).reshape(n, -1)
+
+    return Actor(sample, logp_value, value if use_value else None, f"vla-{cfg.action_head}", act, score,
+                 logp_mask if per_factor else None)
 
 
 def _with_privileged_critic(actor: Actor, critic: mlp_policy.ValueMLP) -> Actor:
@@ -202,7 +215,7 @@ def _with_privileged_critic(actor: Actor, critic: mlp_policy.ValueMLP) -> Actor:
     def score(scores, action_mask):
         return actor.score(scores, action_mask)[0], scores["value"]
 
-    return Actor(actor.sample, logp_value, value, actor.name + "+privileged-critic", act, score)
+    return Actor(actor.sample, logp_value, value, actor.name + "+privileged-critic", act, score, actor.logp_mask)
 
 
 CRITIC_PARAMS = ("value_hidden", "value_out")  # the VLA's own value-head modules

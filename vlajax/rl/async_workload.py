@@ -103,7 +103,8 @@ class RLWorkload:
         self._sample = jax.jit(sample)
 
         def step(env, params, state, env_actions, record, key, version):
-            fixed = actors.Actor(lambda *a, **k: (env_actions, record), actor.logp_value, actor.value, actor.name)
+            fixed = actors.Actor(lambda *a, **k: (env_actions, record), actor.logp_value, actor.value, actor.name,
+                                 logp_mask=actor.logp_mask)
             nxt, out = ro.actor_step(fixed, env, params, state, jax.random.wrap_key_data(key), version, True)
             out["next_value"] = actor.value(params, nxt.obs, nxt.info["episode"]["task_id"])  # used on the last row
             return nxt, out

@@ -5,6 +5,12 @@ log-probs are per decision (the sum over the executed part of the chunk's action
 the flow chain's stochastic step(s)), and `mask` ([N], bool or 0/1) selects the decisions
 that count. Each returns `(loss, metrics)` with scalar entries.
 
+Per-entry ratios (`rl.ratio_level='factor'`): the policy losses also take log-probs `[N, F]`, one
+per scored entry of a decision's chunk (a token, a flow-chain entry), with `factor_mask` [N, F]
+marking the entries that count. The ratio, its clip and the behaviour weight are then per entry
+(token-level PPO: DAPO, verl), and each decision's loss is the mean over its scored entries, so
+decisions keep equal weight. `approx_kl` / `behaviour_kl` are then per entry, not per decision.
+
 Means are `sum(x * mask) / normalizer`, with `normalizer = max(sum(mask), 1)` by default.
 The learner passes the *minibatch's* valid count when it splits a minibatch into
 micro-batches, so the micro-batch losses (and their gradients and metrics) add up exactly to
@@ -47,6 +53,20 @@ def _log_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array) -> jax.Arr
     return jnp.where(jnp.asarray(mask) > 0, logp - jax.lax.stop_gradient(old_logp), 0.0)
 
 
+def _factor_masks(logp: jax.Array, mask: jax.Array, factor_mask: jax.Array | None
+                  ) -> tuple[jax.Array, Any]:
+    """(the mask of what enters a ratio: [N] or [N, F], reduce: per-entry [N, F] -> per-decision [N]
+    mean over the decision's scored entries; the identity for decision-level log-probs [N])."""
+    if logp.ndim == 1:
+        return jnp.asarray(mask), lambda x: x
+    if factor_mask is None:
+        raise ValueError(f"per-entry log-probs {logp.shape} need factor_mask [N, F] (batch['logp_mask'])")
+    fm = jnp.asarray(factor_mask, jnp.float32)
+    count = jnp.maximum(jnp.sum(fm, axis=-1), 1.0)
+    full = (jnp.asarray(mask) > 0)[:, None] & (fm > 0)
+    return full, lambda x: jnp.sum(jnp.where(fm > 0, x, 0.0), axis=-1) / count
+
+
 def _approx_kl(log_ratio: jax.Array) -> jax.Array:
     """Per-sample `(r - 1) - log r` (>= 0; the k3 estimator of KL(old || new) under old samples)."""
     return jnp.expm1(log_ratio) - log_ratio
@@ -75,18 +95,25 @@ def clipped_surrogate(ratio: jax.Array, advantages: jax.Array, clip_low: float, 
     return loss, is_clipped, is_dual
 
 
+def _per_entry(advantages: jax.Array, logp: jax.Array) -> jax.Array:
+    return advantages[:, None] if logp.ndim == 2 else advantages
+
+
 def ppo_policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, mask: jax.Array, *,
-                    clip_low: float, clip_high: float, dual_clip: float = 0.0,
-                    normalizer: Any = None) -> tuple[jax.Array, Metrics]:
-    """PPO clipped policy loss. logp (current), old_logp (the sampling policy), advantages, mask: [N].
+                    clip_low: float, clip_high: float, dual_clip: float = 0.0, normalizer: Any = None,
+                    factor_mask: jax.Array | None = None) -> tuple[jax.Array, Metrics]:
+    """PPO clipped policy loss. logp (current), old_logp (the sampling policy): [N] (or [N, F] per
+    entry, with `factor_mask` [N, F]); advantages, mask: [N].
 
     Metrics: `approx_kl = mean((r - 1) - log r)`, `clip_frac` (clipped branch chosen),
     `dual_clip_frac`, `ratio_mean`.
     """
-    log_ratio = _log_ratio(logp, old_logp, mask)
+    ratio_mask, reduce = _factor_masks(logp, mask, factor_mask)
+    log_ratio = _log_ratio(logp, old_logp, ratio_mask)
     ratio = jnp.exp(log_ratio)
-    per, is_clipped, is_dual = clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip)
-    mean = lambda x: masked_mean(x, mask, normalizer)
+    per, is_clipped, is_dual = clipped_surrogate(ratio, _per_entry(advantages, logp), clip_low, clip_high,
+                                                 dual_clip)
+    mean = lambda x: masked_mean(reduce(x), mask, normalizer)
     loss = mean(per)
     metrics = {
         "policy_loss": loss,
@@ -101,11 +128,13 @@ def ppo_policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
 def decoupled_ppo_policy_loss(logp: jax.Array, prox_logp: jax.Array, behaviour_logp: jax.Array,
                               advantages: jax.Array, mask: jax.Array, *, clip_low: float, clip_high: float,
                               dual_clip: float = 0.0, weight_cap: float = 2.0, weight_mode: str = "drop",
-                              normalizer: Any = None) -> tuple[jax.Array, Metrics]:
+                              normalizer: Any = None, factor_mask: jax.Array | None = None
+                              ) -> tuple[jax.Array, Metrics]:
     """Decoupled PPO (AReaL) for samples produced by a stale behaviour policy.
 
     logp (current), prox_logp (proximal policy: the trainer's weights before this update),
-    behaviour_logp (the weights that produced the sample), advantages, mask: [N].
+    behaviour_logp (the weights that produced the sample): [N] (or [N, F] per entry, with
+    `factor_mask` [N, F]: weights, caps and ratios then per entry); advantages, mask: [N].
     `w = pi_prox / pi_b` (no gradient), `r' = pi_theta / pi_prox`,
     `l = w * clipped_surrogate(r', A)`. Samples with `w > weight_cap` are dropped
     (`weight_mode='drop'`, AReaL: weight 0, still counted in the denominator) or get `w = cap`
@@ -115,15 +144,17 @@ def decoupled_ppo_policy_loss(logp: jax.Array, prox_logp: jax.Array, behaviour_l
     """
     if weight_mode not in ("drop", "truncate"):
         raise ValueError(f"weight_mode must be 'drop' or 'truncate', got {weight_mode!r}")
-    m = jnp.asarray(mask) > 0
+    ratio_mask, reduce = _factor_masks(logp, mask, factor_mask)
+    m = jnp.asarray(ratio_mask) > 0
     log_w = jnp.where(m, jax.lax.stop_gradient(prox_logp) - jax.lax.stop_gradient(behaviour_logp), 0.0)
     w = jnp.exp(log_w)
     over = w > weight_cap
     w_used = jnp.where(over, 0.0 if weight_mode == "drop" else weight_cap, w)
-    log_ratio = _log_ratio(logp, prox_logp, mask)
+    log_ratio = _log_ratio(logp, prox_logp, ratio_mask)
     ratio = jnp.exp(log_ratio)
-    per, is_clipped, is_dual = clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip)
-    mean = lambda x: masked_mean(x, mask, normalizer)
+    per, is_clipped, is_dual = clipped_surrogate(ratio, _per_entry(advantages, logp), clip_low, clip_high,
+                                                 dual_clip)
+    mean = lambda x: masked_mean(reduce(x), mask, normalizer)
     loss = mean(w_used * per)
     metrics = {
         "policy_loss": loss,
@@ -204,7 +235,7 @@ def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value:
     """
     mask, adv = batch["mask"], batch["advantages"]
     clip = dict(clip_low=config.clip_low, clip_high=config.clip_high, dual_clip=config.dual_clip,
-                normalizer=normalizer)
+                normalizer=normalizer, factor_mask=batch.get("logp_mask"))
     if "prox_logp" in batch:
         loss, metrics = decoupled_ppo_policy_loss(
             logp, batch["prox_logp"], batch["old_logp"], adv, mask, weight_cap=config.behaviour_weight_cap,
@@ -221,7 +252,10 @@ def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value:
     if config.kl_coef > 0:
         if "ref_logp" not in batch:
             raise ValueError("rl.kl_coef > 0 needs batch['ref_logp'] (reference-policy log-probs)")
-        kl, m = kl_penalty(logp, batch["ref_logp"], mask, normalizer)
+        ref = batch["ref_logp"]
+        if logp.ndim == 2:  # per-entry log-probs (0 where unscored): the KL of whole decisions
+            logp, ref = jnp.sum(logp, axis=-1), jnp.sum(ref, axis=-1)
+        kl, m = kl_penalty(logp, ref, mask, normalizer)
         loss, metrics = loss + config.kl_coef * kl, metrics | m
     metrics["loss"] = loss
     return loss, metrics

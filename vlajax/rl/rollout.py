@@ -15,7 +15,9 @@ any step ended the episode (success or instability: `terminated`; time limit: `t
   actions | chain, sde_step | tokens   the actor's record (see `vlajax.rl.actors`)
   action_mask [T, B, H] bool      chunk steps the env executed (False after the episode ended)
   old_logp [T, B]                 the actor's `score` of its own sample (one prefix pass per
-                                  decision), else its `logp_value` on the record (the learner's formula)
+                                  decision), else its `logp_value` on the record (the learner's formula);
+                                  [T, B, F] per scored entry with `rl.ratio_level='factor'`, beside
+  logp_mask [T, B, F] float       which entries count (that mode only; `Actor.logp_mask`)
   old_values, final_values [T, B] V(s_k); V(final observation) on truncated decisions (PPO)
   last_value [B]                  V(s_T), in `traj["last_value"]` (no time axis)
   rewards, done, terminated, truncated, valid, success [T, B]
@@ -188,6 +190,8 @@ def actor_step(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array
         logp, value = actor.score(scores, action_mask)
     else:
         logp, _, value = actor.logp_value(params, scored, k_lp)
+    if actor.logp_mask is not None:  # rl.ratio_level='factor': logp [B, F], and which entries count
+        scored["logp_mask"] = actor.logp_mask(action_mask, task_id.shape[0])
 
     done = (nxt.done > 0) & valid
     truncated = done & (nxt.info["truncation"] > 0)
@@ -261,7 +265,7 @@ def advantage_inputs(traj: dict[str, jax.Array]) -> adv_lib.AdvantageInputs:
                                    valid=traj["valid"], values=values, next_values=next_values)
 
 
-_LEARNER_KEYS = ("obs", "task_id", "actions", "chain", "sde_step", "tokens", "action_mask", "old_logp",
+_LEARNER_KEYS = ("obs", "task_id", "actions", "chain", "sde_step", "tokens", "action_mask", "logp_mask", "old_logp",
                  "old_values", "version")
 
 
