@@ -70,6 +70,7 @@ class Protocol:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     arms: tuple[str, ...] = ("sync", "async-s1", "async-s2")
     min_pairs: int = 5  # the criterion is evaluated once this many seed pairs exist
+    rl_overrides: tuple[tuple[str, object], ...] = ()  # (field, value) pairs over the preset's rl section
 
     @property
     def steps_per_update(self) -> int:
@@ -94,6 +95,9 @@ PROTOCOLS = {
     "ppo-flow": Protocol(name="ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
                          init_recipe=FLOW_RECIPE, iterations=20, seeds=(0, 1, 2), arms=("sync", "async-s1"),
                          min_pairs=3),
+    # the GRPO workload with per-token importance ratios (rl.ratio_level='factor'): the candidate fix
+    # for the cost of staleness (per-chunk ratios multiply ~28 token ratios; docs/async.md)
+    "grpo-tokens-factor": Protocol(name="grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),)),
 }
 
 
@@ -118,7 +122,7 @@ def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
         raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
     cfg = preset(p.preset)
     rl = dict(init_from=p.init_from, num_iterations=p.iterations, eval_every=p.eval_every,
-              eval_episodes_per_task=p.eval_episodes, eval_seed=p.eval_seed)
+              eval_episodes_per_task=p.eval_episodes, eval_seed=p.eval_seed, **dict(p.rl_overrides))
     if cfg.rl.algo == "grpo":
         rl["group_size"] = p.group_size
     elif p.rollout_length:
