@@ -7,7 +7,6 @@ lanes: tests/pipeline/test_faults.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,24 +17,7 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("XLA_FLAGS", None)  # one CPU device, like a user's run
-    return env
-
-
-def _summary(stdout: str) -> dict:
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-    assert lines, stdout[-3000:]
-    return json.loads(lines[-1])
-
-
-def _steps(ckpt_dir: str) -> list[int]:
-    return sorted(int(d) for d in os.listdir(ckpt_dir) if d.isdigit())
+from tests.sft.test_cli import REPO, _env, _steps, _summary
 
 
 def _no_partial_checkpoints(ckpt_dir: str) -> None:
