@@ -50,7 +50,7 @@ class PolicyServer:
         self.host, self.port = host, port
         self.max_message_bytes = max_message_bytes
         self.drain_timeout_s = drain_timeout_s
-        self.worker = InferenceWorker(policy, max_wait_s)
+        self.worker = InferenceWorker(policy, max_wait_s, deliver=self._deliver)
         self.metadata = {**metadata, "batching": {"max_batch": policy.max_batch, "max_wait_ms": 1e3 * max_wait_s,
                                                   "buckets": list(policy.buckets), "replicas": policy.replicas,
                                                   "bucket_ms": {str(b): ms for b, ms in policy.bucket_ms.items()}},
@@ -99,6 +99,14 @@ class PolicyServer:
 
     # ---------------------------------------------------------------- connections
 
+    def _deliver(self, pairs: list[tuple[asyncio.Future, Any]]) -> None:
+        """Resolve a part's futures (called from a replica thread): one event-loop wake-up per part,
+        not one per request."""
+        if self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop already closed (drain timed out)
+            self._loop.call_soon_threadsafe(_resolve, pairs)
+
     def _health(self, connection: ServerConnection, request) -> Any:
         if request.path == "/healthz":
             if self.draining:
@@ -132,16 +140,10 @@ class PolicyServer:
             parsed = self.spec.parse(unpack(message))
         except (CodecError, ObsError) as e:
             return await self._error(ws, str(e))
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def done(result: Any) -> None:  # called from the inference thread
-            with contextlib.suppress(RuntimeError):  # the loop already closed (drain timed out)
-                loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
-
+        future = asyncio.get_running_loop().create_future()  # resolved by `_deliver`
         self.in_flight += 1  # until the answer is sent: draining waits for it
         try:
-            self.worker.submit(parsed, done)
+            self.worker.submit(parsed, future)
             result = await future
             if isinstance(result, BaseException):
                 return await self._error(ws, f"inference failed: {type(result).__name__}: {result}")
@@ -149,3 +151,9 @@ class PolicyServer:
             await ws.send(pack(result))
         finally:
             self.in_flight -= 1
+
+
+def _resolve(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+    for future, result in pairs:
+        if not future.done():  # a cancelled one: its client disconnected
+            future.set_result(result)
