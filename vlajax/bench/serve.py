@@ -16,6 +16,11 @@ The targets of issue 19 are computed per server setting and per repeat (ratios w
 repeat), reported as median [min, max] over repeats, not tuned for: 16 clients >= 6x the
 requests/s of 1 client; p95 at 16 clients <= 3x the single-client p50. The machine load
 (`/proc/loadavg`) before and after is recorded.
+
+`--baseline DIR` A/Bs server code: every `--replicas` setting is also served from the vlajax
+checkout at DIR (e.g. `git archive <commit> vlajax | tar -x -C DIR`), interleaved with this
+checkout's servers in every repeat; rows and summaries carry `code` ('current' / 'baseline').
+The clients are this checkout's in both arms.
 """
 
 from __future__ import annotations
@@ -85,7 +90,24 @@ def _example(meta: dict[str, Any], seed: int) -> dict[str, Any]:
     return obs
 
 
-async def _measure(url: str, clients: int, warmup_s: float, seconds: float) -> dict[str, Any]:
+def _server_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of a server's threads: the event loop (main thread), its other Python
+    threads (dispatcher, one per replica) and XLA's own threads (tf_*: where the forward passes run)."""
+    out = {"loop": 0.0, "threads": 0.0, "xla": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended
+            continue
+        comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        key = "loop" if int(tid) == pid else "xla" if comm.startswith("tf_") else "threads"
+        out[key] += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return out
+
+
+async def _measure(url: str, clients: int, warmup_s: float, seconds: float, pid: int | None = None) -> dict[str, Any]:
     from websockets.asyncio.client import connect
 
     from vlajax.serve.codec import pack, unpack
@@ -117,9 +139,19 @@ async def _measure(url: str, clients: int, warmup_s: float, seconds: float) -> d
                 batch.append(int(timing["batch_size"]))
                 server_ms.append((timing["queue_ms"], timing["infer_ms"], t1 - t0, timing["batch_size"]))
 
-    await asyncio.gather(*(lane(k) for k in range(clients)))
+    cpu: dict[str, Any] = {}
+
+    async def account() -> None:  # CPU the server and this process (the clients) spent in the measured window
+        await asyncio.sleep(max(t_start - time.monotonic(), 0.0))
+        s0, c0 = _server_cpu(pid) if pid else {}, time.process_time()
+        await asyncio.sleep(max(t_end - time.monotonic(), 0.0))
+        s1, c1 = _server_cpu(pid) if pid else {}, time.process_time()
+        cpu.update({k: s1[k] - s0[k] for k in s0}, client=c1 - c0)
+
+    await asyncio.gather(account(), *(lane(k) for k in range(clients)))
     for ws in conns:
         await ws.close()
+    n = max(len(lat), 1)
     ms = 1e3 * np.asarray(lat) if lat else np.zeros(1)
     return {"clients": clients, "requests": len(lat), "seconds": seconds,
             "requests_per_s": len(lat) / seconds, "p50_ms": float(np.percentile(ms, 50)),
@@ -130,6 +162,9 @@ async def _measure(url: str, clients: int, warmup_s: float, seconds: float) -> d
             "server_queue_ms_mean": float(np.mean([m[0] for m in server_ms])) if server_ms else 0.0,
             "server_infer_ms_mean": float(np.mean([m[1] for m in server_ms])) if server_ms else 0.0,
             **_tail(server_ms),
+            # CPU ms per answered request (measured window; load-independent where latency is not): the
+            # server's event loop, its other Python threads, XLA's compute threads; the bench's clients
+            "cpu_ms_per_request": {k: 1e3 * v / n for k, v in cpu.items()},
             "server_replicas": metas[0].get("batching", {}).get("replicas", 1)}
 
 
@@ -143,14 +178,14 @@ def _tail(server_ms: list[tuple]) -> dict[str, float]:
             "tail_batch": float(tail[:, 3].mean())}
 
 
-def _start_server(checkpoint: str, extra: list[str], log_path: str) -> tuple[subprocess.Popen, str]:
-    """`python -m vlajax.serve` on a free port (stderr to `log_path`). -> (process, ws url)."""
+def _start_server(checkpoint: str, extra: list[str], log_path: str, repo: str = REPO) -> tuple[subprocess.Popen, str]:
+    """`python -m vlajax.serve` of the checkout `repo` on a free port (stderr to `log_path`). -> (process, ws url)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("XLA_FLAGS", None)  # one CPU device, as a user runs it
     with open(log_path, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "vlajax.serve", "--checkpoint", checkpoint, "--port", "0",
-                                 *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+                                 *extra], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
     deadline = time.monotonic() + 900
@@ -180,7 +215,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     for setting in result["summary"]:
         rows = setting["rows"]
         c = [r["clients"] for r in rows]
-        label = f"replicas {setting['server_replicas']}"
+        label = f"replicas {setting['server_replicas']}" + (f", {setting['code']}" if result.get("baseline") else "")
 
         def band(key, rows=rows):
             med = np.asarray([r[key]["median"] for r in rows])
@@ -209,18 +244,24 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"median": float(np.median(values)), "min": float(np.min(values)), "max": float(np.max(values))}
 
 
-def summarize(rows: list[dict[str, Any]], replicas: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Per server setting: per client count median/min/max over repeats, and issue 19's targets
-    computed within each repeat (ratio of rows measured in the same repeat)."""
+def summarize(rows: list[dict[str, Any]], replicas: tuple[int, ...],
+              codes: tuple[str, ...] = ("current",)) -> list[dict[str, Any]]:
+    """Per server setting (code, replicas): per client count median/min/max over repeats, and issue
+    19's targets computed within each repeat (ratio of rows measured in the same repeat)."""
     out = []
-    for setting in replicas:
-        mine = [r for r in rows if r["replicas_flag"] == setting]
+    for code, setting in [(c, r) for c in codes for r in replicas]:
+        mine = [r for r in rows if r["replicas_flag"] == setting and r.get("code", "current") == code]
         counts = sorted({r["clients"] for r in mine})
         per = [{"clients": c, **{k: _stats([r[k] for r in mine if r["clients"] == c])
                                  for k in ("requests_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_batch")}}
                for c in counts]
-        entry: dict[str, Any] = {"replicas_flag": setting, "server_replicas": mine[0]["server_replicas"],
-                                 "rows": per}
+        for row in per:
+            cpus = [r["cpu_ms_per_request"] for r in mine
+                    if r["clients"] == row["clients"] and r.get("cpu_ms_per_request")]
+            if cpus:
+                row["cpu_ms_per_request"] = {k: _stats([c[k] for c in cpus]) for k in cpus[0]}
+        entry: dict[str, Any] = {"code": code, "replicas_flag": setting,
+                                 "server_replicas": mine[0]["server_replicas"], "rows": per}
         by = {(r["repeat"], r["clients"]): r for r in mine}
         reps = sorted({r["repeat"] for r in mine})
         if all((k, 1) in by and (k, 16) in by for k in reps):
@@ -249,6 +290,7 @@ class Args:
     max_wait_ms: float = 5.0  # server T_max
     replicas: tuple[int, ...] = (1, 0)  # one server per value of its --replicas (0 = its default, auto)
     repeats: int = 3  # measurements of every (server, client count), interleaved
+    baseline: str = ""  # also serve every --replicas setting from the vlajax checkout at this directory (A/B)
 
 
 def main(argv: list[str]) -> int:
@@ -257,6 +299,9 @@ def main(argv: list[str]) -> int:
             or not a.replicas or min(a.replicas) < 0 or len(set(a.replicas)) != len(a.replicas) or a.repeats < 1):
         print("error: --clients must be >= 1, --seconds > 0, --warmup-s >= 0, --max-batch >= 1, --max-wait-ms >= 0, "
               "--replicas distinct values >= 0, --repeats >= 1", file=sys.stderr)
+        return 2
+    if a.baseline and not os.path.isfile(os.path.join(a.baseline, "vlajax", "serve", "__main__.py")):
+        print(f"error: --baseline {a.baseline}: not a vlajax checkout (no vlajax/serve/__main__.py)", file=sys.stderr)
         return 2
     if a.checkpoint and not os.path.isdir(a.checkpoint):
         print(f"error: --checkpoint {a.checkpoint}: not a directory", file=sys.stderr)
@@ -275,34 +320,39 @@ def main(argv: list[str]) -> int:
             cfg = cfg.replace(checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False))
             ckpt = write_init_checkpoint(os.path.join(tmp, "checkpoints"), cfg)
         servers = {}
+        codes = {"current": REPO, **({"baseline": os.path.abspath(a.baseline)} if a.baseline else {})}
         try:
-            for r in a.replicas:
-                servers[r] = _start_server(ckpt, ["--max-batch", str(a.max_batch), "--max-wait-ms", str(a.max_wait_ms),
-                                                  "--replicas", str(r)], os.path.join(tmp, f"server{r}.log"))
+            for code, repo in codes.items():
+                for r in a.replicas:
+                    servers[code, r] = _start_server(
+                        ckpt, ["--max-batch", str(a.max_batch), "--max-wait-ms", str(a.max_wait_ms), "--replicas",
+                               str(r)], os.path.join(tmp, f"server_{code}{r}.log"), repo)
             rows = []
             for rep in range(a.repeats):
-                for r, (_, url) in servers.items():
+                for (code, r), (proc, url) in servers.items():
                     for c in a.clients:
-                        measured = asyncio.run(_measure(url, c, a.warmup_s, a.seconds))
-                        row = {"repeat": rep, "replicas_flag": r, **measured}
+                        measured = asyncio.run(_measure(url, c, a.warmup_s, a.seconds, proc.pid))
+                        row = {"repeat": rep, "code": code, "replicas_flag": r, **measured}
                         print(json.dumps(row), flush=True)
                         rows.append(row)
         finally:
-            codes = {}
-            for r, (proc, _) in servers.items():
+            exits = {}
+            for (code, r), (proc, _) in servers.items():
                 proc.send_signal(signal.SIGTERM)
-                codes[str(r)] = proc.wait(120)
+                exits[str(r) if code == "current" else f"{code}:{r}"] = proc.wait(120)
     result: dict[str, Any] = {
         "policy": a.checkpoint or f"{a.preset} (initialized)", "model": dataclasses.asdict(cfg.model)
         if not a.checkpoint else None, "max_batch": a.max_batch, "max_wait_ms": a.max_wait_ms,
         "seconds_per_row": a.seconds, "warmup_s": a.warmup_s, "repeats": a.repeats,
-        "summary": summarize(rows, a.replicas), "rows": rows, "server_exit_codes": codes,
+        "summary": summarize(rows, a.replicas, tuple(codes)), "rows": rows, "server_exit_codes": exits,
+        "baseline": os.path.abspath(a.baseline) if a.baseline else None,
         "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": _loadavg()},
         "reality": "all real: model forward on this CPU, websockets over loopback, clients in the bench process",
         "command": "python -m vlajax.bench serve " + " ".join(argv),
     }
     for entry in result["summary"]:
-        print(json.dumps({"server_replicas": entry["server_replicas"], "targets": entry.get("targets")}), flush=True)
+        print(json.dumps({"code": entry["code"], "server_replicas": entry["server_replicas"],
+                          "targets": entry.get("targets")}), flush=True)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "model", "summary")}), flush=True)
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
