@@ -17,15 +17,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (importer prefix, imported prefixes it must not reach): lower layers never import upper ones
 RULES = (
-    ("vlajax.pipeline", ("vlajax.rl", "vlajax.sft", "vlajax.evaluate", "vlajax.train", "vlajax.bench")),
-    ("vlajax.models", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluate", "vlajax.train",
+    ("vlajax.pipeline", ("vlajax.rl", "vlajax.sft", "vlajax.evaluation", "vlajax.train", "vlajax.bench")),
+    ("vlajax.models", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluation", "vlajax.train",
                        "vlajax.bench")),
-    ("vlajax.envs", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluate", "vlajax.train",
+    ("vlajax.envs", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluation", "vlajax.train",
                      "vlajax.models", "vlajax.bench")),
-    ("vlajax.data", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluate", "vlajax.train",
+    ("vlajax.data", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluation", "vlajax.train",
                      "vlajax.bench")),
-    ("vlajax.run_files", ("vlajax.sft", "vlajax.evaluate", "vlajax.rl", "vlajax.train")),
-    ("vlajax.evaluate", ("vlajax.sft", "vlajax.rl", "vlajax.train")),
+    ("vlajax.run_files", ("vlajax.sft", "vlajax.evaluation", "vlajax.rl", "vlajax.train")),
+    ("vlajax.evaluation", ("vlajax.sft", "vlajax.rl", "vlajax.train")),
     ("vlajax.rl.setup", ("vlajax.rl.loop", "vlajax.rl.async_loop", "vlajax.rl.async_workload", "vlajax.rl.command")),
     ("vlajax.rl.loop", ("vlajax.rl.async_loop", "vlajax.rl.async_workload", "vlajax.rl.command")),
     ("vlajax.rl.async_loop", ("vlajax.rl.loop", "vlajax.rl.command")),
@@ -154,13 +154,13 @@ def test_layer_rules(graph):
 
 def test_the_checks_catch_a_loop_and_a_rule_break():
     """The detector on small graphs: the two loops this package used to have, and a clean one."""
-    mods = {"vlajax.sft", "vlajax.evaluate", "vlajax.run_files", "vlajax", "vlajax.pipeline.w", "vlajax.rl.loop",
+    mods = {"vlajax.sft", "vlajax.evaluation", "vlajax.run_files", "vlajax", "vlajax.pipeline.w", "vlajax.rl.loop",
             "vlajax.rl"}
-    sft = module_imports("vlajax.sft", "def f():\n    from vlajax.evaluate import evaluate\n", mods)
-    ev = module_imports("vlajax.evaluate", "from vlajax import sft\nfrom vlajax.run_files import x\n", mods)
-    assert sft == {"vlajax.evaluate"} and ev == {"vlajax.sft", "vlajax.run_files"}
-    assert import_loops({"vlajax.sft": sft, "vlajax.evaluate": ev, "vlajax.run_files": set()}) == [
-        ["vlajax.evaluate", "vlajax.sft"]]
+    sft = module_imports("vlajax.sft", "def f():\n    from vlajax.evaluation import evaluate\n", mods)
+    ev = module_imports("vlajax.evaluation", "from vlajax import sft\nfrom vlajax.run_files import x\n", mods)
+    assert sft == {"vlajax.evaluation"} and ev == {"vlajax.sft", "vlajax.run_files"}
+    assert import_loops({"vlajax.sft": sft, "vlajax.evaluation": ev, "vlajax.run_files": set()}) == [
+        ["vlajax.evaluation", "vlajax.sft"]]
     three = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_loops(three) == [["a", "b", "c"]]
     assert import_loops({"a": {"b"}, "b": {"c"}, "c": set()}) == []
@@ -173,12 +173,14 @@ def test_the_checks_catch_a_loop_and_a_rule_break():
 
 
 def test_public_names_survive_importing_the_modules():
-    """`import vlajax.evaluate` binds the module on the package: no module imports at its top a module whose name
-    is also a public function (vlajax.evaluate), or `vlajax.evaluate(...)` would stop working after it."""
+    """Importing a module binds its name on the package: no public function (e.g. `vlajax.evaluate`, the
+    function of the module `vlajax.evaluation`) may share its name with a module, or it would stop working
+    once that module is imported."""
     import subprocess
     import sys
 
-    modules = ("vlajax.sft", "vlajax.run_files", "vlajax.rl.command", "vlajax.rl.async_loop", "vlajax.train")
+    modules = ("vlajax.sft", "vlajax.run_files", "vlajax.rl.command", "vlajax.rl.async_loop", "vlajax.train",
+               "vlajax.evaluation", "vlajax.robustness", "vlajax.serve.remote")
     code = ("import importlib, types, vlajax\n"
             f"for m in {modules!r}:\n"
             "    importlib.import_module(m)\n"

@@ -64,7 +64,7 @@ _API: dict[str, str] = {
     "run_async": "vlajax.rl.async_loop",
     "rl_train_async": "vlajax.rl.async_loop",
     # Evaluation
-    "evaluate": "vlajax.evaluate",
+    "evaluate": "vlajax.evaluation",
     "load_policy": "vlajax.run_files",
 }
 _RENAMES = {

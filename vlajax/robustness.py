@@ -2,7 +2,7 @@
 
 For each perturbation axis and level of `SPEC` (`env.robustness`: 'all', 'camera,lighting',
 'camera=1:3,noise=2'; see `vlajax.envs.perturb`) and once unperturbed (level 0), every task of the
-suite runs the same fixed-seed episodes as `vlajax.evaluate` (`episode_keys`: the initial states
+suite runs the same fixed-seed episodes as `vlajax.evaluation` (`episode_keys`: the initial states
 differ only by the perturbation). The levels are a traced argument of one jitted closed loop, so
 all axes and levels share one compile; level 0 is bit-identical to the plain evaluation.
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from vlajax import compile_cache
 from vlajax.config import ConfigError, TrainConfig
-from vlajax.evaluate import EVAL_STREAM, closed_loop, episode_keys
+from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys
 from vlajax.logging import write_gif
 from vlajax.run_files import load_policy
 
@@ -182,7 +182,7 @@ def plot(result: dict[str, Any], path: str) -> bool:
 
 def eval_command(cfg: TrainConfig) -> int:
     """The `eval` command: this module's table when `env.robustness` is set, else
-    `vlajax.serve.remote.run` (a checkpoint through `vlajax.evaluate.run`, or a policy server)."""
+    `vlajax.serve.remote.run` (a checkpoint through `vlajax.evaluation.run`, or a policy server)."""
     from vlajax.serve import remote
 
     if not cfg.env.robustness:

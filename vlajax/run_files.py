@@ -6,7 +6,7 @@ reads and writes them and rebuilds the train state's abstract shape (`abstract_t
 optimizer of `make_optimizer`, the VLA of `init_fn`) so a checkpoint restores onto a mesh.
 `vlajax.sft` writes a run with it; the RL loops write their own `config.json` and `policy.json`
 (`write_policy`, with `"source": "rl" | "async-rl"`) so their checkpoints are policies too.
-`vlajax.evaluate`, `vlajax.serve`, `vlajax.rl.setup` and the benches read one (`load_policy`
+`vlajax.evaluation`, `vlajax.serve`, `vlajax.rl.setup` and the benches read one (`load_policy`
 takes any of them, `load_config`). It imports none of them.
 """
 

@@ -19,7 +19,7 @@ The step consumes every batching mode through one path (`data.batching`):
 so the packed forward pass is the padded one per sample (tests/data/test_packing.py,
 tests/sft/test_sft.py). Optimizer: AdamW, linear warmup then cosine decay to
 `end_lr_fraction`, global-norm clipping, optional EMA of the parameters (`sft.ema_decay`;
-evaluation then uses the EMA). Closed-loop evaluation (`vlajax.evaluate.evaluate`) runs every
+evaluation then uses the EMA). Closed-loop evaluation (`vlajax.evaluation.evaluate`) runs every
 `sft.eval_every` steps and at the end (`-1` = never).
 
 Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `policy.json`
@@ -279,9 +279,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
 
 def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
-    # imported here, not at the top: importing the module `vlajax.evaluate` binds that name on the package,
-    # which would hide the function `vlajax.evaluate` of the public API (vlajax/__init__.py) from then on
-    from vlajax.evaluate import evaluate
+    from vlajax.evaluation import evaluate  # here: the eval stack (renderer, video) only when evaluating
 
     out_dir = os.path.join(cfg.output_dir, "eval", f"step-{step}")
     result = evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,

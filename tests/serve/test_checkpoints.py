@@ -10,7 +10,6 @@ trajectories (the GIFs of the first episodes are byte-identical).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import subprocess
@@ -69,7 +68,7 @@ def _eval_cfg(out: str, **sft):
 
 @pytest.mark.parametrize("kind", ["sft", "rl", "async-rl"])
 def test_eval_checkpoint_and_serve_to_openpi_client(checkpoints, tmp_path, kind):
-    evaluate = importlib.import_module("vlajax.evaluate")  # the module; vlajax.evaluate is the function
+    from vlajax import evaluation as evaluate
     from vlajax.policy import POLICY_FILE
 
     ckpt = checkpoints[kind]
@@ -93,7 +92,7 @@ def test_eval_checkpoint_and_serve_to_openpi_client(checkpoints, tmp_path, kind)
 
 
 def test_remote_eval_equals_local_eval(checkpoints, tmp_path):
-    evaluate = importlib.import_module("vlajax.evaluate")  # the module; vlajax.evaluate is the function
+    from vlajax import evaluation as evaluate
     from vlajax.serve import remote
 
     ckpt = checkpoints["sft"]

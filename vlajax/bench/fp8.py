@@ -75,7 +75,7 @@ def _load(ckpt_dir: str) -> dict:
 
 def _success(trained: dict, params, params_hat, episodes_per_task: int) -> dict:
     """Closed-loop mean success of the full-precision and the PTQ weights on the same seeded episodes."""
-    from vlajax.evaluate import evaluate  # noqa: PLC0415
+    from vlajax.evaluation import evaluate  # noqa: PLC0415
 
     out = {}
     for name, p in (("full_precision", params), ("fp8_ptq", params_hat)):

@@ -211,7 +211,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
                                    sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))
 
     def evaluate(params, iteration):
-        from vlajax.evaluate import evaluate as closed_loop_eval
+        from vlajax.evaluation import evaluate as closed_loop_eval
 
         out_dir = os.path.join(cfg.output_dir, "eval", f"iteration-{iteration}")
         res = closed_loop_eval(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,

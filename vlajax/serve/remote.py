@@ -1,6 +1,6 @@
 """Remote evaluation: `python -m vlajax.train eval --policy-server ws://HOST:PORT`.
 
-The closed-loop suite evaluation of `vlajax.evaluate` (same fixed episode seeds, same jitted
+The closed-loop suite evaluation of `vlajax.evaluation` (same fixed episode seeds, same jitted
 `lax.scan` over chunks and control steps, same per-task table and files), with the policy's
 action chunks coming from a policy server (`vlajax.serve`, or any server of openpi's protocol
 whose metadata names its observation keys). Each chunk boundary leaves the jitted loop through
@@ -16,7 +16,6 @@ that draws x_1 ~ N(0, I) samples its own noise per request (equal in distributio
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ __all__ = ["RemoteBridge", "run"]
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RemoteBridge:
-    """Stands in for `vlajax.policy.Bridge` in `vlajax.evaluate.closed_loop`: `act` asks the server."""
+    """Stands in for `vlajax.policy.Bridge` in `vlajax.evaluation.closed_loop`: `act` asks the server."""
 
     policy: RemotePolicy
     cameras: tuple[str, ...]
@@ -94,19 +93,19 @@ class RemoteBridge:
 
 
 def run(cfg: TrainConfig) -> int:
-    """The `eval` command: against `--policy-server URL` when given, else `vlajax.evaluate.run`."""
-    evaluate = importlib.import_module("vlajax.evaluate")  # the module; vlajax.evaluate is the function
+    """The `eval` command: against `--policy-server URL` when given, else `vlajax.evaluation.run`."""
+    from vlajax import evaluation
 
     url = cfg.sft.eval_policy_server
     if not url:
-        return evaluate.run(cfg)
+        return evaluation.run(cfg)
     try:
         bridge = RemoteBridge.connect(url, cfg.sft.eval_connections, cfg.env)
     except OSError as e:
         raise ConfigError(f"--policy-server {url}: cannot connect ({e})") from None
     out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-remote")
     try:
-        result = evaluate.evaluate(cfg, bridge, types.SimpleNamespace(cfg=None), {}, out_dir=out_dir)
+        result = evaluation.evaluate(cfg, bridge, types.SimpleNamespace(cfg=None), {}, out_dir=out_dir)
     except ServerError as e:
         raise ConfigError(f"the policy server refused a request: {e}") from None
     finally:
@@ -114,7 +113,7 @@ def run(cfg: TrainConfig) -> int:
     result["policy_server"] = {"url": url, "policy": bridge.policy.metadata.get("policy")}
     with open(os.path.join(out_dir, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)
-    print(evaluate.table_markdown(result), flush=True)
+    print(evaluation.table_markdown(result), flush=True)
     print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],
                       "episodes": result["episodes"], "out_dir": out_dir}), flush=True)
     return 0
