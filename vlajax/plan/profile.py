@@ -1,7 +1,8 @@
 """`python -m vlajax.plan profile --out RUN_DIR`: measure the component costs of the bench's RL workload.
 
-Builds the workload `python -m vlajax.bench async --workload rl` runs (same flags: preset,
-envs, slots, horizon, width, epochs, minibatches; `vlajax.bench.async_.rl_workload`) and times,
+Builds the RL workload of the bench-only slot path (`vlajax.bench.async_.rl_workload`, what
+`bench async --workload rl` ran before `bench async` drove the production loops; flags: preset,
+envs, slots, horizon, width, epochs, minibatches) and times,
 on this machine, each piece the pipeline calls, alone (nothing overlapping):
 
 - `infer(params, payloads)` of the slots (one call per decision, padded to the slot count),
@@ -148,7 +149,7 @@ def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median") ->
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-    """The command line (`--help` lists every option with its comment); workload flags as `bench async`."""
+    """The command line (`--help` lists every option with its comment); workload flags as `async_.rl_workload`."""
 
     out: str  # run directory; writes profile.json there
     preset: str = "rl-debug"  # the TrainConfig preset the RL workload starts from
