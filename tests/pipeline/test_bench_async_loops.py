@@ -48,7 +48,8 @@ def test_mode_configs():
 
 
 @pytest.mark.parametrize("args", [["--updates", "1"], ["--envs", "6", "--slots", "4"], ["--farm-scale", "0"],
-                                  ["--preset", "rl-grpo-tokens"], ["--modes", "nope"]])
+                                  ["--preset", "rl-grpo-tokens"], ["--modes", "nope"],
+                                  ["--render", "/nonexistent.json"], ["--json", "/nonexistent/dir/out.json"]])
 def test_bad_flags_are_refused_with_one_error_line(args):
     with pytest.raises(SystemExit) as e:
         async_loops.main(args)

@@ -273,7 +273,11 @@ class Args:
 
 def _check(a: Args) -> None:
     if a.render:
+        if not os.path.isfile(a.render):
+            cli.error(f"--render {a.render}: no such file")
         return
+    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
+        cli.error(f"--json {a.json}: its directory does not exist")
     if a.repeats < 1 or a.updates < 2:
         cli.error(f"--repeats must be >= 1 and --updates >= 2 (got {a.repeats}, {a.updates}): the timed window "
                   "runs from the end of the first timed update to the last")
