@@ -3,6 +3,7 @@ recompiles, and the bad-input table while a well-behaved client is served throug
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -93,6 +94,36 @@ def test_concurrent_clients_are_batched_without_recompiles(served):
     assert {r for _, r in results} == {0, 1}  # both replicas served
     assert sum(served.server.worker.batcher.batch_hist.values()) > before
     assert served.server.policy.traces == traces  # no recompiles under load
+
+
+def test_fire_when_all_waiting_skips_t_max_only_when_no_other_client_can_send(served):
+    from vlajax.serve.server import PolicyServer
+
+    base = served.server  # a second server on the same compiled policy, T_max 0.5 s, the rule on
+    meta = {k: v for k, v in base.metadata.items() if k not in ("batching", "max_message_bytes")}
+    eager = PolicyServer(base.policy, base.spec, meta, port=0, max_wait_s=0.5, fire_when_all_waiting=True)
+    ready = threading.Event()
+    thread = threading.Thread(target=lambda: asyncio.run(eager.run(lambda port: ready.set(), signals=False)),
+                              daemon=True)
+    thread.start()
+    assert ready.wait(60)
+    url = f"ws://127.0.0.1:{eager.port}"
+    try:
+        with _open(url) as (ws, meta):
+            assert meta["batching"]["fire_when_all_waiting"] is True
+            for k in range(3):  # the only client: nobody else can join its batch, so it fires at once
+                ws.send(pack(_good(meta, seed=k)))
+                assert unpack(ws.recv(timeout=60))["server_timing"]["queue_ms"] < 250
+            with _open(url):  # a second, idle client could still send: the request waits T_max
+                ws.send(pack(_good(meta)))
+                assert unpack(ws.recv(timeout=60))["server_timing"]["queue_ms"] >= 450
+    finally:
+        eager.request_stop()
+        thread.join(60)
+    with _open(served.url) as (ws, meta):  # the default: a lone request waits T_max (20 ms)
+        assert meta["batching"]["fire_when_all_waiting"] is False
+        ws.send(pack(_good(meta)))
+        assert unpack(ws.recv(timeout=60))["server_timing"]["queue_ms"] >= 19
 
 
 def test_a_batch_is_split_over_idle_replicas_only_where_that_is_faster(served):

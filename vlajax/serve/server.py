@@ -45,17 +45,22 @@ class PolicyServer:
 
     def __init__(self, policy: BatchedPolicy, spec: ObsSpec, metadata: dict[str, Any], *, host: str = "127.0.0.1",
                  port: int = 8000, max_wait_s: float = 0.005, max_message_bytes: int = 8 << 20,
-                 drain_timeout_s: float = 30.0):
+                 drain_timeout_s: float = 30.0, fire_when_all_waiting: bool = False):
         self.policy, self.spec = policy, spec
         self.host, self.port = host, port
         self.max_message_bytes = max_message_bytes
         self.drain_timeout_s = drain_timeout_s
-        self.worker = InferenceWorker(policy, max_wait_s, deliver=self._deliver)
+        # fire_when_all_waiting: a batch also fires as soon as every open connection has its request in
+        # the server (a connection is read one request at a time, so no other request can join it)
+        self.worker = InferenceWorker(policy, max_wait_s, deliver=self._deliver, all_waiting=(
+            (lambda: self.in_flight >= self.connections) if fire_when_all_waiting else None))
         self.metadata = {**metadata, "batching": {"max_batch": policy.max_batch, "max_wait_ms": 1e3 * max_wait_s,
+                                                  "fire_when_all_waiting": fire_when_all_waiting,
                                                   "buckets": list(policy.buckets), "replicas": policy.replicas,
                                                   "bucket_ms": {str(b): ms for b, ms in policy.bucket_ms.items()}},
                          "max_message_bytes": max_message_bytes}
         self.in_flight = 0
+        self.connections = 0  # open websocket connections (each has at most one request in the server)
         self.served = 0
         self.errors = 0
         self.draining = False
@@ -120,12 +125,15 @@ class PolicyServer:
         await ws.send(f"error: {problem}")
 
     async def _handle(self, ws: ServerConnection) -> None:
+        self.connections += 1
         try:
             await ws.send(pack(self.metadata))
             async for message in ws:
                 await self._one(ws, message)
         except websockets.ConnectionClosed:
             pass
+        finally:
+            self.connections -= 1
         log.debug("serve: %s closed", ws.remote_address)
 
     async def _one(self, ws: ServerConnection, message: bytes | str) -> None:
