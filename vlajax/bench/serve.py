@@ -165,7 +165,8 @@ async def _measure(url: str, clients: int, warmup_s: float, seconds: float, pid:
             # CPU ms per answered request (measured window; load-independent where latency is not): the
             # server's event loop, its other Python threads, XLA's compute threads; the bench's clients
             "cpu_ms_per_request": {k: 1e3 * v / n for k, v in cpu.items()},
-            "server_replicas": metas[0].get("batching", {}).get("replicas", 1)}
+            "server_replicas": metas[0].get("batching", {}).get("replicas", 1),
+            "server_bucket_ms": metas[0].get("batching", {}).get("bucket_ms")}  # the split's cost model
 
 
 def _tail(server_ms: list[tuple]) -> dict[str, float]:
