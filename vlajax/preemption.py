@@ -90,6 +90,11 @@ class StopRequest:
               "complete checkpoint is kept", file=sys.stderr, flush=True)
         os._exit(130)
 
+    @property
+    def reason(self) -> str:
+        """What asked for the stop, for the log: the signal's name, or another process's signal."""
+        return self.signal_name or "a signal to another process"
+
     def requested(self) -> bool:
         """Whether to stop after the step just completed (the same answer on every process)."""
         local = self.signal_name is not None

@@ -251,7 +251,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
                 end = done
             if done < end and stop.requested():  # SIGTERM / Ctrl-C: this step's checkpoint, then leave
-                log.warning("sft: interrupted (%s) after step %d; saving it", stop.signal_name, done)
+                log.warning("sft: interrupted (%s) after step %d; saving it", stop.reason, done)
                 end, status = done, "interrupted"
             ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
                       data_iter=loader, force=done in (total, end))

@@ -6,10 +6,10 @@ The synchronous loop and the asynchronous pipeline (`--pipeline.enabled`, issue 
 rollout host-local, training global) are both covered; the async runs also resume from their
 multi-process checkpoint."""
 
-import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ENVS, DECISIONS, H = 8, 4, 2  # rl-debug: num_envs, rollout_length, action_horizon
 
 
-def _launch_two(out: str, *extra: str, preset: str = "rl-debug", timeout: float = 900) -> list[tuple[str, str]]:
-    """Run the rl command once per process; -> [(stdout, stderr)] of processes 0 and 1, both exit 0.
+def _start_two(out: str, *extra: str, preset: str = "rl-debug", iterations: int = 1, progress: str = "none"
+               ) -> tuple[list, list]:
+    """Start the rl command once per process; -> (the Popen objects, their (stdout, stderr) log paths).
 
     Output goes to files: both processes log a lot, and a full pipe would stall the one not
     being read while the other waits for it at the shutdown barrier. The persistent compile
@@ -34,29 +35,38 @@ def _launch_two(out: str, *extra: str, preset: str = "rl-debug", timeout: float 
     os.makedirs(logs, exist_ok=True)
     paths = [(os.path.join(logs, f"p{pid}.out"), os.path.join(logs, f"p{pid}.err")) for pid in range(2)]
     procs = []
-    with contextlib.ExitStack() as stack:
-        for pid in range(2):
-            env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
-                   "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(pid), "VLAJAX_COMPILATION_CACHE": ""}
-            env.pop("XLA_FLAGS", None)
-            cmd = [sys.executable, "-m", "vlajax.train", "rl", "--preset", preset, "--output-dir", out,
-                   "--rl.num-iterations", "1", "--logging.progress", "none",
-                   "--distributed.local-device-count", "2", *extra]
-            o, e = (stack.enter_context(open(path, "w")) for path in paths[pid])
+    for pid in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+               "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(pid), "VLAJAX_COMPILATION_CACHE": ""}
+        env.pop("XLA_FLAGS", None)
+        cmd = [sys.executable, "-m", "vlajax.train", "rl", "--preset", preset, "--output-dir", out,
+               "--rl.num-iterations", str(iterations), "--logging.progress", progress,
+               "--distributed.local-device-count", "2", *extra]
+        with open(paths[pid][0], "w") as o, open(paths[pid][1], "w") as e:
             procs.append(subprocess.Popen(cmd, stdout=o, stderr=e, text=True, env=env, cwd=ROOT))
-        try:
-            for p in procs:
-                p.wait(timeout=timeout)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
+    return procs, paths
+
+
+def _wait_two(procs: list, paths: list, timeout: float) -> list[tuple[str, str]]:
+    """Wait for both processes; -> [(stdout, stderr)] of processes 0 and 1, both exit 0."""
+    try:
+        for p in procs:
+            p.wait(timeout=timeout)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     outs = []
     for pid, p in enumerate(procs):
         with open(paths[pid][0]) as o, open(paths[pid][1]) as e:
             outs.append((o.read(), e.read()))
         assert p.returncode == 0, f"process {pid} exited {p.returncode}:\n{outs[-1][1][-4000:]}"
     return outs
+
+
+def _launch_two(out: str, *extra: str, preset: str = "rl-debug", timeout: float = 900) -> list[tuple[str, str]]:
+    """Run the rl command once per process (1 iteration unless `extra` says otherwise) and wait for both."""
+    return _wait_two(*_start_two(out, *extra, preset=preset), timeout=timeout)
 
 
 def _summary(outs) -> dict:
@@ -155,3 +165,42 @@ def test_two_process_rl_async_pipeline_trains_globally_and_resumes(tmp_path, mod
     for _, err in outs:
         assert "rl async: resumed at update 1 (version 1)" in err
     assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["1", "2"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_sigterm_to_one_process_stops_both_after_the_same_iteration(tmp_path):
+    """A preemption notice that reaches one host only (SIGTERM to process 1): the processes agree on
+    it every iteration (`vlajax.preemption.StopRequest.requested`, one all-gather), so both stop after
+    the same iteration, save that iteration's checkpoint together and exit 0 -- none is left
+    waiting in a collective for a peer that has gone."""
+    import time
+
+    out = str(tmp_path / "run")
+    total = 200
+    procs, paths = _start_two(out, "--rl.eval-every", "-1", "--checkpoint.every-steps", "1000", iterations=total,
+                              progress="plain")
+    ckpt = os.path.join(out, "checkpoints")
+
+    def logged() -> str:
+        text = ""
+        for path in paths[0]:
+            with open(path) as f:
+                text += f.read()
+        return text
+
+    deadline = time.monotonic() + 900
+    while not re.search(rf"\[rl rl-debug\] [3-9]\d*/{total}", logged()):  # a few iterations done
+        assert all(p.poll() is None for p in procs), logged()[-4000:]
+        assert time.monotonic() < deadline, "no progress line"
+        time.sleep(1.0)
+    procs[1].send_signal(signal.SIGTERM)
+    outs = _wait_two(procs, paths, timeout=600)
+    summary = _summary(outs)
+    assert summary["status"] == "interrupted" and summary["start_iteration"] == 0
+    steps = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit())
+    k = steps[-1]  # the forced save of the last iteration (step 1: Orbax saves a directory's first step)
+    assert 2 <= k < total and steps[:-1] in ([], [1]), os.listdir(ckpt)
+    assert not [d for d in os.listdir(ckpt) if "tmp" in d], os.listdir(ckpt)
+    assert f"interrupted (SIGTERM) after iteration {k}" in outs[1][1]
+    assert f"interrupted (a signal to another process) after iteration {k}" in outs[0][1]  # process 0 got none

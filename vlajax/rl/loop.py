@@ -146,7 +146,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                     progress.update(done, {"success": host["success"], "return": host["episode_return"],
                                            "sps": host["env_steps_per_s"]})
                 if done < end and stop.requested():  # SIGTERM / Ctrl-C: this iteration's checkpoint, then leave
-                    log.warning("rl: interrupted (%s) after iteration %d; saving it", stop.signal_name, done)
+                    log.warning("rl: interrupted (%s) after iteration %d; saving it", stop.reason, done)
                     end, status = done, "interrupted"
                 ckpt.save(done, pack(state, env_state), force=done in (total, end),
                           extra={"iteration": done, "env_steps": env_steps, "config": cfg.name})
