@@ -171,7 +171,7 @@ def main() -> int:
         "python -m vlajax.train sft --preset sft-small --help      # every knob",
         "python -m vlajax.train rl --preset rl-grpo-tokens --rl.init-from <sft>/checkpoints",
         "python -m vlajax.train rl --preset rl-ppo-flow --pipeline.enabled ...   # asynchronous RL",
-        "python -m vlajax.bench async --json async.json           # sync vs async throughput",
+        "python -m vlajax.bench async --regimes mjx --repeats 1 --json async.json   # sync vs async throughput",
         "```",
     ]
     with open(os.path.join(report, "README.md"), "w") as f:

@@ -258,7 +258,8 @@ class Args:
     json: str = ""  # write the rows here
     preset: str = "rl-debug"  # the TrainConfig preset the workload starts from (a state-observation PPO preset)
     regimes: tuple[Literal["mjx", "cpu-sim", "emulated-farm"], ...] = REGIMES
-    modes: tuple[Literal[MODES], ...] = MODES  # type: ignore[valid-type]
+    # the loops to time: sync = rl.loop.train, the rest rl.async_loop.train_async in that mode
+    modes: tuple[Literal[MODES], ...] = MODES
     repeats: int = 3  # runs per (regime, mode); the outer loop
     updates: int = 20  # timed updates per run (after one warm-up update, which compiles)
     envs: int = 16  # env.num_envs (split into --slots slots in the slot modes)
