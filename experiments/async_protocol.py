@@ -96,7 +96,7 @@ PROTOCOLS = {
                          init_recipe=FLOW_RECIPE, iterations=20, seeds=(0, 1, 2), arms=("sync", "async-s1"),
                          min_pairs=3),
     # the GRPO workload with per-token importance ratios (rl.ratio_level='factor'): the candidate fix
-    # for the cost of staleness (per-chunk ratios multiply ~28 token ratios; docs/async.md)
+    # for the cost of staleness (a per-chunk ratio multiplies 16 token ratios; docs/async.md)
     "grpo-tokens-factor": Protocol(name="grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),)),
 }
 
