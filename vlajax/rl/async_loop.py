@@ -47,6 +47,7 @@ Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window m
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -176,7 +177,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
 
     `stop_at`: stop after that many updates (with a checkpoint), as if interrupted. The summary's
     `summary` covers the whole run (compiles included), `summary_steady` the window from the end
-    of this run's first update to its last (`update_times`: `time.monotonic()` as each ends).
+    of this run's first update to its last (`update_times`: `time.monotonic()` as each of the newest
+    10,000 updates ended; bounded, like every per-update record of a run).
     """
     p = cfg.pipeline
     distributed.initialize(cfg.distributed)
@@ -276,7 +278,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     evals: list[dict] = []
     steps_box = [env_steps]
     consumed = [0]  # env steps of the samples trained on in this run (all processes)
-    update_times: list[float] = []  # time.monotonic() as each update of this run ends
+    update_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic end of each update
+    first_update_end: list[float] = []  # the first one (it compiles): where the steady window starts
     progress = AsyncProgress(total, f"rl async {cfg.name}", cfg.logging.progress, cfg.logging.every_steps,
                              counters.updates, env_steps=timeline.total_env_steps)
 
@@ -292,6 +295,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
 
     def on_update(runner: AsyncRunner, record: dict) -> None:
         update_times.append(time.monotonic())
+        if not first_update_end:
+            first_update_end.append(update_times[-1])
         u = record["update"]
         m = dict(record["metrics"])
         if collect is not None:  # update u trained on collect calls (u - 1) * rb .. u * rb - 1
@@ -352,11 +357,11 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
              runner.counters.updates, version, checksum,
              sum(r["env_steps"] for r in runner.history), consumed[0])
     # the steady state: from the end of this run's first update (which compiles) to its last
-    steady = runner.summary(update_times[0], update_times[-1]) if len(update_times) > 1 else {}
+    steady = runner.summary(first_update_end[0], update_times[-1]) if len(update_times) > 1 else {}
     return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
             "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
             "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
-            "update_times": update_times, "summary_steady": steady,
+            "update_times": list(update_times), "summary_steady": steady,
             "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
 
 
