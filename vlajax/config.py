@@ -382,6 +382,13 @@ class DataConfig:
     state_norm: Literal["quantile", "mean_std"] = "mean_std"  # proprioceptive state normalization
     camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
     episodes_per_task: int = 50  # demos: successful expert episodes written per task
+    # demos: DART-style perturbations -- at every control step with this probability (when none is
+    # running and the fingertips are above 5 cm: never in a grasp or placement) the executed action is
+    # replaced for 1..demo_perturb_steps steps by a random full-speed xy(z) move (gripper command kept);
+    # the recorded label stays the expert's action, so the data show recoveries whose direction only
+    # the scene and the instruction give, not the gripper's own motion (0 = the expert's own trajectories)
+    demo_perturb_prob: float = 0.0
+    demo_perturb_steps: int = 6  # demos: longest perturbation (control steps); lengths are uniform in 1..this
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
     # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
     # (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb; a slot without a camera is masked)
@@ -391,6 +398,8 @@ class DataConfig:
         _check(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
         _check(self.num_threads >= 0 and self.prefetch >= 0, "data.num_threads and data.prefetch must be >= 0")
         _check(self.episodes_per_task >= 1, f"data.episodes_per_task must be >= 1, got {self.episodes_per_task}")
+        _check(0.0 <= self.demo_perturb_prob < 1.0 and self.demo_perturb_steps >= 1,
+               "data.demo_perturb_prob must be in [0, 1) and data.demo_perturb_steps >= 1")
         _check(min(self.pack_rows, self.pack_row_len, self.max_segments_per_row) >= 0,
                "data.pack_rows, data.pack_row_len and data.max_segments_per_row must be >= 0 (0 = automatic)")
         _check(0.0 <= self.camera_dropout < 1.0, f"data.camera_dropout must be in [0, 1), got {self.camera_dropout}")

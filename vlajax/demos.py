@@ -51,25 +51,63 @@ def make_env(cfg: TrainConfig, task: str, obs_mode: str = "pixels"):
     return registry.load(task, over)
 
 
-def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, episode_length: int):
+PERTURB_STREAM = 77  # rng stream (folded off an episode batch's key) of the demo perturbations
+PERTURB_MIN_Z = 0.05  # perturbations start only with the fingertips above this height (m)
+
+
+def perturbed_actions(rng: jax.Array, expert: jax.Array, left: jax.Array, move: jax.Array, prob: float,
+                      max_steps: int, allowed: jax.Array | bool = True):
+    """One control step of DART-style perturbations for a batch (see `DataConfig.demo_perturb_prob`).
+
+    expert [N, 4] the expert's actions, left int32 [N] steps of the running perturbation still to go,
+    move [N, 3] its direction -> (executed actions [N, 4], left, move). A new perturbation starts
+    with probability `prob` where none runs and `allowed` (bool [N]): a random direction (unit xy,
+    z in [-0.3, 0.3]) at full speed for 1..`max_steps` steps; the gripper command stays the expert's."""
+    n = expert.shape[0]
+    k_start, k_len, k_dir, k_z = jax.random.split(rng, 4)
+    start = (left <= 0) & allowed & (jax.random.uniform(k_start, (n,)) < prob)
+    angle = jax.random.uniform(k_dir, (n,), minval=0.0, maxval=2 * jnp.pi)
+    new_move = jnp.stack([jnp.cos(angle), jnp.sin(angle), jax.random.uniform(k_z, (n,), minval=-0.3, maxval=0.3)], -1)
+    move = jnp.where(start[:, None], new_move, move)
+    left = jnp.where(start, jax.random.randint(k_len, (n,), 1, max_steps + 1), left)
+    active = left > 0
+    executed = jnp.where(active[:, None], jnp.concatenate([move, expert[:, 3:]], -1), expert)
+    return executed, jnp.maximum(left - 1, 0), move
+
+
+def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, episode_length: int,
+                   perturb_prob: float = 0.0, perturb_steps: int = 6):
     """Expert episodes of task `task_id` (traced). Returns time-major arrays:
-    obs {key: [T, N, ...]} (the observation *before* each action), actions [T, N, 4],
-    success [T, N] bool (the task is solved after action t)."""
+    obs {key: [T, N, ...]} (the observation *before* each action), actions [T, N, 4] (the expert's
+    labels), success [T, N] bool (the task is solved after action t).
+
+    `perturb_prob` > 0: the env executes `perturbed_actions` (random full-speed moves of 1..
+    `perturb_steps` steps) while the recorded action stays the expert's, so the episode shows the
+    expert recovering from states off its own path (DART, Laskey et al. 2017). A perturbation starts
+    only while the fingertips are above `PERTURB_MIN_Z` (reaching, lifting, carrying), never during a
+    grasp or a placement near the table."""
     from vlajax.envs import experts
 
     act = jax.vmap(experts.make_expert(env))
     reset = jax.vmap(lambda k: env.reset_task(k, task_id))
     step = jax.vmap(env.step)
+    k_perturb = jax.random.fold_in(rng, PERTURB_STREAM)
 
-    def body(carry, _):
-        state, es = carry
+    def body(carry, t):
+        state, es, left, move = carry
         action, es = act(state, es)
-        nxt = step(state, action)
-        return (nxt, es), (state.obs, action, nxt.metrics["success"] > 0)
+        executed = action
+        if perturb_prob > 0:
+            high = state.data.qpos[:, env.idx.gripper_qpos[2]] > PERTURB_MIN_Z  # fingertip-centre z
+            executed, left, move = perturbed_actions(jax.random.fold_in(k_perturb, t), action, left, move,
+                                                     perturb_prob, perturb_steps, high)
+        nxt = step(state, executed)
+        return (nxt, es, left, move), (state.obs, action, nxt.metrics["success"] > 0)
 
     state = reset(jax.random.split(rng, num_episodes))
     es = jax.vmap(lambda _: experts.init_state())(jnp.arange(num_episodes))
-    _, (obs, actions, success) = jax.lax.scan(body, (state, es), None, length=episode_length)
+    left, move = jnp.zeros((num_episodes,), jnp.int32), jnp.zeros((num_episodes, 3))
+    _, (obs, actions, success) = jax.lax.scan(body, (state, es, left, move), jnp.arange(episode_length))
     return obs, actions, success
 
 
@@ -95,11 +133,14 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
     n, want, cap = e.num_envs, cfg.data.episodes_per_task, e.episode_length
     env = make_env(cfg, names[0])
     cams = tuple(e.cameras)
-    run = jax.jit(functools.partial(expert_rollout, env, num_episodes=n, episode_length=cap))
+    run = jax.jit(functools.partial(expert_rollout, env, num_episodes=n, episode_length=cap,
+                                    perturb_prob=cfg.data.demo_perturb_prob,
+                                    perturb_steps=cfg.data.demo_perturb_steps))
     features = policy_features(cams, e.image_size, 8, env.action_size, video=cfg.data.video)
     fps = BASE_CONTROL_HZ // max(1, e.action_repeat)
     root = jax.random.key(cfg.seed)
-    summary: dict = {"suite": e.suite, "tasks": {}, "episodes": 0, "frames": 0}
+    summary: dict = {"suite": e.suite, "tasks": {}, "episodes": 0, "frames": 0,
+                     "perturb": {"prob": cfg.data.demo_perturb_prob, "steps": cfg.data.demo_perturb_steps}}
     t0 = time.perf_counter()
     with (LeRobotWriter(out, fps=fps, features=features, robot_type="vlajax_tabletop") as writer,
           Progress(len(names) * want, f"demos {e.suite}", progress, every=1) as bar):
