@@ -27,6 +27,7 @@ save: the newest checkpoint is the last good one.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -65,7 +66,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
 
     `stop_at`: leave after that iteration (with a checkpoint), as if interrupted. The summary's
     `iteration_times` holds `[start, end, env_steps]` per iteration of this run (`time.monotonic`;
-    `vlajax.bench.async_loops` times the steady state from them). Raises
+    `vlajax.bench.async_loops` times the steady state from them); it and `history` keep the newest
+    10,000 iterations (bounded memory on runs of any length). Raises
     `learner.NonFiniteError` (after closing the checkpointer) on a non-finite update.
     """
     # ---- Start-up: processes, compile cache, mesh ----------------------------------------
@@ -115,8 +117,9 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
     total = cfg.rl.num_iterations
     end = total if stop_at is None else min(stop_at, total)
-    history, evals = [], []
-    times: list[list[float]] = []  # per iteration: monotonic start, end, env steps (throughput windows)
+    history: collections.deque[dict] = collections.deque(maxlen=10_000)
+    evals = []
+    times: collections.deque[list[float]] = collections.deque(maxlen=10_000)  # monotonic start, end, env steps
     t_start = time.perf_counter()
     status = "done"
     try:
@@ -159,5 +162,5 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
         ckpt.close()
         logger.close()
     return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
-            "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": history,
-            "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": times}
+            "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": list(history),
+            "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": list(times)}
