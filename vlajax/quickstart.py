@@ -6,18 +6,22 @@ Phases (each is the documented command, run as its own process):
             dim) on those demos
   3. rl     GRPO through the asynchronous pipeline (`--pipeline.enabled`) from the SFT
             checkpoint with the preset `rl-grpo-tokens` (token head, progress reward, 8 groups
-            of 4), at staleness 0 (verl's on-policy pipeline mode: rollout waits for each
-            update's weights; at staleness 1 GRPO lagged or collapsed, docs/results.md);
-            its closed-loop evaluations at update 0 (= the SFT policy) and at the end give
-            before/after
+            of 4), train-async at staleness 1 (rollout runs one policy version ahead of the
+            trainer) with decoupled PPO (proximal log-probs recomputed, behaviour weights
+            truncated): the issue-21 protocol's `async-s1` arm, whose paired difference to sync
+            contains 0 at every point from the midpoint on over 5 seed pairs (docs/async.md,
+            "Sample efficiency: the issue-21 protocol"); its closed-loop evaluations at update 0
+            (= the SFT policy) and at the end give before/after
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
 Each phase's output streams to the terminal (indented; the RL phase reports updates, env
 steps/s, staleness and success at least every 30 s) and to `<out>/logs/<phase>.log`.
-`VLAJAX_QUICKSTART_DIR` sets the output folder (default `runs/quickstart`);
-`VLAJAX_QUICKSTART_SIZE=smoke` shrinks every phase to a few steps (a wiring check, not a
-learning run).
+`VLAJAX_QUICKSTART_DIR` sets the output folder (default `runs/quickstart`; a previous run
+there is deleted first); `VLAJAX_QUICKSTART_SEED` (an integer >= 0, default 0) is the root seed
+(`--seed`) of every phase: the demos' episodes, SFT's init and batches, RL's streams and its
+evaluation episodes; `VLAJAX_QUICKSTART_SIZE=smoke` shrinks every phase to a few steps (a wiring
+check, not a learning run). An invalid value stops it with one `error:` line before anything runs.
 """
 
 from __future__ import annotations
@@ -38,6 +42,22 @@ SIZES = {
     "default": dict(episodes=5, sft_steps=500, rl_iterations=20, eval_episodes=20),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
 }
+
+
+def _settings(environ) -> tuple[str, int]:
+    """(size, seed) from `VLAJAX_QUICKSTART_SIZE` / `VLAJAX_QUICKSTART_SEED`; SystemExit with one
+    `error:` line when either is invalid."""
+    size = environ.get("VLAJAX_QUICKSTART_SIZE", "default")
+    if size not in SIZES:
+        raise SystemExit(f"error: VLAJAX_QUICKSTART_SIZE must be one of {', '.join(SIZES)}, got {size!r}")
+    raw = environ.get("VLAJAX_QUICKSTART_SEED", "0")
+    try:
+        seed = int(raw.strip())
+    except ValueError:
+        seed = -1
+    if seed < 0 or seed >= 2**31:
+        raise SystemExit(f"error: VLAJAX_QUICKSTART_SEED must be an integer in [0, 2**31), got {raw!r}")
+    return size, seed
 
 
 def _run(phase: str, args: list[str], log_path: str) -> None:
@@ -110,7 +130,8 @@ def _curves(tb_dirs: dict[str, str], out_png: str) -> list[str]:
 
 
 def main() -> int:
-    size = SIZES[os.environ.get("VLAJAX_QUICKSTART_SIZE", "default")]
+    size_name, seed = _settings(os.environ)
+    size = SIZES[size_name]
     _check_report_deps()
     if os.path.isdir(OUT):
         print(f"[quickstart] removing the previous quickstart run in {OUT}", flush=True)
@@ -121,26 +142,28 @@ def main() -> int:
     os.makedirs(report)
     t_start = time.time()
     demos, sft, rl = (os.path.join(OUT, p) for p in ("demos", "sft", "rl"))
-    smoke = size is SIZES["smoke"]
+    smoke = size_name == "smoke"
+    seed_args = ["--seed", str(seed)]
     sft_preset = "sft-tiny" if smoke else "sft-small"
 
     # ---- 1. Demonstrations ----------------------------------------------------------------
     _run("1/3 demos", ["demos", "--preset", sft_preset, "--suite", "goal",
-                       "--episodes-per-task", str(size["episodes"]), "--out", demos], os.path.join(logs, "demos.log"))
+                       "--episodes-per-task", str(size["episodes"]), "--out", demos, *seed_args],
+         os.path.join(logs, "demos.log"))
     # ---- 2. SFT ---------------------------------------------------------------------------
     _run("2/3 sft", ["sft", "--preset", sft_preset, "--data.dataset-dir", demos, "--output-dir", sft,
                      "--model.action-head", "tokens", "--model.num-bins", "64",
                      "--sft.num-steps", str(size["sft_steps"]), "--sft.eval-every", "-1",
-                     "--logging.progress", "plain"], os.path.join(logs, "sft.log"))
+                     "--logging.progress", "plain", *seed_args], os.path.join(logs, "sft.log"))
     # ---- 3. RL from the SFT checkpoint (evaluated at iteration 0 and at the end) ----------
     iters = size["rl_iterations"]
     rl_args = ["rl", "--preset", "rl-grpo-tokens", "--rl.init-from", os.path.join(sft, "checkpoints"),
                "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
                "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
-               "--logging.progress", "plain",
-               # the asynchronous pipeline, on-policy: at staleness 1 this GRPO recipe lagged or
-               # collapsed (docs/results.md, "Quickstart"); staleness 0 reproduces the sync loop
-               "--pipeline.enabled", "--pipeline.staleness-threshold", "0"]
+               "--logging.progress", "plain", *seed_args,
+               # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
+               # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
+               "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs"]
     if smoke:
         rl_args += ["--env.num-envs", "8", "--rl.group-size", "4", "--env.episode-length", "40"]
     _run("3/3 rl", rl_args, os.path.join(logs, "rl.log"))
@@ -158,8 +181,8 @@ def main() -> int:
     lines = [
         "# vlajax quickstart report", "",
         f"demos -> SFT -> RL -> eval on the goal suite in {minutes:.1f} minutes "
-        f"({size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} GRPO updates through the "
-        "asynchronous pipeline at staleness 0, "
+        f"(seed {seed}, {size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} GRPO updates "
+        "trained asynchronously (staleness 1: rollout runs one policy version ahead), "
         f"{size['eval_episodes']} evaluation episodes per task).", "",
         "| task | after SFT | after RL |", "|---|---:|---:|", *rows,
         f"| **mean** | **{before['mean_success'] * 100:.1f}%** | **{after['mean_success'] * 100:.1f}%** |", "",
