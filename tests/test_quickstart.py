@@ -32,3 +32,29 @@ def test_quickstart_smoke_writes_the_report(tmp_path):
     with open(os.path.join(out, "sft", "checkpoints", "policy.json")) as f:
         assert '"action_head": "tokens"' in f.read()
     assert os.path.isfile(os.path.join(out, "rl", "async_metrics.jsonl"))
+
+
+def test_quickstart_settings_parse_and_refuse():
+    """`VLAJAX_QUICKSTART_SEED` / `_SIZE`: defaults, a valid seed, and one `error:` line for an
+    invalid one (raised before any phase runs: `main` calls this first)."""
+    from vlajax.quickstart import _settings
+
+    assert _settings({}) == ("default", 0)
+    assert _settings({"VLAJAX_QUICKSTART_SEED": "2", "VLAJAX_QUICKSTART_SIZE": "smoke"}) == ("smoke", 2)
+    for bad in ("-1", "x", "1.5", "", str(2**31)):
+        with pytest.raises(SystemExit, match=r"^error: VLAJAX_QUICKSTART_SEED must be an integer"):
+            _settings({"VLAJAX_QUICKSTART_SEED": bad})
+    with pytest.raises(SystemExit, match=r"^error: VLAJAX_QUICKSTART_SIZE must be one of default, smoke"):
+        _settings({"VLAJAX_QUICKSTART_SIZE": "big"})
+
+
+def test_quickstart_refuses_a_bad_seed_before_running(tmp_path):
+    """The process exits 1 with one `error:` line and creates no output folder."""
+    out = tmp_path / "qs"
+    env = dict(os.environ, VLAJAX_QUICKSTART_SEED="-3", VLAJAX_QUICKSTART_DIR=str(out))
+    proc = subprocess.run([sys.executable, "-m", "vlajax.quickstart"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ["error: VLAJAX_QUICKSTART_SEED must be an integer in [0, 2**31), "
+                                                "got '-3'"]
+    assert proc.stdout == "" and not out.exists()
