@@ -1,5 +1,6 @@
 """The planner's discrete-event model: exact on deterministic cases, pacing bounds, sharing, costs I/O."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -118,3 +119,94 @@ def test_cli_refuses_bad_flags_before_simulating():
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--profile-from", "/nonexistent"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "profile.json not found" in r.stderr
+
+
+# -- the production loops on a CPU host (fused collect, host simulator calls, a multi-core host) --
+
+
+def test_multicore_host_shares_its_cores_max_min_fairly():
+    """Two one-core jobs on two cores run at solo speed; a two-core job beside a one-core job gets
+    the core the other leaves (half its solo speed) until that one ends."""
+    env = simpy.Environment()
+    dev = _Shared(env, capacity=2.0)
+    done = {}
+
+    def job(name, work, cores):
+        yield dev.run(work, cores)
+        done[name] = env.now
+
+    env.process(job("a", 1.0, 1.0))
+    env.process(job("b", 1.0, 1.0))
+    env.run()
+    assert done == {"a": pytest.approx(1.0), "b": pytest.approx(1.0)}
+    env = simpy.Environment()
+    dev = _Shared(env, capacity=2.0)
+    env.process(job("wide", 1.0, 2.0))
+    env.process(job("narrow", 0.5, 1.0))
+    env.run()  # wide: 0.5 of its work in the first 1.0 s (1 of 2 cores), then alone: 0.5 s more
+    assert done["narrow"] == pytest.approx(0.5) and done["wide"] == pytest.approx(1.0 + 0.5 - 0.25)
+
+
+def prod_costs(**kw):
+    base = dict(infer_s=((4, 0.01),), train_update_s=((8, 0.02),), collect_s=((4, 0.08),), host_sim_s=((4, 0.005),),
+                host_calls_per_decision=2.0, shared_compute=True, env_on_device=True, cores=1.0)
+    return Costs(**base | kw)
+
+
+def test_sync_through_the_fused_collect_matches_the_hand_computed_iteration():
+    """rl.loop.train: per decision the collect's compute, then its host calls, each lasting
+    max(real, the farm's draw); then the update. No publication, no preparation."""
+    p = Pipeline(envs=4, horizon=2, steps_per_decision=2, mode="sync", updates=3)
+    out = simulate(p, prod_costs(sim=SimLatency(median_s=0.01), prep_s_per_sample=1.0, sync_s=5.0))
+    per_update = 2 * (0.04 + 2 * 0.01) + 0.02
+    assert out["trained_env_steps_per_s"] == pytest.approx(4 * 2 * 2 / per_update, rel=1e-9)
+    no_farm = simulate(p, prod_costs())["trained_env_steps_per_s"]
+    assert no_farm == pytest.approx(16 / (2 * (0.04 + 2 * 0.005) + 0.02), rel=1e-9)
+
+
+def test_train_async_through_the_collect_overlaps_on_a_two_core_host():
+    """train_async (one rollouter lane calling collect, one trainer): on one core the update
+    takes time from rollout; on two cores (one-core jobs) it hides entirely behind it."""
+    p = Pipeline(envs=4, horizon=2, steps_per_decision=2, mode="train_async", updates=8)
+    c = prod_costs(host_sim_s=(), host_calls_per_decision=0.0, train_update_s=((8, 0.05),))
+    one, two = simulate(p, c), simulate(p, dataclasses.replace(c, cores=2.0))
+    assert two["trained_env_steps_per_s"] == pytest.approx(16 / 0.08, rel=1e-6)
+    assert one["trained_env_steps_per_s"] == pytest.approx(16 / 0.13, rel=1e-6)
+    assert two["staleness_max"] == 1
+
+
+def test_costs_from_a_profile_are_the_statistic_of_its_calls():
+    """profile's raw per-call seconds -> Costs: host simulator time taken out of the collect and
+    divided per call; the slot path's extra over the update is its preparation; cores from CPU/wall."""
+    from vlajax.plan.profile import costs_from_raw
+
+    raw = {"train/update": [0.010, 0.012, 0.011], "train/slots_update": [0.02, 0.02, 0.02],
+           "train/prepare": [0.002] * 3, "train/stream_item": [0.003] * 3, "train/stream_finish": [0.001] * 3,
+           "sync/publish": [0.0005] * 3, "c/collect": [0.10, 0.11, 0.12], "c/collect_host": [0.032] * 3,
+           "c/collect_host_calls": [16.0] * 3, "c/infer": [0.004] * 3, "c/step": [0.006] * 3,
+           "c/step_host": [0.001] * 3, "c/step_host_calls": [2.0] * 3}
+    for k in list(raw):
+        if not k.endswith("_calls") and not k.endswith("_host"):
+            raw[k + "@cpu"] = [v * (1.5 if k == "c/infer" else 1.0) for v in raw[k]]
+    raw["c/collect@cpu"] = [0.032 + 2 * (v - 0.032) for v in raw["c/collect"]]  # two cores outside the host calls
+    c = costs_from_raw(raw, {"envs": 16, "slots": 4, "horizon": 8}, cores=2.0)["c"]
+    assert c.collect_seconds(16) == pytest.approx(0.11 - 0.032)
+    assert c.host_sim_seconds(16) == pytest.approx(0.002) and c.host_sim_seconds(4) == pytest.approx(0.0005)
+    assert c.host_calls_per_decision == 2.0 and c.train_seconds(128) == pytest.approx(0.011)
+    assert c.prep_s_per_sample == pytest.approx(0.009 / 128)
+    assert dict(c.parallelism)["collect"] == pytest.approx(2.0) and dict(c.parallelism)["infer"] == pytest.approx(1.5)
+    assert costs_from_raw(raw, {"envs": 16, "slots": 4, "horizon": 8}, 2.0, "min")["c"].train_seconds(128) == 0.010
+
+
+@pytest.mark.slow
+def test_profile_measures_the_production_workload_end_to_end(tmp_path):
+    """A tiny production workload through `plan profile` (MJX only) and its costs back through `load`."""
+    from vlajax.plan import profile
+
+    r = subprocess.run([sys.executable, "-m", "vlajax.plan", "profile", "--out", str(tmp_path), "--envs", "4",
+                        "--slots", "2", "--horizon", "2", "--width", "16", "--physics", "jax", "--repeats", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    c = profile.load(tmp_path, "jax")
+    assert c.collect_seconds(4) > 0 and c.train_seconds(8) > 0 and c.infer_seconds(4) > 0 and c.cores >= 1
+    assert c.host_calls_per_decision == 0 and c.stream_item_s > 0

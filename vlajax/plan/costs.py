@@ -66,6 +66,9 @@ class SimLatency:
         return float(per_env.max())
 
 
+_TABLES = ("infer_s", "train_update_s", "env_compute_s", "collect_s", "host_sim_s")
+
+
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """What one workload's components cost on one kind of device (see the module docstring)."""
@@ -81,6 +84,26 @@ class Costs:
     shared_compute: bool = False  # all devices are one host (CPU): every compute queues on one resource
     infer_padded: bool = False  # an inference call costs its full configured batch (our slots pad rows)
     source: str = ""  # where the figures come from
+    # -- the production loops on a CPU host (`python -m vlajax.plan profile`); empty / 0 = not used --
+    collect_s: tuple[tuple[int, float], ...] = ()  # (envs, seconds of one fused `lax.scan` collect call without
+    #   its host simulator calls): sync and train_async roll out through it (rl.loop / the async loop's collect)
+    host_sim_s: tuple[tuple[int, float], ...] = ()  # (envs, real seconds of one host simulator call = one control
+    #   step of n envs, C MuJoCo in a host callback); a farm delays each call to max(real, slowest of n draws)
+    host_calls_per_decision: float = 0.0  # host simulator calls per decision (the executed chunk's control steps)
+    stream_item_s: float = 0.0  # streaming: work on each arriving micro-batch (preparation + its gradient)
+    stream_finish_s: float = 0.0  # streaming: the closing step (scale + apply the summed gradient)
+    cores: float = 1.0  # capacity of a shared host (`shared_compute`) in cores: jobs overlap up to it
+    parallelism: tuple[tuple[str, float], ...] = ()  # (component, cores one call of it keeps busy alone);
+    #   components: collect, host_sim, infer, step, train, prep, stream_item; missing = 1
+
+    def cores_of(self, component: str) -> float:
+        return dict(self.parallelism).get(component, 1.0)
+
+    def host_sim_seconds(self, n: int) -> float:
+        return interp(self.host_sim_s, n) if self.host_sim_s else 0.0
+
+    def collect_seconds(self, n: int) -> float:
+        return interp(self.collect_s, n)
 
     def infer_seconds(self, rows: int) -> float:
         return interp(self.infer_s, rows)
@@ -95,7 +118,7 @@ class Costs:
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        for k in ("infer_s", "train_update_s", "env_compute_s"):
+        for k in _TABLES:
             d[k] = [list(p) for p in d[k]]
         return d
 
@@ -105,9 +128,11 @@ class Costs:
         if unknown:
             raise ValueError(f"unknown cost fields {sorted(unknown)}")
         d = dict(d)
-        for k in ("infer_s", "train_update_s", "env_compute_s"):
+        for k in _TABLES:
             if k in d:
                 d[k] = tuple((int(a), float(b)) for a, b in d[k])
+        if "parallelism" in d:
+            d["parallelism"] = tuple((str(a), float(b)) for a, b in d["parallelism"])
         if "sim" in d:
             d["sim"] = SimLatency(**d["sim"])
         return cls(**d)

@@ -1,21 +1,30 @@
-"""`python -m vlajax.plan profile --out RUN_DIR`: measure the component costs of the bench's RL workload.
+"""`python -m vlajax.plan profile --out RUN_DIR`: measure the component costs of `bench async`'s production workload.
 
-Builds the RL workload of the bench-only slot path (`vlajax.bench.async_.rl_workload`, what
-`bench async --workload rl` ran before `bench async` drove the production loops; flags: preset,
-envs, slots, horizon, width, epochs, minibatches) and times,
-on this machine, each piece the pipeline calls, alone (nothing overlapping):
+Builds the workload `python -m vlajax.bench async` runs (`vlajax.bench.async_loops.run_config`:
+the same preset, envs, slots, horizon, width, one PPO epoch over one minibatch of `slots`
+micro-batches; flags as `bench async`'s, or `--from-bench JSON` to take them from a bench JSON's
+`meta`) and times, on this machine, with the code the production loops run, each piece alone
+(nothing overlapping), for each `--physics` (`jax` = MJX, `c` = C MuJoCo, no farm):
 
-- `infer(params, payloads)` of the slots (one call per decision, padded to the slot count),
-  for 1 slot (sync / train_async) and `--slots` slots;
-- one slot's `step` (the env chunk, behaviour scoring, the next value) for `envs / n` envs,
-  with each `--physics` (`jax` = MJX, `c` = C MuJoCo), without any latency model;
-- the trainer's update over one sync window (prepared micro-batches, `epochs x minibatches`),
-  and one micro-batch's preparation alone;
-- a weight publication (`device_put` of the params onto another device, completed).
+- `collect`: the synchronous loop's jitted fused collect (`rl.setup.collect`, the `lax.scan`
+  rollout over all envs + advantages + the learner batch; sync and train_async roll out through
+  it), and with C MuJoCo the real seconds and count of its host simulator calls
+  (`c_physics.host_timing`, as the bench records them);
+- `infer` / `step`: the slot modes' per-decision calls (`rl.async_workload.RLWorkload.env`:
+  the slots' batched `actor.sample`, padded to the slot count; one slot's `step`), with the
+  host simulator calls of a step;
+- the trainer (`rl.async_workload.Trainer` around the loop's sharded, donated `learner.update`):
+  one update on a collect batch (sync, train_async), one non-streaming update on `slots` slot
+  segments (preparation included), one slot segment's preparation alone, and streaming's
+  per-arrival work (preparation + gradient + accumulation) and its closing step;
+- a weight publication (the param server's snapshot copy + `device_put` onto the rollout
+  sharding, completed).
 
-Each is the median of `--repeats` calls after a compiling one. Writes `RUN_DIR/profile.json`:
-`{"workload": ..., "costs": {"jax": Costs, "c": Costs}, "raw": per-call seconds}` -- the
-`Costs` the planner reads with `--profile-from RUN_DIR` (`shared_compute`: a CPU host).
+Every call is timed in wall seconds and in this process's CPU seconds: their ratio is how many
+cores one call keeps busy alone (`Costs.parallelism`; the host simulator calls run on one
+thread: 1). The costs are the `--statistic`-of-the-calls after a compiling round (the statistic
+is fixed when the profile is read, `load`). Writes `RUN_DIR/profile.json`: `{"workload", "raw":
+per-call seconds, "costs": {"jax": Costs, "c": Costs}, "uptime_before/after", ...}`.
 """
 
 from __future__ import annotations
@@ -23,9 +32,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import pathlib
+import subprocess
+import tempfile
 import time
 from typing import Literal
 
@@ -37,101 +49,205 @@ from vlajax.plan.costs import Costs
 
 __all__ = ["main", "load", "profile", "costs_from_raw", "STATISTICS"]
 
-
-def _timed(fn, log: list):
-    def wrapped(*args):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        log.append(time.perf_counter() - t0)
-        return out
-    return wrapped
-
-
 STATISTICS = ("median", "min")
 
 
-def _stat(xs: list[float], skip: int, statistic: str = "median") -> float:
-    xs = xs[skip:] if len(xs) > skip else xs
+def _stat(xs: list[float], statistic: str = "median") -> float:
     return float(np.median(xs) if statistic == "median" else np.min(xs))
 
 
-def costs_from_raw(raw: dict[str, list[float]], envs: int, horizon: int, slots: int,
-                   statistic: str = "median") -> dict[str, Costs]:
-    """Per physics, the `Costs` of the per-call seconds in `raw` (the first, compiling call's entries
-    skipped). `statistic`: 'median' of the calls, or 'min' (the least disturbed call: on a loaded
-    machine other jobs only ever add time, so the minimum is the closer estimate of a quiet one)."""
+class _Clock:
+    """Per-call wall and process-CPU seconds into `raw[name]` / `raw[name + '@cpu']`."""
+
+    def __init__(self, raw: dict[str, list[float]]):
+        self.raw = raw
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, keep: bool = True):
+        t0, c0 = time.perf_counter(), time.process_time()
+        yield
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if keep:
+            self.raw.setdefault(name, []).append(wall)
+            self.raw.setdefault(name + "@cpu", []).append(cpu)
+
+
+def _cores(raw: dict, name: str, cores: float, host: str | None = None) -> float:
+    """Median over calls of the cores a call kept busy: CPU s / wall s (with `host`: the call's
+    host simulator seconds, single-threaded, taken out of both)."""
+    wall, cpu = np.asarray(raw[name]), np.asarray(raw[name + "@cpu"])
+    if host is not None:
+        h = np.asarray(raw[host])
+        wall, cpu = wall - h, cpu - h
+    return float(np.clip(np.median(cpu / np.maximum(wall, 1e-9)), 0.05, cores))
+
+
+def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statistic: str = "median") -> dict[str, Costs]:
+    """Per physics, the `Costs` of the per-call seconds in `raw` (timed calls only: the compiling
+    round is not in `raw`). `statistic`: 'median' of the calls, or 'min' (the least disturbed call)."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    st = functools.partial(_stat, statistic=statistic)
+    envs, slots, horizon = wl["envs"], wl["slots"], wl["horizon"]
+    decisions = envs * horizon
+    update = st(raw["train/update"])
+    slots_update = st(raw["train/slots_update"])
+    par_train = {"train": _cores(raw, "train/update", cores), "prep": _cores(raw, "train/prepare", cores),
+                 "stream_item": _cores(raw, "train/stream_item", cores)}
     out = {}
-    prep_item = _stat(raw["train/prepare_item"], 1, statistic)
-    update = _stat(raw["train/update_window"], 1, statistic)
     for physics in sorted({k.split("/")[0] for k in raw} - {"train", "sync"}):
-        infer, env = [], []
-        for n in sorted({1, slots}):
-            infer.append(_stat(raw[f"{physics}/infer_slots{n}"], horizon, statistic))
-            env.append((envs // n, _stat(raw[f"{physics}/step_envs{envs // n}"], horizon * n, statistic)))
+        c = physics == "c"
+        collect = st(raw[f"{physics}/collect"])
+        host = {}
+        if c:  # host simulator seconds and calls, of a collect (16 envs) and of a slot's step
+            n_col = st(raw["c/collect_host_calls"])
+            n_step = st(raw["c/step_host_calls"])
+            host = {envs: st(raw["c/collect_host"]) / n_col, envs // slots: st(raw["c/step_host"]) / n_step}
+            collect -= st(raw["c/collect_host"])
+            calls_per_decision = n_col / horizon
+            if abs(n_step - calls_per_decision) > 1e-9:
+                raise ValueError(f"host calls per decision differ: collect {calls_per_decision}, slot step {n_step}")
+        par = par_train | {
+            "collect": _cores(raw, f"{physics}/collect", cores, "c/collect_host" if c else None),
+            "infer": _cores(raw, f"{physics}/infer", cores),
+            "step": _cores(raw, f"{physics}/step", cores, "c/step_host" if c else None),
+            "host_sim": 1.0}
         out[physics] = Costs(
-            infer_s=((envs, float(np.mean(infer))),),  # padded to all envs either way
-            train_update_s=((envs * horizon, max(update - slots * prep_item, 0.0)),),
-            prep_s_per_sample=prep_item / (envs // slots * horizon), env_compute_s=tuple(sorted(env)),
-            env_on_device=True, sync_s=_stat(raw["sync/device_put"], 1, statistic), shared_compute=True,
-            infer_padded=True, source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
+            infer_s=((envs, st(raw[f"{physics}/infer"])),),  # slot infer: padded to all slots' envs
+            train_update_s=((decisions, update),),
+            prep_s_per_sample=max(slots_update - update, 0.0) / decisions,  # what the slot path adds to the update
+            env_compute_s=((envs // slots, st(raw[f"{physics}/step"])),), env_on_device=True,
+            sync_s=st(raw["sync/publish"]), shared_compute=True, infer_padded=True,
+            collect_s=((envs, collect),), host_sim_s=tuple(sorted(host.items())),
+            host_calls_per_decision=calls_per_decision if c else 0.0,
+            stream_item_s=st(raw["train/stream_item"]), stream_finish_s=st(raw["train/stream_finish"]),
+            cores=cores, parallelism=tuple(sorted(par.items())),
+            source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
     return out
 
 
-def profile(args) -> dict:
-    from vlajax.bench.async_ import rl_workload
-    from vlajax.config import AsyncConfig
-    from vlajax.pipeline.slots import SlotRollout
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
-    w, spec = rl_workload(args.preset, envs=args.envs, horizon=args.horizon, width=args.width,
-                          update_epochs=args.update_epochs, minibatches=args.minibatches)
-    dev = jax.devices()
-    state = jax.device_put(w.init_state(0), dev[0])
-    params = w.get_params(state)
+
+def profile(a: Args, wl: dict) -> dict:
+    import jax.numpy as jnp
+
+    import vlajax.presets  # noqa: F401  (registers the presets)
+    from vlajax import sharding
+    from vlajax.bench.async_loops import run_config
+    from vlajax.config import get_config
+    from vlajax.envs.tabletop import c_physics
+    from vlajax.pipeline.buffer import Trajectory
+    from vlajax.pipeline.slots import _stack
+    from vlajax.rl import learner
+    from vlajax.rl import setup as rl_setup
+    from vlajax.rl.async_workload import RLWorkload, Trainer
+    from vlajax.train_state import TrainState
+
+    uptime_before = _uptime()
+    base = dataclasses.replace(get_config(wl["preset"]), seed=a.seed)
     raw: dict[str, list[float]] = {}
-    items_by_n: dict[int, list] = {}
-    for physics in args.physics:
-        for n in sorted({1, args.slots}):
-            reset, step, infer = w.env(n, None, physics_impl=physics)
-            inf_log, step_log = [], []
-            cfg = AsyncConfig(num_slots=n, require_batches=n, max_batch=n)
-            ro = SlotRollout(cfg, reset=reset, step=_timed(step, step_log), infer=_timed(infer, inf_log),
-                             horizon=w.horizon, samples_per_slot=w.envs // n,
-                             env_steps_per_decision=w.envs // n * w.steps_per_decision)
-            for call in range(1 + args.repeats):  # one segment of every slot per call; the first compiles
-                items = ro.sample_step(0, params, call)
-            items_by_n.setdefault(n, items)
-            raw[f"{physics}/infer_slots{n}"] = inf_log
-            raw[f"{physics}/step_envs{w.envs // n}"] = step_log
-
-    # the trainer: one update over a window of prepared micro-batches; preparation alone
-    n = args.slots
-    trainer = w.trainer(dev[0], False, n)
-    upd_log, prep_log = [], []
-    for _ in range(1 + args.repeats):
-        t0 = time.perf_counter()
-        state, _ = trainer(state, iter(items_by_n[n]))
-        jax.block_until_ready(state.params)
-        upd_log.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        jax.block_until_ready(w._prepare(jax.device_put(items_by_n[n][0].data, dev[0])))
-        prep_log.append(time.perf_counter() - t0)
-    raw["train/update_window"], raw["train/prepare_item"] = upd_log, prep_log
-
-    # a weight publication onto another device (the control plane's device_put, completed)
-    target = dev[1] if len(dev) > 1 else dev[0]
-    sync_log = []
-    for _ in range(1 + args.repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(jax.device_put(w.get_params(state), target))
-        sync_log.append(time.perf_counter() - t0)
-    raw["sync/device_put"] = sync_log
-
-    out = {k: c.to_json() for k, c in costs_from_raw(raw, w.envs, w.horizon, args.slots).items()}
-    return {"workload": spec, "slots": args.slots, "costs": out, "raw": raw,
-            "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": {"cpu_count": os.cpu_count(), "devices": jax.device_count(),
+    clock = _Clock(raw)
+    block = jax.block_until_ready
+    tmp = tempfile.mkdtemp(prefix="plan_profile_")
+    envs, slots, horizon = wl["envs"], wl["slots"], wl["horizon"]
+    kw = dict(envs=envs, slots=slots, horizon=horizon, width=wl["width"], updates=2,
+              max_wait_ms=wl.get("max_wait_ms", 2.0), out_dir=tmp)
+    for physics in a.physics:
+        regime = "mjx" if physics == "jax" else "cpu-sim"
+        cfg = run_config(base, regime, "sync", **kw)
+        cfg_slots = run_config(base, regime, "+streaming", **kw)
+        setup = rl_setup.build(cfg)
+        wl["action_horizon"] = setup.action_horizon
+        mesh, rules = sharding.make_mesh(cfg.mesh), cfg.mesh.logical_rules
+        tx = learner.make_optimizer(cfg.rl)
+        init = lambda rng: TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))  # noqa: B023
+        state, shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+        # the loops' own jitted steps (rl.loop.train / rl.async_loop.train_async)
+        collect_fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup), donate_argnums=(1,))
+        update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
+                            in_shardings=(None, shardings, None), out_shardings=(shardings, None), donate_argnums=(1,))
+        timing_cm = c_physics.host_timing() if physics == "c" else contextlib.nullcontext()
+        with sharding.use_mesh(mesh, rules), timing_cm as tm:
+            host = lambda: (tm.real_s, tm.calls) if tm is not None else (0.0, 0)  # noqa: B023
+            env_state = rl_setup.place_env_state(
+                jax.jit(functools.partial(rl_setup.initial_env_state, cfg, setup.env))(), mesh)
+            # -- the fused collect ------------------------------------------------------------
+            batch = None
+            for call in range(1 + a.repeats):
+                k_collect, _ = rl_setup.iteration_keys(cfg.seed, call)
+                h0 = host()
+                with clock(f"{physics}/collect", keep=call > 0):
+                    env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(call))
+                    block((env_state, batch))
+                    jax.device_get(roll)
+                if call > 0 and tm is not None:
+                    raw.setdefault("c/collect_host", []).append(host()[0] - h0[0])
+                    raw.setdefault("c/collect_host_calls", []).append(float(host()[1] - h0[1]))
+            # -- the slot modes' per-decision calls ----------------------------------------------
+            work = RLWorkload(cfg_slots, setup)
+            reset, step, infer = work.env(slots, None)
+            envs_of = {s: reset(s) for s in range(slots)}
+            records = {s: [] for s in range(slots)}
+            for seg in range(1 + a.repeats):
+                records = {s: [] for s in range(slots)}
+                for _ in range(horizon):
+                    with clock(f"{physics}/infer", keep=seg > 0):
+                        outs = block(infer(state.params, [envs_of[s][1] for s in range(slots)]))
+                    for s, out in zip(range(slots), outs):
+                        h0 = host()
+                        with clock(f"{physics}/step", keep=seg > 0):
+                            env_state_s, payload, rec = block(step(s, envs_of[s][0], out))
+                        if seg > 0 and tm is not None:
+                            raw.setdefault("c/step_host", []).append(host()[0] - h0[0])
+                            raw.setdefault("c/step_host_calls", []).append(float(host()[1] - h0[1]))
+                        envs_of[s] = (env_state_s, payload)
+                        records[s].append(rec)
+            per = envs // slots
+            items = [Trajectory(_stack(records[s]), np.zeros(horizon, np.int32), per * horizon,
+                                horizon * per * setup.action_horizon) for s in range(slots)]
+            if physics != a.physics[0]:
+                continue
+            # -- the trainer (once: the same model and batch shapes whatever the physics) ---------
+            col_item = [Trajectory(batch, np.zeros(1, np.int32), envs * horizon, envs * horizon * setup.action_horizon)]
+            tr = Trainer(cfg, setup.actor, None, False, True, prepare=None, update_fn=update_fn)
+            for call in range(1 + a.repeats):
+                with clock("train/update", keep=call > 0):
+                    state, _ = tr(state, iter(col_item))
+                    block(state.params)
+            tr = Trainer(cfg_slots, setup.actor, None, False, True, prepare=work._prepare, update_fn=update_fn)
+            for call in range(1 + a.repeats):
+                with clock("train/slots_update", keep=call > 0):
+                    state, _ = tr(state, iter(items))
+                    block(state.params)
+                with clock("train/prepare", keep=call > 0):
+                    block(work._prepare(items[call % slots].data))
+            tr = Trainer(cfg_slots, setup.actor, None, True, True, prepare=work._prepare, update_fn=update_fn)
+            for call in range(1 + a.repeats):
+                k_update = rl_setup.iteration_keys(cfg.seed, call)[1]
+                acc = None
+                for i, item in enumerate(items):
+                    with clock("train/stream_item", keep=call > 0):
+                        out = tr._grads(state.params, tr._batch(item), jax.random.fold_in(k_update, i))
+                        acc = block(out if acc is None else tr._add(acc, out))
+                with clock("train/stream_finish", keep=call > 0):
+                    state, m = tr._finish(state, *acc)
+                    jax.device_get(m)
+                with clock("train/stream_update", keep=call > 0):  # the whole streaming update (a cross-check)
+                    state, _ = tr(state, iter(items))
+                    block(state.params)
+            # -- a weight publication: the param server's snapshot + device_put onto the rollout sharding
+            snap = jax.jit(lambda t: jax.tree.map(jnp.copy, t))
+            for call in range(1 + a.repeats):
+                with clock("sync/publish", keep=call > 0):
+                    block(jax.device_put(snap(state.params), shardings.params))
+    cores = float(len(os.sched_getaffinity(0)))
+    costs = {k: c.to_json() for k, c in costs_from_raw(raw, wl, cores, a.statistic).items()}
+    return {"workload": wl, "slots": slots, "costs": costs, "statistic": a.statistic, "raw": raw,
+            "command": "", "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "uptime_before": uptime_before, "uptime_after": _uptime(),
+            "machine": {"cpu_count": os.cpu_count(), "cores": cores, "devices": jax.device_count(),
                         "loadavg_1m": os.getloadavg()[0]}}
 
 
@@ -140,8 +256,7 @@ def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median") ->
     per-call seconds with `statistic`, see `costs_from_raw`)."""
     path = pathlib.Path(run_dir) / "profile.json"
     d = json.loads(path.read_text())
-    wl = d["workload"]
-    costs = costs_from_raw(d["raw"], wl["envs"], wl["horizon"], d.get("slots", 4), statistic)
+    costs = costs_from_raw(d["raw"], d["workload"], d["machine"]["cores"], statistic)
     if physics not in costs:
         raise ValueError(f"{path} has no costs for physics {physics!r} (has {sorted(costs)})")
     return costs[physics]
@@ -149,33 +264,42 @@ def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median") ->
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-    """The command line (`--help` lists every option with its comment); workload flags as `async_.rl_workload`."""
+    """The command line (`--help` lists every option with its comment); workload flags as `bench async`'s."""
 
     out: str  # run directory; writes profile.json there
-    preset: str = "rl-debug"  # the TrainConfig preset the RL workload starts from
-    envs: int = 16  # total envs
-    slots: int = 4  # env slots of the slot modes
-    horizon: int = 8  # decisions per segment
-    width: int = 1024  # MLP width (actor and critic)
-    update_epochs: int = 10  # PPO epochs per update
-    minibatches: int = 4  # PPO minibatches per epoch
-    physics: tuple[Literal["jax", "c"], ...] = ("jax", "c")  # simulators to time
-    repeats: int = 5  # timed calls after the compiling one
-    cpu_devices: int = 8  # virtual CPU devices (as the bench)
+    from_bench: str = ""  # take the workload (preset, envs, slots, horizon, width, max_wait_ms) from a bench JSON
+    preset: str = "rl-debug"  # the TrainConfig preset the workload starts from
+    envs: int = 16  # env.num_envs
+    slots: int = 4  # env slots of the slot modes; micro-batches of every mode's update
+    horizon: int = 8  # rl.rollout_length
+    width: int = 256  # model.width of the MLP actor and critic
+    max_wait_ms: float = 2.0  # dynamic batching of the slot modes (recorded; not timed)
+    physics: tuple[Literal["jax", "c"], ...] = ("jax", "c")  # simulators to time (jax = the mjx regime, c = cpu-sim)
+    repeats: int = 7  # timed rounds after the compiling one
+    statistic: Literal["median", "min"] = "median"  # of the calls, for the printed costs (validate re-reads raw)
+    seed: int = 0
 
 
 def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m vlajax.plan profile", description=__doc__.splitlines()[0])
-    if a.slots < 1 or a.envs % a.slots or a.repeats < 1 or not a.physics:
+    if a.from_bench:
+        if not os.path.isfile(a.from_bench):
+            cli.error(f"--from-bench {a.from_bench}: no such file")
+        meta = json.loads(pathlib.Path(a.from_bench).read_text())["meta"]
+        w = meta["workload"]
+        wl = {k: w[k] for k in ("preset", "envs", "slots", "horizon", "width")}
+        wl["max_wait_ms"] = meta.get("max_wait_ms", 2.0)
+    else:
+        wl = {"preset": a.preset, "envs": a.envs, "slots": a.slots, "horizon": a.horizon, "width": a.width,
+              "max_wait_ms": a.max_wait_ms}
+    if wl["slots"] < 1 or wl["envs"] % wl["slots"] or a.repeats < 1 or not a.physics:
         cli.error("--envs must split into --slots, --repeats must be >= 1 and --physics non-empty")
-    with contextlib.suppress(RuntimeError):
-        jax.config.update("jax_num_cpu_devices", a.cpu_devices)
-    result = profile(a)
+    result = profile(a, wl)
+    result["command"] = "python -m vlajax.plan profile " + " ".join(argv)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "profile.json").write_text(json.dumps(result, indent=1) + "\n")
     for physics, c in result["costs"].items():
         print(f"{physics}: " + json.dumps({k: v for k, v in c.items() if k != "source"}))
-    print(f"wrote {out / 'profile.json'}")
+    print(f"{result['uptime_before']}\n{result['uptime_after']}\nwrote {out / 'profile.json'}")
     return 0
-

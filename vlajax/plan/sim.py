@@ -130,25 +130,38 @@ class _Signal:
 
 
 class _Shared:
-    """A processor-sharing server: `run(work)` -> event that fires when `work` solo-seconds are done;
-    with k jobs in progress each advances at 1/k."""
+    """A processor-sharing server of `capacity` cores: `run(work, cores)` -> event that fires when
+    `work` solo-seconds are done. A job keeps `cores` cores busy when alone (clipped to the
+    capacity); the capacity is shared max-min fairly (water-filling: no job gets more than it
+    uses, what a small job leaves goes to the others) and a job given a of its c cores advances
+    at a / c of its solo speed. capacity 1 and one core per job: k jobs each advance at 1/k."""
 
-    def __init__(self, env: simpy.Environment):
-        self.env, self.jobs, self.last = env, [], 0.0
+    def __init__(self, env: simpy.Environment, capacity: float = 1.0):
+        self.env, self.capacity, self.jobs, self.last = env, float(capacity), [], 0.0
         self.kick = env.event()
         env.process(self._serve())
 
+    def _rates(self) -> list[float]:
+        order = sorted(range(len(self.jobs)), key=lambda i: self.jobs[i][2])
+        cap, left, rates = self.capacity, len(order), [0.0] * len(self.jobs)
+        for i in order:
+            c = self.jobs[i][2]
+            a = min(c, cap / left)
+            cap, left = cap - a, left - 1
+            rates[i] = a / c
+        return rates
+
     def _advance(self) -> None:
         if self.jobs:
-            dt = (self.env.now - self.last) / len(self.jobs)
-            for j in self.jobs:
-                j[0] -= dt
+            dt = self.env.now - self.last
+            for j, r in zip(self.jobs, self._rates()):
+                j[0] -= dt * r
         self.last = self.env.now
 
-    def run(self, work: float) -> simpy.Event:
+    def run(self, work: float, cores: float = 1.0) -> simpy.Event:
         self._advance()
         ev = self.env.event()
-        self.jobs.append([work, ev])
+        self.jobs.append([work, ev, min(max(float(cores), 1e-3), self.capacity)])
         if not self.kick.triggered:
             self.kick.succeed()
         return ev
@@ -160,7 +173,7 @@ class _Shared:
                 yield self.kick
                 continue
             self.kick = self.env.event()
-            nxt = min(j[0] for j in self.jobs) * len(self.jobs)
+            nxt = min(j[0] / r for j, r in zip(self.jobs, self._rates()))
             yield self.env.any_of([self.kick, self.env.timeout(max(nxt, 0.0))])
             self._advance()
             for j in [j for j in self.jobs if j[0] <= 1e-12]:
@@ -173,7 +186,7 @@ class _Run:
         self.p, self.c = p, costs
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        shared = _Shared(self.env) if costs.shared_compute else None
+        shared = _Shared(self.env, costs.cores) if costs.shared_compute else None
         self.dev = [shared or _Shared(self.env) for _ in range(p.devices)]
         self.R = p.rollout_devices
         self.per_slot = p.envs // (self.R * p.num_slots)
@@ -197,6 +210,8 @@ class _Run:
         self.consumed_log: list[tuple[float, int]] = []  # (time, staleness)
         self.batches: list[int] = []
         self.done = self.env.event()
+        # sync / train_async roll out through the fused collect when its cost is given (the production loops)
+        self.collect_path = bool(costs.collect_s) and not p.slot_modes
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -204,18 +219,49 @@ class _Run:
         if self.env.now > t0:
             self.idle.setdefault(lane, []).append((t0, self.env.now))
 
-    def _hold(self, devices, seconds: float):
-        """`seconds` of solo work on each distinct device of `devices` (data parallel); waits for all."""
-        yield self.env.all_of([d.run(seconds) for d in dict.fromkeys(devices)])
+    def _hold(self, devices, seconds: float, component: str = ""):
+        """`seconds` of solo work on each distinct device of `devices` (data parallel); waits for all.
+        `component`: whose parallelism (`costs.cores_of`) the work has on a shared host."""
+        cores = self.c.cores_of(component) if component else 1.0
+        yield self.env.all_of([d.run(seconds, cores) for d in dict.fromkeys(devices)])
+
+    def _host_calls(self, device: int, n: int):
+        """The host simulator calls of one decision of n envs: each holds the host for its real
+        seconds, and under a farm (`costs.sim`) lasts max(real, the slowest of n per-env draws)."""
+        for _ in range(round(self.c.host_calls_per_decision)):
+            t0 = self.env.now
+            real = self.c.host_sim_seconds(n)
+            if real > 0:
+                yield from self._hold([self.dev[device]], real, "host_sim")
+            left = self.c.sim.batch_seconds(self.rng, n, 1) - (self.env.now - t0)
+            if left > 0:
+                yield self.env.timeout(left)
+
+    def _collect(self, device: int, n: int):
+        """One fused collect call over n envs (`rl.setup.collect`): per decision its share of the
+        call's compute, then its host simulator calls (none with MJX)."""
+        per_decision = self.c.collect_seconds(n) / self.p.horizon
+        for _ in range(self.p.horizon):
+            yield from self._hold([self.dev[device]], per_decision, "collect")
+            yield from self._host_calls(device, n)
+            self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
 
     def _step_env(self, device: int, n: int):
-        """One chunk call of n envs: max(simulator draw, in-process compute incl. waiting for the device)."""
+        """One chunk call of n envs: max(simulator draw, in-process compute incl. waiting for the device);
+        with host simulator calls: the call's other compute, then each host call (see `_host_calls`)."""
+        if self.c.host_calls_per_decision > 0:
+            rest = self.c.env_compute_seconds(n) - round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
+            if rest > 0:
+                yield from self._hold([self.dev[device]], rest, "step")
+            yield from self._host_calls(device, n)
+            self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
+            return
         t0 = self.env.now
         draw = self.c.sim.batch_seconds(self.rng, n, self.p.steps_per_decision)
         compute = self.c.env_compute_seconds(n)
         if compute > 0:
             if self.c.env_on_device:
-                yield from self._hold([self.dev[device]], compute)
+                yield from self._hold([self.dev[device]], compute, "step")
             else:
                 yield self.env.timeout(compute)
         left = draw - (self.env.now - t0)
@@ -225,12 +271,12 @@ class _Run:
 
     def _train(self, samples: int):
         devs = [self.dev[i] for i in self.p.train_devices]
-        yield from self._hold(devs, self.c.train_seconds(samples, len(self.p.train_devices)))
+        yield from self._hold(devs, self.c.train_seconds(samples, len(self.p.train_devices)), "train")
 
     def _prep(self, samples: int):
         if self.c.prep_s_per_sample > 0:
             devs = [self.dev[i] for i in self.p.train_devices]
-            yield from self._hold(devs, self.c.prep_s_per_sample * samples)
+            yield from self._hold(devs, self.c.prep_s_per_sample * samples, "prep")
 
     def _finish_update(self):
         self.updates += 1
@@ -256,13 +302,17 @@ class _Run:
         decisions = p.envs * p.horizon  # per update
         while self.updates < self.total_updates:
             t0 = self.env.now
-            yield self.env.timeout(self.c.sync_s)  # weights onto the rollout devices
-            procs = [self.env.process(self._sync_collect(d, per_dev)) for d in range(self.R)]
+            if self.collect_path:  # rl.loop.train: the fused collect, then the update (no publication)
+                procs = [self.env.process(self._collect(d, per_dev)) for d in range(self.R) for _ in range(p.trigger)]
+            else:
+                yield self.env.timeout(self.c.sync_s)  # weights onto the rollout devices
+                procs = [self.env.process(self._sync_collect(d, per_dev)) for d in range(self.R)]
             yield self.env.all_of(procs)
             self._idle("trainer", t0)
             t1 = self.env.now
             for _ in range(p.trigger):
-                yield from self._prep(decisions)
+                if not self.collect_path:  # collect returns the learner batch prepared
+                    yield from self._prep(decisions)
                 yield from self._train(decisions)
                 self.consumed += p.envs
                 self.consumed_log.append((self.env.now, 0))
@@ -272,7 +322,7 @@ class _Run:
 
     def _sync_collect(self, d: int, n: int):
         for _ in range(self.p.horizon * self.p.trigger):
-            yield from self._hold([self.dev[d]], self.c.infer_seconds(n))
+            yield from self._hold([self.dev[d]], self.c.infer_seconds(n), "infer")
             self.batches.append(1)
             yield from self._step_env(d, n)
 
@@ -280,6 +330,22 @@ class _Run:
 
     def _allowance(self, version: int) -> int:
         return self.consumed_at[version] + self.budget - self.reserved
+
+    def collect_lane(self, d: int):
+        """train_async in the async loop (`pipeline.num_slots == 1`): the runner's rollouter lane
+        reserves a call's samples under the installed version (`TrajectoryBuffer.reserve`), then
+        runs the fused collect with the newest weights; the item is the learner batch, prepared."""
+        lane, n = f"rollouter/d{d}s0", self.per_slot
+        while True:
+            t0 = self.env.now
+            while self._allowance(self.installed) < n:
+                yield self.changed.event
+            self._idle(lane, t0)
+            version, start = self.installed, self.reserved
+            self.reserved += n
+            yield from self._collect(d, n)
+            self.items.append({"window": start // self.W, "samples": n, "version_min": version})
+            self.changed.fire()
 
     def slot(self, d: int, s: int, queue: list, wake: _Signal):
         p, lane = self.p, f"rollouter/d{d}s{s}"
@@ -334,7 +400,7 @@ class _Run:
             batch, queue[:] = queue[:max_batch], queue[max_batch:]
             rows = (max_batch if self.c.infer_padded else len(batch)) * self.per_slot
             version = self.installed if p.partial else self.gate_current
-            yield from self._hold([self.dev[d]], self.c.infer_seconds(rows))
+            yield from self._hold([self.dev[d]], self.c.infer_seconds(rows), "infer")
             self.batches.append(len(batch))
             for _, reply in batch:
                 reply.succeed(version)
@@ -355,12 +421,19 @@ class _Run:
                 taken += it["samples"]
                 self.consumed_log.append((self.env.now, self.version - it["version_min"]))
                 self.changed.fire()
-                if p.streaming:
+                if p.streaming and self.c.stream_item_s > 0:  # preparation + gradient on arrival
+                    devs = [self.dev[i] for i in p.train_devices]
+                    yield from self._hold(devs, self.c.stream_item_s, "stream_item")
+                elif p.streaming:
                     yield from self._prep(it["samples"] * p.horizon)
             decisions = taken * p.horizon
-            if not p.streaming:
-                yield from self._prep(decisions)
-            yield from self._train(decisions)
+            if p.streaming and self.c.stream_item_s > 0:  # the summed gradient applied
+                devs = [self.dev[i] for i in p.train_devices]
+                yield from self._hold(devs, self.c.stream_finish_s, "train")
+            else:
+                if not p.streaming and not self.collect_path:
+                    yield from self._prep(decisions)
+                yield from self._train(decisions)
             self._finish_update()
 
     # -- run --------------------------------------------------------------------------------
@@ -369,6 +442,10 @@ class _Run:
         p = self.p
         if p.mode == "sync":
             self.env.process(self.sync())
+        elif self.collect_path:
+            for d in range(self.R):
+                self.env.process(self.collect_lane(d))
+            self.env.process(self.trainer())
         else:
             for d in range(self.R):
                 for g in range(p.generators):
@@ -381,6 +458,7 @@ class _Run:
         return self.metrics()
 
     def metrics(self) -> dict:
+        p = self.p
         t0, t1 = self.update_ends[0], self.update_ends[-1]
         span = t1 - t0
         steps = sum(n for t, n in self.env_steps if t0 < t <= t1)
@@ -397,7 +475,11 @@ class _Run:
                                   for k in lanes])) / span
         else:
             roll = idle_ratio("rollouter")
-        return {"env_steps_per_s": steps / span, "trainer_idle_ratio": idle_ratio("trainer"),
+        per_update = p.envs * p.horizon * p.steps_per_decision  # env steps each update trains on
+        return {"env_steps_per_s": steps / span,
+                # what bench async's production rows report: env steps trained on per second
+                "trained_env_steps_per_s": (len(self.update_ends) - 1) * per_update / span,
+                "trainer_idle_ratio": idle_ratio("trainer"),
                 "rollouter_idle_ratio": roll, "staleness_mean": float(np.mean(stale)) if stale else 0.0,
                 "staleness_max": float(max(stale)) if stale else 0.0,
                 # requests per call in the slot modes; the envs of one call otherwise (as the bench reports)

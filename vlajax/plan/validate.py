@@ -38,8 +38,21 @@ from vlajax.plan.sim import Pipeline, simulate_mean
 
 __all__ = ["DEFAULT_RUNS", "row_pipeline", "validate", "render", "main"]
 
-DEFAULT_RUNS = ("docs/bench/async_cphysics.json", "docs/bench/async_mjx_s6.json",
-                "docs/bench/async_cphysics_confirm.json", "docs/bench/async_cphysics_confirm_2.json")
+DEFAULT_RUNS = ("docs/bench/async_production_planval.json",)
+PRODUCTION_REGIMES = ("mjx", "cpu-sim", "emulated-farm")  # rows of the production-loop bench (async_loops)
+
+
+def _production(meta: dict) -> bool:
+    return "micro_batches" in meta.get("workload", {})
+
+
+def check_workload(meta: dict, profile_wl: dict, path: str) -> None:
+    """The profile must be of the rows' workload (production rows: preset, envs, slots, horizon, width)."""
+    wl = meta["workload"]
+    keys = ("preset", "envs", "slots", "horizon", "width")
+    diff = {k: (profile_wl.get(k), wl.get(k)) for k in keys if k in wl and profile_wl.get(k) != wl.get(k)}
+    if diff:
+        raise ValueError(f"{path}: the profile's workload differs from the rows' (profile, rows): {diff}")
 
 
 def _flag(argv: list[str], name: str, default: str) -> str:
@@ -52,17 +65,22 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
     slots = int(wl["slots"]) if "slots" in wl else int(_flag(argv, "--slots", "4"))
     disagg = row["placement"].startswith("disaggregated")
     ratio = tuple(int(x) for x in row["placement"].split()[-1].split(":")) if disagg else (1, 1)
+    max_wait_ms = row.get("max_wait_ms", meta.get("max_wait_ms", 2.0))
     return Pipeline(envs=wl["envs"], horizon=wl["horizon"], steps_per_decision=wl.get("action_horizon", 1),
-                    mode=row["mode"], slots=slots, max_wait_s=row.get("max_wait_ms", 2.0) / 1e3,
+                    mode=row["mode"], slots=slots, max_wait_s=max_wait_ms / 1e3,
                     placement="disaggregated" if disagg else "colocated", devices=2 if disagg else 1,
                     ratio=ratio, updates=row.get("updates_timed", 8))
 
 
 def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median") -> dict:
     rows = []
+    prof = json.loads((pathlib.Path(run_dir) / "profile.json").read_text())
     for path in runs:
         d = json.loads(pathlib.Path(path).read_text())
         meta = d["meta"]
+        production = _production(meta)
+        if production:
+            check_workload(meta, prof["workload"], path)
         for row in d["rows"]:
             longtail = row["regime"] == "cpu_longtail"
             if row["regime"] in ("cpu-sim", "emulated-farm"):  # the production-loop bench
@@ -77,12 +95,17 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
             pipe = row_pipeline(meta, row)
             pred = simulate_mean(pipe, costs, seeds)
             m = row["env_steps_per_s"]
+            # production rows report env steps trained on per second; the older bench, produced ones
+            predicted = pred["trained_env_steps_per_s"] if production else pred["env_steps_per_s"]
             rows.append({
                 "source": path, "regime": row["regime"], "physics": physics, "placement": row["placement"],
                 "mode": row["mode"], "measured_env_steps_per_s": m,
                 "measured_all": row.get("env_steps_per_s_all", [m]),
-                "predicted_env_steps_per_s": pred["env_steps_per_s"],
-                "error": pred["env_steps_per_s"] / m - 1.0,
+                "measured_range": row.get("env_steps_per_s_range"),
+                "predicted_env_steps_per_s": predicted,
+                "error": predicted / m - 1.0,
+                "measured_speedup_vs_sync": row.get("speedup_vs_sync"),
+                "measured_loadavg_1m": row.get("loadavg_1m"),
                 # (the production bench's sync rows have no idle ratios: the sync loop does not report them)
                 "measured_trainer_idle": row.get("trainer_idle_ratio"),
                 "predicted_trainer_idle": pred["trainer_idle_ratio"],
@@ -90,10 +113,16 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 "predicted_rollouter_idle": pred["rollouter_idle_ratio"],
                 "measured_staleness_mean": row["staleness_mean"], "predicted_staleness_mean": pred["staleness_mean"],
             })
+    for r in rows:  # predicted speed-up over the same source's and regime's sync row
+        base = next((b for b in rows if b["source"] == r["source"] and b["regime"] == r["regime"]
+                     and b["mode"] == "sync" and b["placement"] == r["placement"]), None)
+        r["predicted_speedup_vs_sync"] = (r["predicted_env_steps_per_s"] / base["predicted_env_steps_per_s"]
+                                          if base else None)
     err = np.abs([r["error"] for r in rows])
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
+            "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
             "max_abs_error": float(np.max(err)), "median_abs_error_by_regime": by_regime}
@@ -101,12 +130,13 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
 
 def render(result: dict) -> str:
     """Markdown table of a `validate` result."""
-    out = ["| regime | placement | mode | measured env steps/s | predicted | error | trainer idle meas. / pred. "
-           "| rollouter idle meas. / pred. | source |", "|" + "---|" * 9]
+    out = ["| regime | placement | mode | measured env steps/s | predicted | error | x sync meas. / pred. "
+           "| trainer idle meas. / pred. | rollouter idle meas. / pred. | source |", "|" + "---|" * 10]
     f = lambda v: "-" if v is None else f"{v:.2f}"
     for r in result["rows"]:
         out.append(f"| {r['regime']} | {r['placement']} | {r['mode']} | {r['measured_env_steps_per_s']:.0f} "
                    f"| {r['predicted_env_steps_per_s']:.0f} | {100 * r['error']:+.1f}% "
+                   f"| {f(r.get('measured_speedup_vs_sync'))} / {f(r.get('predicted_speedup_vs_sync'))} "
                    f"| {f(r['measured_trainer_idle'])} / {r['predicted_trainer_idle']:.2f} "
                    f"| {f(r['measured_rollouter_idle'])} / {r['predicted_rollouter_idle']:.2f} "
                    f"| {pathlib.Path(r['source']).name} |")
