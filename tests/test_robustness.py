@@ -64,4 +64,5 @@ def test_one_compile_for_every_axis_and_level(tmp_path):
     assert (out / "robustness.png").stat().st_size > 0
     # 4 control steps cannot press the button: every episode fails, so each axis has its failure GIF
     assert sorted(os.listdir(out)) == ["failure__camera.gif", "failure__language.gif", "robustness.json",
-                                       "robustness.md", "robustness.png"]
+                                       "robustness.md", "robustness.png"]  # no temporary files left
+    assert saved["failure_gifs"]["camera"]["file"] == "failure__camera.gif"  # the saved JSON names its GIFs

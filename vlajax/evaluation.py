@@ -39,7 +39,7 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import write_gif
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
-from vlajax.run_files import load_policy
+from vlajax.run_files import load_policy, write_json
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +167,24 @@ def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_p
         "seconds": round(seconds, 1),
     }
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "eval.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(out_dir, "eval.md"), "w") as f:
-            f.write(table_markdown(result))
+        write_report(out_dir, "eval", result, table_markdown(result))
         if gifs:
             frames = np.asarray(frames)  # [S, T*g, h, w, 3]
             for i, n in enumerate(names):
                 clip = np.moveaxis(frames[:, i * g:(i + 1) * g], 1, 0)  # [g, S, h, w, 3]
                 write_gif(os.path.join(out_dir, n.replace("/", "__") + ".gif"), clip, fps=25)
     return result
+
+
+def write_report(out_dir: str, stem: str, result: dict[str, Any], markdown: str) -> None:
+    """`<out_dir>/<stem>.json` (the result) and `<stem>.md` (its table), each written atomically."""
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(os.path.join(out_dir, f"{stem}.json"), result)
+    path = os.path.join(out_dir, f"{stem}.md")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(markdown)
+    os.replace(tmp, path)
 
 
 def run(cfg: TrainConfig) -> int:
@@ -190,8 +197,7 @@ def run(cfg: TrainConfig) -> int:
     out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
     result = evaluate(cfg, bridge, model, params, out_dir=out_dir)
     result["checkpoint"] = {"dir": os.path.abspath(ckpt_dir), "step": step, "preset": train_cfg.name}
-    with open(os.path.join(out_dir, "eval.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(out_dir, "eval.json"), result)
     print(table_markdown(result), flush=True)
     print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],
                       "episodes": result["episodes"], "out_dir": out_dir}), flush=True)

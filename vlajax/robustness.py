@@ -32,9 +32,9 @@ import numpy as np
 
 from vlajax import compile_cache
 from vlajax.config import ConfigError, TrainConfig
-from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys
+from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, write_report
 from vlajax.logging import write_gif
-from vlajax.run_files import load_policy
+from vlajax.run_files import load_policy, write_json
 
 log = logging.getLogger(__name__)
 
@@ -121,15 +121,12 @@ def evaluate_robustness(cfg: TrainConfig, bridge, model, params, *, spec: str | 
     }
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "robustness.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(out_dir, "robustness.md"), "w") as f:
-            f.write(table_markdown(result))
         plot(result, os.path.join(out_dir, "robustness.png"))
         for axis, (level, task, clip) in failure_clip.items():
             write_gif(os.path.join(out_dir, f"failure__{axis}.gif"), clip[None], fps=25)
             result.setdefault("failure_gifs", {})[axis] = {"level": level, "task": task,
                                                           "file": f"failure__{axis}.gif"}
+        write_report(out_dir, "robustness", result, table_markdown(result))  # last: names the GIFs
     return result
 
 
@@ -205,8 +202,7 @@ def run(cfg: TrainConfig) -> int:
     out_dir = os.path.join(cfg.output_dir, "eval", f"robustness-{name}-step-{step}")
     result = evaluate_robustness(cfg, bridge, model, params, out_dir=out_dir)
     result["checkpoint"] = {"dir": os.path.abspath(ckpt_dir), "step": step, "preset": train_cfg.name}
-    with open(os.path.join(out_dir, "robustness.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(out_dir, "robustness.json"), result)
     print(table_markdown(result), flush=True)
     print(json.dumps({"baseline": result["baseline"], "drop_at_max": {a: s["drop_at_max"] for a, s in
                       result["summary"].items()}, "episodes": result["episodes"], "out_dir": out_dir}), flush=True)
