@@ -133,7 +133,11 @@ def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
         rl=dataclasses.replace(cfg.rl, **rl),
         checkpoint=CheckpointConfig(every_steps=p.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))
-    if ARMS[arm] is not None:
+    if ARMS[arm] is None:
+        # the sync loop reads no pipeline field: fixed to the defaults, so that a preset's pipeline
+        # defaults (for `--pipeline.enabled`) do not change the sync arm's fingerprint
+        cfg = dataclasses.replace(cfg, pipeline=AsyncConfig())
+    else:
         cfg = dataclasses.replace(cfg, pipeline=AsyncConfig(
             enabled=True, num_slots=1, require_batches=1, staleness_threshold=ARMS[arm], partial_rollout=False,
             streaming=False, use_rollout_log_probs=False, queue_timeout_s=1800.0, watchdog_s=3600.0))
@@ -194,14 +198,28 @@ def tree_sha256(tree) -> str:
     return h.hexdigest()
 
 
+_BRIDGES: dict[str, dict] = {}  # init_bridge_sha256 -> that bridge's JSON (filled by `init_fingerprint`)
+
+
+def bridge_sha256(bridge_json: dict, drop_model_fields: tuple[str, ...] | list[str] = ()) -> str:
+    """sha256 of a bridge's JSON, optionally without some of its `model` fields (ones added to
+    `ModelConfig` after a run was saved: the bridge of the same checkpoint then has them too)."""
+    d = json.loads(json.dumps(bridge_json))
+    for k in drop_model_fields:
+        d.get("model", {}).pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
 def init_fingerprint(cfg) -> dict:
     """The starting checkpoint's fingerprint: sha256 of its (eval) params and of its bridge (norm stats, model)."""
     from vlajax import sharding
     from vlajax.rl.setup import load_sft
 
     _, bridge, params = load_sft(cfg, sharding.make_mesh(cfg.mesh))
-    return {"init_params_sha256": tree_sha256(params),
-            "init_bridge_sha256": hashlib.sha256(json.dumps(bridge.to_json(), sort_keys=True).encode()).hexdigest()}
+    bridge_json = bridge.to_json()
+    h = bridge_sha256(bridge_json)
+    _BRIDGES[h] = bridge_json
+    return {"init_params_sha256": tree_sha256(params), "init_bridge_sha256": h}
 
 
 def fingerprints(p: Protocol, arm: str, seed: int, init: dict | None = None) -> dict:
@@ -330,11 +348,17 @@ def load_runs(p: Protocol, runs_dir: str, init: dict | None = None) -> tuple[dic
             want = fingerprints(p, arm, seed, init)
             got = rec.get("fingerprints", {})
             bad = sorted(k for k in want if got.get(k) != want[k])
-            if bad == ["config_sha256"] and "config" in rec:  # fields added since the run was saved?
+            if "config_sha256" in bad and "config" in rec:  # fields added since the run was saved?
                 changed, added = config_changes(rec["config"], config_fingerprint(train_config(p, arm, seed, "x"))[1])
                 if not changed:
                     rec["config_fields_added_since"] = added
-                    bad = []
+                    bad.remove("config_sha256")
+                    # a ModelConfig field added since is also in the checkpoint's bridge (its `model`)
+                    model_added = [a.split(".", 1)[1] for a in added if a.startswith("model.")]
+                    bridge = _BRIDGES.get(want["init_bridge_sha256"])
+                    if ("init_bridge_sha256" in bad and model_added and bridge is not None
+                            and bridge_sha256(bridge, model_added) == got.get("init_bridge_sha256")):
+                        bad.remove("init_bridge_sha256")
             if bad:
                 skipped.append(f"{path}: {', '.join(bad)} differ (saved {[got.get(k) for k in bad]}, "
                                f"now {[want[k] for k in bad]})")

@@ -56,6 +56,8 @@ def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
     cfgs = {a: proto.train_config(p, a, 1, str(tmp_path / a)) for a in p.arms}
     sync = cfgs["sync"]
     assert not sync.pipeline.enabled and sync.rl.init_from == "some/sft-dir" and sync.seed == 1
+    # the sync loop reads no pipeline field; a preset's pipeline defaults must not move its fingerprint
+    assert sync.pipeline == type(sync.pipeline)()
     assert sync.rl.eval_seed == p.eval_seed >= 0 and sync.env.suite == "goal" and sync.env.task == ""
     for arm, cfg in cfgs.items():
         assert cfg.rl == sync.rl and cfg.env == sync.env and cfg.model == sync.model and cfg.seed == sync.seed
@@ -183,6 +185,34 @@ def test_a_saved_run_survives_config_fields_added_later_but_not_changed_ones(tmp
     assert sorted(found["sync"]) == [0] and found["sync"][0]["config_fields_added_since"] == ["rl.target_kl"]
     assert not found["async-s1"] and len(skipped) == 2
     assert proto.config_changes({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3, "d": 0}}) == (["a.c"], ["a.d"])
+
+
+def test_a_saved_run_survives_a_model_field_added_later_in_the_checkpoint_bridge(tmp_path, monkeypatch):
+    """A ModelConfig field added after a run was saved changes both the config and the starting
+    checkpoint's bridge (its `model`); the run is kept when dropping that field gives the saved
+    bridge hash, not when anything else in the bridge differs."""
+    proto, _ = _protocol()
+    bridge_now = {"model": {"value_head": "none", "width": 8}, "norm": {"state": [0.0, 1.0]}}
+    init = {"init_params_sha256": "a" * 64, "init_bridge_sha256": proto.bridge_sha256(bridge_now)}
+    monkeypatch.setattr(proto, "init_fingerprint", lambda cfg: dict(init))
+    monkeypatch.setitem(proto._BRIDGES, init["init_bridge_sha256"], bridge_now)
+    p = proto.get_protocol("grpo-tokens", True, "x")
+    runs_dir = tmp_path / "runs"
+
+    def save(arm, seed, bridge_hash):
+        d = proto.config_fingerprint(proto.train_config(p, arm, seed, "x"))[1]
+        d["model"].pop("value_head")  # saved before model.value_head existed
+        fp = {"config_sha256": proto.hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest(),
+              "init_params_sha256": "a" * 64, "init_bridge_sha256": bridge_hash}
+        path = pathlib.Path(proto.run_path(str(runs_dir), p, arm, seed))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"arm": arm, "seed": seed, "fingerprints": fp, "config": d}))
+
+    save("sync", 0, proto.bridge_sha256({"model": {"width": 8}, "norm": {"state": [0.0, 1.0]}}))
+    save("sync", 1, proto.bridge_sha256({"model": {"width": 9}, "norm": {"state": [0.0, 1.0]}}))  # another model
+    found, skipped = proto.load_runs(p, str(runs_dir), init)
+    assert sorted(found["sync"]) == [0] and found["sync"][0]["config_fields_added_since"] == ["model.value_head"]
+    assert len(skipped) == 1 and "sync-seed1" in skipped[0] and "init_bridge_sha256" in skipped[0]
 
 
 def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():

@@ -22,7 +22,10 @@ which `rl.chunk_steps = 4` are executed per decision, as in its evaluation); the
 section only sets the RL-specific head fields (sampler, noise level, value head).
 """
 
+import dataclasses
+
 from vlajax.config import (
+    AsyncConfig,
     CheckpointConfig,
     EnvConfig,
     LoggingConfig,
@@ -82,7 +85,15 @@ def _grpo_pixels(output_dir: str, model: ModelConfig, learning_rate: float) -> T
 
 @register("rl-grpo-tokens", "GRPO, token head, pixels, progress reward, from an SFT checkpoint (--rl.init-from)")
 def _rl_grpo_tokens() -> TrainConfig:
-    return _grpo_pixels("runs/rl-grpo-tokens", ModelConfig(action_head="tokens", value_head="none"), 5e-5)
+    cfg = _grpo_pixels("runs/rl-grpo-tokens", ModelConfig(action_head="tokens", value_head="none"), 5e-5)
+    # the sync loop by default; `--pipeline.enabled` runs the issue-21 protocol's tested async arm
+    pipeline = AsyncConfig(
+        # 1: async-s1 learned like sync, 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
+        staleness_threshold=1.0,
+        # False (decoupled PPO, recomputed proximal): what every async arm of that protocol table ran
+        use_rollout_log_probs=False)
+    # 'decision' (one ratio per chunk): the ratio level of that table; 'factor' has no protocol evidence yet
+    return dataclasses.replace(cfg, pipeline=pipeline, rl=dataclasses.replace(cfg.rl, ratio_level="decision"))
 
 
 @register("rl-grpo-flow", "GRPO, flow head (flow_sde), pixels, progress reward, from an SFT checkpoint")
