@@ -1,6 +1,6 @@
 """Peer comparison: env steps/s of vlajax's synchronous PPO vs brax's PPO, side by side.
 
-    python -m vlajax.bench.rl_peer --json docs/bench/rl_peer.json [--iterations 6] [--debug]
+    python -m vlajax.bench.rl_peer --json docs/bench/rl_peer.json [--iterations 6] [--rounds 5] [--debug]
 
 One state-observation task (`rl-mlp-state`: goal/press_button, 32-dim privileged state, 4-dim
 actions, episodes of 100 steps), the same env object for both (brax wraps it with its own
@@ -13,8 +13,12 @@ training wrappers: episode, vmap, auto-reset), and a matching network and batch:
   normalization.
 Throughput = env steps per second of training (collection + update) per iteration, with the
 first iteration of each run (compilation) dropped; the two systems run in alternating rounds
-(vlajax, brax, vlajax, brax, ...) so that both see the shared machine's load alike, and the
-median over all measured iterations is the figure (the best iteration is reported too). brax 0.14.2 calls
+(vlajax, brax, vlajax, brax, ...) so that both see the shared machine's load alike. The figure is
+per round: `round_ratios[r]` = vlajax's median env steps/s in round r / brax's in round r (the two
+runs next to each other in time), reported with their median and a 95% percentile-bootstrap
+interval of that median (rounds resampled with replacement, `BOOTSTRAP` resamples, fixed seed);
+the load average after each run is recorded beside it. The pooled medians over all measured
+iterations (and the best iterations) are reported too. brax 0.14.2 calls
 `jax.device_put_replicated`, removed in jax 0.12: the bench supplies jax's documented drop-in
 for the duration of brax's run (brax is otherwise used unchanged). brax's own
 `training/sps` is used for brax (its epochs here are one training step each); vlajax's is the
@@ -38,6 +42,7 @@ from vlajax import cli
 from vlajax.config import CheckpointConfig, LoggingConfig, get_config
 
 NUM_ENVS, UNROLL, MINIBATCHES, EPOCHS, HIDDEN = 64, 20, 4, 4, (64, 64)
+BOOTSTRAP, CONFIDENCE = 10_000, 0.95
 
 
 def _config(iterations: int, debug: bool):
@@ -113,6 +118,33 @@ def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations,
     )
 
 
+def bootstrap_median(values, resamples: int = BOOTSTRAP, confidence: float = CONFIDENCE,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high): the median of `values` and its percentile-bootstrap interval (values
+    resampled with replacement `resamples` times; the interval's bounds are the (1 -/+ confidence)/2
+    quantiles of the resampled medians). With n values the interval can only span observed values."""
+    import numpy as np
+
+    v = np.asarray(values, float)
+    if v.size == 0:
+        raise ValueError("bootstrap_median needs at least one value")
+    draws = np.random.default_rng(seed).choice(v, size=(resamples, v.size), replace=True)
+    meds = np.median(draws, axis=1)
+    a = (1.0 - confidence) / 2
+    return float(np.median(v)), float(np.quantile(meds, a)), float(np.quantile(meds, 1 - a))
+
+
+def round_stats(runs: dict[str, list[dict]]) -> dict:
+    """Per-round ratios vlajax / brax (each system's median post-compile env steps/s in that
+    round), their median and its 95% bootstrap interval."""
+    ratios = [v["steps_per_s"] / b["steps_per_s"] for v, b in zip(runs["vlajax"], runs["brax"], strict=True)]
+    med, lo, hi = bootstrap_median(ratios)
+    return {"round_ratios": ratios, "median_round_ratio": med, "ci95_round_ratio": [lo, hi],
+            "bootstrap": {"resamples": BOOTSTRAP, "confidence": CONFIDENCE, "statistic": "median of rounds",
+                          "seed": 0},
+            "rounds_ratio_above_1": sum(r > 1 for r in ratios)}
+
+
 def _combine(runs: list[dict]) -> dict:
     """Post-compile iterations of every round: median (the figure) and best (least disturbed)."""
     sps = [x for r in runs for x in r["per_iteration"][1:]]
@@ -126,7 +158,7 @@ class Args:
 
     json: str = ""  # write the result here
     iterations: int = 6  # training iterations per system (first dropped)
-    rounds: int = 2  # alternating rounds of (vlajax, brax)
+    rounds: int = 5  # alternating rounds of (vlajax, brax)
     debug: bool = False  # 8 envs, unroll 4: a pulse check, not a measurement
 
 
@@ -136,24 +168,32 @@ def main(argv: list[str]) -> int:
         cli.error("--iterations must be >= 2 (the first one is compilation)")
     cfg, envs, unroll = _config(args.iterations, args.debug)
     t0 = time.time()
+    load_start = list(os.getloadavg())
     runs = {"vlajax": [], "brax": []}
     for r in range(args.rounds):  # alternate, so both systems see the machine's load alike
-        runs["vlajax"].append(run_vlajax(cfg))
-        print(f"round {r} vlajax", json.dumps(runs["vlajax"][-1]), flush=True)
-        runs["brax"].append(run_brax(cfg, envs, unroll, args.iterations))
-        print(f"round {r} brax", json.dumps(runs["brax"][-1]), flush=True)
+        for name, fn in (("vlajax", lambda: run_vlajax(cfg)), ("brax", lambda: run_brax(cfg, envs, unroll,
+                                                                                          args.iterations))):
+            t = time.time()
+            res = fn()
+            res.update(seconds=round(time.time() - t, 1), load_average_after=list(os.getloadavg()))
+            runs[name].append(res)
+            print(f"round {r} {name}", json.dumps(res), flush=True)
     v, b = (_combine(runs[k]) for k in ("vlajax", "brax"))
+    stats = round_stats(runs)
     result = {
         "benchmark": "rl_peer", "task": cfg.env.task, "num_envs": envs, "unroll": unroll,
         "env_steps_per_iteration": envs * unroll * MINIBATCHES, "epochs": EPOCHS, "minibatches": MINIBATCHES,
         "hidden": list(HIDDEN), "iterations": args.iterations, "debug": args.debug,
+        **stats,
         "vlajax": v, "brax": b, "ratio_vlajax_over_brax": v["steps_per_s"] / b["steps_per_s"],
         "ratio_of_best_iterations": v["best_steps_per_s"] / b["best_steps_per_s"], "rounds": args.rounds,
-        "devices": [str(d) for d in jax.devices()], "load_average": list(os.getloadavg()),
+        "devices": [str(d) for d in jax.devices()], "load_average_start": load_start,
+        "load_average": list(os.getloadavg()),
         "seconds": round(time.time() - t0, 1),
         "command": "python -m vlajax.bench.rl_peer " + " ".join(argv),
     }
-    print(json.dumps({k: result[k] for k in ("ratio_vlajax_over_brax", "ratio_of_best_iterations")}, indent=1))
+    print(json.dumps({k: result[k] for k in ("round_ratios", "median_round_ratio", "ci95_round_ratio",
+                                             "ratio_vlajax_over_brax", "ratio_of_best_iterations")}, indent=1))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
