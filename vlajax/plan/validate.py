@@ -1,7 +1,6 @@
 """`python -m vlajax.plan validate --profile-from RUN_DIR --json OUT`: predictions vs measured bench rows.
 
-For every row of the given `python -m vlajax.bench async` JSONs (default: the C MuJoCo and MJX
-runs of `docs/bench/`, all on the same RL workload), the planner simulates the row's
+For every row of the given `python -m vlajax.bench async` JSONs, the planner simulates the row's
 configuration -- its mode, placement (the bench runs a placement on one rollout and one train
 device: colocated = 1 device, disaggregated 1:1 = 2), slots, timed updates, `max_wait_ms`,
 the workload's envs / horizon / chunk from the JSON's `meta` -- with the costs measured by
@@ -9,12 +8,13 @@ the workload's envs / horizon / chunk from the JSON's `meta` -- with the costs m
 model for the `cpu_longtail` regime (C MuJoCo under the latency model), the `jax` costs and no
 latency for `mjx`. Nothing in the prediction is fitted to the rows.
 
-Rows of the production-loop bench (`vlajax.bench.async_loops`, e.g. `docs/bench/async_production.json`)
-are read too: `mjx` -> the `jax` costs; `cpu-sim` -> the `c` costs, no latency; `emulated-farm`
--> the `c` costs plus the JSON's calibrated farm model (`meta.farm.latency_model`). That farm
-delays every control step to its slowest env (a sum of maxima over a chunk), the planner's law
-takes the slowest env's chunk (a maximum of sums): its prediction is a slight under-estimate of
-the farm's time there. The profile must be of the same workload as the rows.
+Rows of the production-loop bench (`vlajax.bench.async_loops`, e.g. `docs/bench/async_production.json`,
+the default `docs/bench/async_production_planval.json`; the profile's workload must match theirs,
+and the compared figure is env steps trained on per second, as those rows report it) are read:
+`mjx` -> the `jax` costs; `cpu-sim` -> the `c` costs, no latency; `emulated-farm` -> the `c`
+costs plus the JSON's calibrated farm model (`meta.farm.latency_model`). The farm
+delays every host simulator call (one control step of n envs) to max(real, slowest of n draws);
+the planner does the same per call (`sim._Run._host_calls`).
 
 Reports each row's predicted and measured env steps/s and idle ratios, the signed error
 (predicted / measured - 1), and the median absolute error over all rows and per regime.
@@ -72,7 +72,10 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
                     ratio=ratio, updates=row.get("updates_timed", 8))
 
 
-def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median") -> dict:
+def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median",
+             cores: dict[str, float] | None = None) -> dict:
+    """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such)."""
+    cores = cores or {}
     rows = []
     prof = json.loads((pathlib.Path(run_dir) / "profile.json").read_text())
     for path in runs:
@@ -92,6 +95,8 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["latency_model"]))
             elif row["regime"] == "emulated-farm":
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["farm"]["latency_model"]))
+            if row["regime"] in cores:
+                costs = dataclasses.replace(costs, cores=cores[row["regime"]])
             pipe = row_pipeline(meta, row)
             pred = simulate_mean(pipe, costs, seeds)
             m = row["env_steps_per_s"]
@@ -123,7 +128,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
-            "statistic": statistic,
+            "statistic": statistic, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
             "max_abs_error": float(np.max(err)), "median_abs_error_by_regime": by_regime}
 
@@ -182,6 +187,8 @@ class Args:
     plot: str = ""  # write predicted vs measured (PNG) here (needs matplotlib)
     seeds: int = 5  # simulated runs averaged per row
     statistic: Literal["median", "min"] = "median"  # of the profile's calls (min: the least disturbed call)
+    # what-if: REGIME=CORES replaces the profiled host's cores for that regime's rows (e.g. cpu-sim=1)
+    override_cores: tuple[str, ...] = ()
 
 
 def main(argv: list[str]) -> int:
@@ -198,7 +205,13 @@ def main(argv: list[str]) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             cli.error("--plot needs matplotlib (pip install -e '.[report]')")
-    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic)
+    try:
+        cores = {k: float(v) for k, v in (x.split("=") for x in a.override_cores)}
+        if any(v <= 0 for v in cores.values()):
+            raise ValueError
+    except ValueError:
+        cli.error(f"--override-cores takes REGIME=CORES with CORES > 0, got {' '.join(a.override_cores)}")
+    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:

@@ -1,0 +1,227 @@
+"""`python -m vlajax.plan contention --json OUT`: do the production workload's calls overlap on this host?
+
+A diagnostic beside `plan profile` (which times each call alone): it runs the same calls of
+`bench async`'s workload (`vlajax.bench.async_loops.run_config`) concurrently in Python threads,
+as the async loop's lanes do, and compares with running them one after the other:
+
+- `slot_steps`: the slot modes' `step` calls of 4 slots x `horizon` decisions, serially in one
+  thread vs one thread per slot (each blocking on its own calls);
+- `update_beside_collect`: the trainer's update (`Trainer` around the loop's `learner.update`,
+  one collect batch) alone vs while another thread runs the fused collect back to back;
+- `collect_beside_updates`: one fused collect alone vs while another thread runs updates back to back.
+
+Each for MJX (`jax`) and C MuJoCo (`c`, its host callback), and for C MuJoCo also with Python's
+GIL switch interval at 0.5 ms instead of the default 5 ms (`sys.setswitchinterval`): a thread
+waiting for the GIL waits up to that interval while another holds it, so if the C MuJoCo
+callback's Python (the per-env loop around `mj_step`) is what serializes the lanes, the
+concurrent times move with the interval. The process-sharing model of `vlajax.plan.sim` assumes
+neither the GIL nor any other lock: this measures how far that holds here.
+"""
+
+# ruff: noqa: B023  (the closures below run inside the iteration that defines them)
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import jax
+import numpy as np
+
+from vlajax import cli
+
+__all__ = ["main"]
+
+
+def _threads(fns) -> float:
+    """Wall seconds of running every fn in its own thread, all started together."""
+    ts = [threading.Thread(target=f) for f in fns]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def measure(a: Args) -> dict:
+    import jax.numpy as jnp
+
+    import vlajax.presets  # noqa: F401
+    from vlajax import sharding
+    from vlajax.bench.async_loops import run_config
+    from vlajax.config import get_config
+    from vlajax.envs.tabletop import c_physics
+    from vlajax.pipeline.buffer import Trajectory
+    from vlajax.rl import learner
+    from vlajax.rl import setup as rl_setup
+    from vlajax.rl.async_workload import RLWorkload, Trainer
+    from vlajax.train_state import TrainState
+
+    base = dataclasses.replace(get_config(a.preset), seed=0)
+    kw = dict(envs=a.envs, slots=a.slots, horizon=a.horizon, width=a.width, updates=2, max_wait_ms=2.0,
+              out_dir=tempfile.mkdtemp(prefix="plan_contention_"))
+    block = jax.block_until_ready
+    out: dict = {}
+    for physics in a.physics:
+        for interval in ((0.005, 0.0005) if physics == "c" else (0.005,)):
+            sys.setswitchinterval(interval)
+            regime = "mjx" if physics == "jax" else "cpu-sim"
+            cfg = run_config(base, regime, "sync", **kw)
+            setup = rl_setup.build(cfg)
+            mesh, rules = sharding.make_mesh(cfg.mesh), cfg.mesh.logical_rules
+            tx = learner.make_optimizer(cfg.rl)
+            init = lambda rng: TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
+            state, shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(0))
+            collect_fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup), donate_argnums=(1,))
+            update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
+                                in_shardings=(None, shardings, None), out_shardings=(shardings, None),
+                                donate_argnums=(1,))
+            res: dict = {"switch_interval_s": interval}
+            with sharding.use_mesh(mesh, rules), (c_physics.host_timing() if physics == "c"
+                                                  else _null()):
+                env_box = [rl_setup.place_env_state(
+                    jax.jit(functools.partial(rl_setup.initial_env_state, cfg, setup.env))(), mesh)]
+                params = jax.tree.map(jnp.copy, state.params)
+                calls = [0]
+
+                def one_collect():
+                    k, _ = rl_setup.iteration_keys(0, calls[0])
+                    calls[0] += 1
+                    env_box[0], batch, roll = collect_fn(params, env_box[0], k, jnp.int32(0))
+                    block(batch)
+                    jax.device_get(roll)
+                    return batch
+
+                batch = one_collect()  # compiles
+                item = [Trajectory(batch, np.zeros(1, np.int32), a.envs * a.horizon, 1)]
+                tr = Trainer(cfg, setup.actor, None, False, True, prepare=None, update_fn=update_fn)
+                st = [state]
+
+                def one_update():
+                    st[0], _ = tr(st[0], iter(item))
+                    block(st[0].params)
+
+                one_update()  # compiles
+                # -- update alone vs beside a collect loop --------------------------------------
+                alone = []
+                for _ in range(a.rounds * 4):
+                    t0 = time.perf_counter()
+                    one_update()
+                    alone.append(time.perf_counter() - t0)
+                stop, beside = threading.Event(), []
+
+                def collect_loop():
+                    while not stop.is_set():
+                        one_collect()
+
+                bg = threading.Thread(target=collect_loop)
+                bg.start()
+                time.sleep(0.05)
+                for _ in range(a.rounds * 4):
+                    t0 = time.perf_counter()
+                    one_update()
+                    beside.append(time.perf_counter() - t0)
+                stop.set()
+                bg.join()
+                res["update_beside_collect"] = {"alone_s": alone, "beside_s": beside,
+                                                "slowdown": float(np.median(beside) / np.median(alone))}
+                # -- collect alone vs beside an update loop --------------------------------------
+                alone = []
+                for _ in range(a.rounds):
+                    t0 = time.perf_counter()
+                    one_collect()
+                    alone.append(time.perf_counter() - t0)
+                stop, beside = threading.Event(), []
+
+                def update_loop():
+                    while not stop.is_set():
+                        one_update()
+
+                bg = threading.Thread(target=update_loop)
+                bg.start()
+                time.sleep(0.05)
+                for _ in range(a.rounds):
+                    t0 = time.perf_counter()
+                    one_collect()
+                    beside.append(time.perf_counter() - t0)
+                stop.set()
+                bg.join()
+                res["collect_beside_updates"] = {"alone_s": alone, "beside_s": beside,
+                                                 "slowdown": float(np.median(beside) / np.median(alone))}
+                # -- slot steps: serial vs one thread per slot -------------------------------------
+                cfg_s = run_config(base, regime, "+streaming", **kw)
+                work = RLWorkload(cfg_s, setup)
+                reset, step, infer = work.env(a.slots, None)
+                envs_of = {s: reset(s) for s in range(a.slots)}
+                outs = block(infer(params, [envs_of[s][1] for s in range(a.slots)]))
+                for s in range(a.slots):  # compiles
+                    block(step(s, envs_of[s][0], outs[s]))
+
+                def steps_of(s):
+                    def run():
+                        e = envs_of[s][0]
+                        for _ in range(a.horizon):
+                            e, _, _ = block(step(s, e, outs[s]))
+                    return run
+
+                serial, concurrent = [], []
+                for _ in range(a.rounds):
+                    t0 = time.perf_counter()
+                    for s in range(a.slots):
+                        steps_of(s)()
+                    serial.append(time.perf_counter() - t0)
+                    concurrent.append(_threads([steps_of(s) for s in range(a.slots)]))
+                res["slot_steps"] = {"calls": a.slots * a.horizon, "serial_s": serial, "threads_s": concurrent,
+                                     "overlap": float(np.median(serial) / np.median(concurrent))}
+            out[f"{physics}@switch{interval * 1e3:g}ms"] = res
+            print(json.dumps({physics: {k: (v.get("slowdown", v.get("overlap")) if isinstance(v, dict) else v)
+                                        for k, v in res.items()}}), flush=True)
+    sys.setswitchinterval(0.005)
+    return out
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment); workload flags as `bench async`'s."""
+
+    json: str = ""  # write the measurements here
+    preset: str = "rl-debug"
+    envs: int = 16
+    slots: int = 4
+    horizon: int = 8
+    width: int = 256
+    physics: tuple[str, ...] = ("jax", "c")
+    rounds: int = 5  # timed rounds of each comparison
+
+
+def main(argv: list[str]) -> int:
+    a = cli.parse(Args, argv, prog="python -m vlajax.plan contention", description=__doc__.splitlines()[0])
+    up = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    before = up()
+    res = measure(a)
+    data = {"command": "python -m vlajax.plan contention " + " ".join(argv), "uptime_before": before,
+            "uptime_after": up(), "cores": len(os.sched_getaffinity(0)),
+            "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": res}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        print(f"wrote {a.json}")
+    return 0
