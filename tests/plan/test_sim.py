@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -210,3 +211,16 @@ def test_profile_measures_the_production_workload_end_to_end(tmp_path):
     c = profile.load(tmp_path, "jax")
     assert c.collect_seconds(4) > 0 and c.train_seconds(8) > 0 and c.infer_seconds(4) > 0 and c.cores >= 1
     assert c.host_calls_per_decision == 0 and c.stream_item_s > 0
+
+
+def test_validate_refuses_a_bad_cores_override_and_a_profile_of_another_workload(tmp_path):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    profile_dir, rows = root / "docs/bench/plan_profile_prod", str(root / "docs/bench/async_production_planval.json")
+    r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--profile-from", str(profile_dir),
+                        "--runs", rows, "--override-cores", "cpu-sim"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--override-cores" in r.stderr
+    prof = json.loads((profile_dir / "profile.json").read_text())
+    prof["workload"]["width"] = 1024
+    (tmp_path / "profile.json").write_text(json.dumps(prof))
+    with pytest.raises(ValueError, match="workload differs"):
+        validate.validate([rows], str(tmp_path), seeds=1)
