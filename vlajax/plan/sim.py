@@ -32,6 +32,17 @@ What is modelled, piece for piece (the code it follows in brackets):
   the new version is installed `costs.sync_s` later (the control-plane lane, off the trainer).
 - **sync** [`pipeline.runner.run_sync`]: every rollout device collects its segment (one
   inference call over all its envs per decision), then the update, then the publication.
+- **The production loops on a CPU host** (when `costs.collect_s` is given, what
+  `python -m vlajax.plan profile` measures): sync [`rl.loop.train`] is the fused collect
+  [`rl.setup.collect`] -- per decision its compute, then its `costs.host_calls_per_decision`
+  host simulator calls -- then the update (no preparation, no publication); train_async
+  [`rl.async_loop._Collect`] is one rollouter lane that reserves a call's samples under the
+  installed version and runs the same collect, the trainer updating on the prepared batch. A host
+  simulator call of n envs (C MuJoCo in a host callback) holds the host for its real seconds and,
+  under a farm law (`costs.sim`), lasts max(real, slowest of n per-env draws) [`c_physics`]; a
+  slot's step is its other compute, then its host calls. Streaming with `costs.stream_item_s`:
+  that work per arriving item, then `stream_finish_s`. The shared host has `costs.cores` cores
+  shared max-min fairly; a job keeps busy, alone, `costs.cores_of(component)` cores.
 
 Measured like the bench: from the end of the first (warm-up) update to the end of update
 `updates + 1`: env steps/s, trainer idle (waiting for samples), rollouter idle (slots waiting
