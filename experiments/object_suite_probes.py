@@ -5,6 +5,9 @@
             another sample of the batch (a cyclic shift): both images, one camera, the
             instruction tokens, the whole proprio state, or one group of its dims (ee xyz,
             fingers, ee velocity). An input the policy ignores leaves the loss unchanged.
+            `loss` is the action loss alone; a policy trained with `model.aux_target` also gets
+            `aux_target_mse` (its prefix's error on the normalized target; 1.0 = predicting the
+            mean) per variant: swapping the instruction raises it when the prefix reads the colour word.
 2. descent  Where does the gripper go? Closed loop as `vlajax.evaluation` runs it (deterministic,
             replan 4; its episode seeds), on a chosen eval seed: the fingertips' xy the first
             time they go below 4 cm (a grasp attempt), the nearest cube there (the target, a
@@ -43,16 +46,29 @@ def input_probe(ckpt: str, dataset: str, batches: int) -> dict:
     from vlajax.config import TrainConfig
     from vlajax.data.build import make_loader
     from vlajax.models.build import build_model
+    from vlajax.models.vla import VLA
     from vlajax.run_files import load_policy
-    from vlajax.sft import loss_fn
+    from vlajax.sft import loss_fn, sample_cache
 
     _, _, params, tcfg, step = load_policy(ckpt, TrainConfig())
     model = build_model(tcfg.model)
     cfg = dataclasses.replace(tcfg, data=dataclasses.replace(tcfg.data, dataset_dir=dataset, batching="fixed",
                                                              shuffle_seed=123))
     loader, info = make_loader(cfg, None, train=False)
-    loss = jax.jit(lambda p, b, r: loss_fn(p, model, b, r, info.groups)[0])
+    def _losses(p, b, r):
+        _, m = loss_fn(p, model, b, r, info.groups)
+        out = {k: m[k] for k in ("flow_mse", "token_ce", "aux_target_mse") if k in m}
+        if "aux_target_mse" in m:  # per target dim (grasp_place: grasp x, y, place x, y)
+            cache, hidden = sample_cache(model, {"params": p}, b, info.groups, with_hidden=True)
+            pred = model.apply({"params": p}, hidden, cache.segment_ids > 0, method=VLA.aux_target)
+            live = (b["sample_mask"] & b["aux_mask"])[:, None]
+            out["aux_per_dim"] = jnp.sum(live * (pred - b["aux_target"]) ** 2, 0) / jnp.maximum(live.sum(), 1)
+        return out
+
+    loss = jax.jit(_losses)
     acc: dict[str, list[float]] = {}
+    aux: dict[str, list[float]] = {}
+    aux_dims: dict[str, list] = {}
     for i in range(batches):
         b = next(loader)
         rng = jax.random.key(i)
@@ -72,8 +88,16 @@ def input_probe(ckpt: str, dataset: str, batches: int) -> dict:
                 s[:, dims] = sw(s)[:, dims]
                 variants[f"state_{name}_swapped"] = {**b, "state": s}
         for k, v in variants.items():
-            acc.setdefault(k, []).append(float(loss(params, v, rng)))
-    return {"step": step, "batches": batches, "loss": {k: round(float(np.mean(v)), 4) for k, v in acc.items()}}
+            m = loss(params, v, rng)
+            acc.setdefault(k, []).append(float(m.get("flow_mse", m.get("token_ce"))))
+            if "aux_target_mse" in m:
+                aux.setdefault(k, []).append(float(m["aux_target_mse"]))
+                aux_dims.setdefault(k, []).append(np.asarray(m["aux_per_dim"]))
+    out = {"step": step, "batches": batches, "loss": {k: round(float(np.mean(v)), 4) for k, v in acc.items()}}
+    if aux:
+        out["aux_target_mse"] = {k: round(float(np.mean(v)), 4) for k, v in aux.items()}
+        out["aux_target_mse_per_dim"] = {k: np.round(np.mean(v, 0), 4).tolist() for k, v in aux_dims.items()}
+    return out
 
 
 def descent_probe(ckpt: str, seed: int, episodes: int, replan: int) -> dict:

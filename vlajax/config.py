@@ -207,6 +207,13 @@ class ModelConfig:
     noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
     num_bins: int = 256  # token head: bins per action dim
     value_head: Literal["none", "prefix", "expert"] = "none"  # where the PPO value head reads from
+    # auxiliary target head on the prefix (SFT only; attention pooling over the prefix's last hidden
+    # states + MLP, trained with `sft.aux_target_weight` x MSE): 'grasp_place' = the episode's grasp
+    # point (fingertip xy = state[:2] at its first frame whose action[3] closes the gripper) and its
+    # final state[:2], both fixed per episode, derived from the recorded demos (tabletop layout), normalized;
+    # 'grasp_place_pregrasp' = the same, the loss only on the frames before the grasp (after it the
+    # gripper's position in the images gives the grasp point away)
+    aux_target: Literal["none", "grasp_place", "grasp_place_pregrasp"] = "none"
     # Numerics and kernels.
     dtype: Literal["float32", "bfloat16"] = "float32"  # activation dtype
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype
@@ -228,6 +235,8 @@ class ModelConfig:
                   "depth", "num_heads", "num_kv_heads", "head_dim", "mlp_dim", "expert_width",
                   "expert_mlp_dim", "seq_multiple", "state_dim", "max_text_len", "num_bins"):
             _check(getattr(self, f) >= 1, f"model.{f} must be >= 1, got {getattr(self, f)}")
+        _check(self.aux_target == "none" or self.family == "vla",
+               f"model.aux_target={self.aux_target!r} is for model.family='vla' (not {self.family!r})")
         if self.family == "vla":
             _check(
                 self.image_size % self.patch_size == 0,
@@ -425,9 +434,12 @@ class SFTConfig:
     # checkpoint directory (an SFT run's or `vlajax.models.import_openpi`'s) whose weights start the run;
     # its model config must match this one's sizes ('' = fresh weights)
     init_from: str = ""
+    # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
+    aux_target_weight: float = 1.0
 
     def __post_init__(self):
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
+        _check(self.aux_target_weight >= 0, f"sft.aux_target_weight must be >= 0, got {self.aux_target_weight}")
         _check(self.learning_rate > 0, "sft.learning_rate must be > 0")
         _check(0.0 <= self.ema_decay < 1.0, "sft.ema_decay must be in [0, 1)")
         _check(self.eval_every >= -1, "sft.eval_every must be >= -1 (0 = only at the end, -1 = never)")

@@ -80,20 +80,34 @@ def batch_observation(batch: dict) -> Observation:
         tokens=batch["tokens"], token_mask=batch["token_mask"], state=batch["state"])
 
 
-def sample_cache(model: VLA, variables, batch: dict, groups: int) -> KVCache:
-    """The prefix of every sample slot, encoded in the batch's rows (fixed / dynamic / packed)."""
+def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: bool = False):
+    """The prefix of every sample slot, encoded in the batch's rows (fixed / dynamic / packed).
+    -> KVCache, or (KVCache, per-sample last hidden states [N, T, W]) with `with_hidden`."""
     obs = batch_observation(batch)
     emb, _ = model.apply(variables, obs, method=VLA.embed_prefix)
     seg, pos = batch["segment_ids"], batch["positions"]
     rows = gather_prefix(emb, batch["prefix_index"], seg, groups)
-    _, cache = model.apply(variables, rows, seg, pos, method=VLA.encode_prefix)
-    (k, v, p), own = rows_to_samples((cache.k, cache.v, cache.positions), seg, batch["sample_row"],
-                                     batch["sample_segment"])
-    return KVCache(k, v, own, p)
+    hidden, cache = model.apply(variables, rows, seg, pos, method=VLA.encode_prefix)
+    tree = (cache.k, cache.v, cache.positions) + ((hidden,) if with_hidden else ())
+    out, own = rows_to_samples(tree, seg, batch["sample_row"], batch["sample_segment"])
+    kv = KVCache(out[0], out[1], own, out[2])
+    return (kv, out[3]) if with_hidden else kv
 
 
-def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None):
+def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
+    """MSE of `model.aux_target`'s prediction from the prefix over the live sample slots whose
+    `aux_mask` is set. -> scalar."""
+    pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_target)
+    live = (batch["sample_mask"] & batch["aux_mask"]).astype(jnp.float32)[:, None]
+    return jnp.sum(live * (pred - batch["aux_target"]) ** 2) / jnp.maximum(live.sum() * pred.shape[-1], 1.0)
+
+
+def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,
+            aux_weight: float = 1.0):
     """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics).
+
+    With `model.aux_target` set, the loss also holds `aux_weight` x the auxiliary target's MSE
+    (metrics: `aux_target_mse`; `flow_mse` / `token_ce` stay the action loss alone).
 
     collections: the model's other Flax collections (FP8 scales / amax histories); their
     gradient is their next value (see `TrainState.apply_gradients`)."""
@@ -102,7 +116,12 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
     if is_pi(model.cfg):  # pi families (fixed batching): openpi's flow-matching loss on each sample slot
         mask = batch["action_mask"] & batch["sample_mask"][:, None]
         return heads.flow_loss(model, variables, batch_observation(batch), batch["actions"], rng, mask)
-    cache = sample_cache(model, variables, batch, groups)
+    aux = model.cfg.aux_target != "none"
+    cache = sample_cache(model, variables, batch, groups, with_hidden=aux)
+    extra: dict = {}
+    if aux:  # auxiliary target from the prefix (SFT only): added to the action loss with its weight
+        cache, hidden = cache
+        extra["aux_target_mse"] = aux_target_loss(model, variables, hidden, cache, batch)
     actions = batch["actions"]
     mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
     m = jnp.broadcast_to(mask[..., None], actions.shape)
@@ -115,23 +134,26 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
         x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
         v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity)
         loss = jnp.sum(m * (v - (eps - actions)) ** 2) / denom
-        return loss, {"flow_mse": loss}
+        total = loss + aux_weight * extra["aux_target_mse"] if aux else loss
+        return total, {"flow_mse": loss, **extra}
     logits, _ = model.apply(variables, cache, method=VLA.action_logits)
     target = heads.actions_to_bins(actions, model.cfg.num_bins)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
     loss = -jnp.sum(lp * m) / denom
     acc = jnp.sum((jnp.argmax(logits, -1) == target) * m) / denom
-    return loss, {"token_ce": loss, "token_acc": acc}
+    total = loss + aux_weight * extra["aux_target_mse"] if aux else loss
+    return total, {"token_ce": loss, "token_acc": acc, **extra}
 
 
-def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict):
+def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict, aux_weight: float = 1.0):
     """One AdamW update on one global batch. -> (state, metrics)."""
     rng = step_rng(state)
     if state.collections:
         (loss, metrics), (grads, cols) = jax.value_and_grad(loss_fn, argnums=(0, 5), has_aux=True)(
-            state.params, model, batch, rng, groups, state.collections)
+            state.params, model, batch, rng, groups, state.collections, aux_weight)
     else:
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups)
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups,
+                                                                          None, aux_weight)
         cols = None
     state = state.apply_gradients(grads, ema_decay, collections=cols)
     seg = batch["segment_ids"]
@@ -145,10 +167,10 @@ def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, bat
     return state, metrics
 
 
-def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, mesh):
+def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, mesh, aux_weight: float = 1.0):
     """`train_step` jitted once with explicit shardings and the state donated."""
     return jax.jit(
-        lambda state, batch: train_step(model, groups, ema_decay, state, batch),
+        lambda state, batch: train_step(model, groups, ema_decay, state, batch, aux_weight),
         in_shardings=(state_shardings, sharding.data_sharding(mesh)),
         out_shardings=(state_shardings, sharding.replicated(mesh)),
         donate_argnums=(0,),
@@ -164,6 +186,9 @@ def _check(cfg: TrainConfig, mesh) -> None:
     dp = mesh.shape[sharding.DP]
     if cfg.data.batch_size % dp:
         raise ConfigError(f"data.batch_size={cfg.data.batch_size} is not divisible by the mesh's dp={dp}")
+    if cfg.sft.aux_target_weight != 1.0 and cfg.model.aux_target == "none":
+        raise ConfigError(f"sft.aux_target_weight={cfg.sft.aux_target_weight} needs model.aux_target "
+                          "(e.g. 'grasp_place'); without it there is no auxiliary loss to weight")
     if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
         raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
 
@@ -198,7 +223,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
                                                    jax.random.key(cfg.seed))
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
-    step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh)
+    step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh, cfg.sft.aux_target_weight)
 
     # ---- Checkpoints, config and policy files, resume -------------------------------------
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))

@@ -28,7 +28,7 @@ from vlajax.data.lerobot import DatasetError, LeRobotData
 from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.normalize import NormStats, load_norm_stats
 from vlajax.data.packing import PrefixSpec
-from vlajax.data.source import ActionChunkSource
+from vlajax.data.source import ActionChunkSource, grasp_place_targets
 from vlajax.data.transforms import (
     AugmentImages,
     Compose,
@@ -77,6 +77,10 @@ def make_source(cfg: TrainConfig, data: LeRobotData | None = None) -> ActionChun
         raise DatasetError(f"{info}: actions have {src.action_dim} dims, model.action_dim={cfg.model.action_dim}")
     if src.state_dim > cfg.model.state_dim:
         raise DatasetError(f"{info}: state has {src.state_dim} dims > model.state_dim={cfg.model.state_dim}")
+    if cfg.model.aux_target != "none":  # every record also carries its episode's target
+        aux, before = grasp_place_targets(src)
+        mask = before if cfg.model.aux_target == "grasp_place_pregrasp" else None
+        src = ActionChunkSource(data, cfg.model.action_horizon, aux=aux, aux_mask=mask)
     return src
 
 
@@ -127,7 +131,9 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     """This process's loader of global batches over `mesh` (None: process-local numpy)."""
     src = make_source(cfg)
     cams = _cameras(cfg, src)
-    src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams)  # decode only the cameras used
+    # decode only the cameras used
+    src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams, aux=src.aux,
+                            aux_mask=src.aux_mask)
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}

@@ -10,6 +10,8 @@ Record i is frame i of the dataset (global index). `source[i]` is a dict:
     instruction   str              the task string of frame i
     task_index    int64 []
     episode_index, frame_index, index   int64 []
+    aux_target    float32 [D]      only with `aux=`: the frame's auxiliary target (`grasp_place_targets`)
+    aux_mask      bool []          only with `aux=`: whether the auxiliary loss counts this frame
 
 Access is random (O(1) per record), so grain shuffles are global and an iterator checkpoint is
 a few integers. Records are built on demand; images are decoded from PNG per access.
@@ -21,7 +23,7 @@ import numpy as np
 
 from vlajax.data.lerobot import DatasetError, LeRobotData
 
-__all__ = ["ActionChunkSource", "camera_name", "IMAGE_PREFIX"]
+__all__ = ["ActionChunkSource", "camera_name", "grasp_place_targets", "IMAGE_PREFIX"]
 
 IMAGE_PREFIX = "observation.images."
 
@@ -42,6 +44,8 @@ class ActionChunkSource:
         action_key: str = "action",
         state_key: str = "observation.state",
         cameras: tuple[str, ...] | None = None,
+        aux: np.ndarray | None = None,
+        aux_mask: np.ndarray | None = None,
     ):
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -61,6 +65,11 @@ class ActionChunkSource:
         self._state = np.asarray(data.columns[state_key], np.float32).reshape(len(data), -1)
         self._episode_end = data.episode_to[data.episode_of]  # [N] exclusive end of each frame's episode
         self.action_key, self.state_key = action_key, state_key
+        if aux is not None and len(aux) != len(data):
+            raise ValueError(f"aux has {len(aux)} rows for {len(data)} frames")
+        self.aux = None if aux is None else np.asarray(aux, np.float32)
+        self.aux_mask = None if aux is None else (np.ones(len(data), bool) if aux_mask is None
+                                                  else np.asarray(aux_mask, bool))
 
     @property
     def action_dim(self) -> int:
@@ -81,6 +90,7 @@ class ActionChunkSource:
         end = int(self._episode_end[i])
         mask = idx < end
         cols = self.data.columns
+        extra = {} if self.aux is None else {"aux_target": self.aux[i], "aux_mask": self.aux_mask[i]}
         return {
             "actions": self._actions[np.minimum(idx, end - 1)],
             "action_mask": mask,
@@ -91,7 +101,39 @@ class ActionChunkSource:
             "episode_index": np.int64(cols["episode_index"][i]),
             "frame_index": np.int64(cols["frame_index"][i]),
             "index": np.int64(i),
+            **extra,
         }
 
     def __repr__(self) -> str:  # grain uses it to check a restored DataLoader reads the same source
         return f"ActionChunkSource({self.data.root!r}, horizon={self.horizon}, cameras={self.cameras})"
+
+
+def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarray]:
+    """`model.aux_target='grasp_place'` of every frame -> (float32 [N, 4] normalized per dim over the
+    frames, bool [N] True before the episode's grasp frame).
+
+    Per episode (tabletop layout: state[:2] = fingertip-centre xy, action[3] > 0 = close the
+    gripper): state[:2] at the first frame whose action closes the gripper (where the expert grasps
+    the target cube), then state[:2] at the episode's last frame (where it placed it). Both are
+    fixed for the whole episode, so they are a function of the initial scene and the instruction
+    only. (Heights are left out: the grasp and placement heights are constant up to noise, which
+    normalization would blow up to unit variance.) An episode that never closes its gripper is an
+    error (its grasp point is undefined). The mask is what `'grasp_place_pregrasp'` trains on: after
+    the grasp the gripper's own position in the images gives the grasp point away, before it only
+    the scene and the instruction do."""
+    d = source.data
+    actions, state = source._actions, source._state
+    if actions.shape[1] < 4 or state.shape[1] < 2:
+        raise DatasetError(f"{d.root}: model.aux_target='grasp_place' needs action[3] (gripper) and state[:2] "
+                           f"(fingertip xy); the dataset has {actions.shape[1]} action, {state.shape[1]} state dims")
+    out = np.zeros((len(d), 4), np.float32)
+    before = np.zeros(len(d), bool)
+    for e, (a, b) in enumerate(zip(d.episode_from.tolist(), d.episode_to.tolist())):
+        closed = np.flatnonzero(actions[a:b, 3] > 0)
+        if not len(closed):
+            raise DatasetError(f"{d.root}: episode {e} never closes the gripper (action[3] > 0): "
+                               "model.aux_target='grasp_place' needs a grasp in every episode")
+        out[a:b, :2] = state[a + closed[0], :2]
+        out[a:b, 2:] = state[b - 1, :2]
+        before[a:a + closed[0]] = True
+    return (out - out.mean(0)) / np.maximum(out.std(0), 1e-6), before

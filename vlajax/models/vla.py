@@ -15,6 +15,7 @@ Methods (call with `model.apply(variables, ..., method=VLA.<name>)`; the head fu
   velocity(cache, x_t, t)              -> v [B, H, A], log_std [B, H, A] | None, hidden [B, H, We]
   action_logits(cache)                 -> logits [B, H, A, bins], hidden [B, H*A, W]
   value(hidden_prefix, prefix_mask, cache) -> [B]
+  aux_target(hidden_prefix, prefix_mask) -> [B, D]   (`cfg.aux_target`; SFT's auxiliary loss only)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from vlajax.models.layers import DTYPES, constrain, dense, sincos_embedding
 from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache, Stack
 from vlajax.models.vision import ViT
+
+AUX_TARGET_DIMS = {"grasp_place": 4, "grasp_place_pregrasp": 4}  # `ModelConfig.aux_target` -> predicted dims
 
 
 def suffix_layout(cache: KVCache, length: int) -> tuple[jax.Array, jax.Array]:
@@ -73,6 +76,10 @@ class VLA(nn.Module):
                 "action_queries", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
                 (c.action_horizon * c.action_dim, c.width), pdt)
             self.bin_head = dense(c.num_bins, ("embed", "vocab"), use_bias=True, **kw)
+        if c.aux_target != "none":
+            self.aux_score = dense(1, ("embed", None), use_bias=True, **kw)
+            self.aux_hidden = dense(c.width, ("embed", "mlp"), use_bias=True, **kw)
+            self.aux_out = dense(AUX_TARGET_DIMS[c.aux_target], ("mlp", None), use_bias=True, **kw)
         if c.value_head != "none":
             self.value_hidden = dense(c.width, ("embed", "mlp"), use_bias=True, **kw)
             self.value_out = dense(1, ("mlp", None), use_bias=True, **kw)
@@ -167,6 +174,15 @@ class VLA(nn.Module):
         pooled = (hidden * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
         return self.value_out(nn.gelu(self.value_hidden(pooled)))[:, 0].astype(jnp.float32)
 
+    # ---------------------------------------------------------------- auxiliary target
+
+    def aux_target(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
+        """Attention pooling (one learned score per token) of hidden [B,T,W] over mask [B,T], MLP -> f32 [B, D]."""
+        score = self.aux_score(hidden)[..., 0].astype(jnp.float32)
+        w = jax.nn.softmax(jnp.where(mask, score, -1e9), axis=-1) * mask
+        pooled = jnp.einsum("bt,btw->bw", w.astype(hidden.dtype), hidden)
+        return self.aux_out(nn.gelu(self.aux_hidden(pooled))).astype(jnp.float32)
+
     def __call__(self, obs: Observation, actions: jax.Array | None = None, t: jax.Array | None = None):
         """Touches every parameter (used by `init`). -> dict of outputs."""
         c = self.cfg
@@ -179,6 +195,8 @@ class VLA(nn.Module):
             out["v"], out["log_std"], head_hidden = self.velocity(cache, x, tt)
         else:
             out["logits"], head_hidden = self.action_logits(cache)
+        if c.aux_target != "none":
+            out["aux_target"] = self.aux_target(hidden, cache.segment_ids > 0)
         if c.value_head == "prefix":
             out["value"] = self.value(hidden, cache.segment_ids > 0)
         elif c.value_head == "expert":
