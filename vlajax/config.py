@@ -488,6 +488,9 @@ class RLConfig:
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
     micro_batches: int = 1  # gradient-accumulation steps per minibatch
     learning_rate: float = 1e-4  # optimizer learning rate
+    # linear warmup of every learning rate from 0 over this many optimizer steps (0 = off): Adam's first
+    # steps move every parameter by ~the full rate whatever the gradient's size (m / sqrt(v) ~ sign(g))
+    lr_warmup_steps: int = 0
     value_learning_rate: float = 0.0  # learning rate of the critic's own params (0 = rl.learning_rate)
     # PPO's critic: 'head' = the policy's own value head (VLA: `model.value_head`, on the policy's
     # features); 'privileged' = an MLP on the simulator's privileged state [32] (asymmetric
@@ -522,6 +525,7 @@ class RLConfig:
         _check(self.eval_seed >= -1, "rl.eval_seed must be >= 0, or -1 for the run's seed")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")
         _check(self.learning_rate > 0 and self.grad_clip >= 0, "rl.learning_rate must be > 0 and rl.grad_clip >= 0")
+        _check(self.lr_warmup_steps >= 0, f"rl.lr_warmup_steps must be >= 0 (0 = off), got {self.lr_warmup_steps}")
         _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,
                "rl.value_learning_rate and rl.critic_warmup_iterations must be >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")

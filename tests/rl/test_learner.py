@@ -216,3 +216,32 @@ def test_optimizer_clips_gradients():
     np.testing.assert_allclose(clipped["w"], [0.6, 0.8], rtol=1e-6)
     assert len(tx.init(params)) == 2  # (clip, adam)
     assert len(learner.make_optimizer(RLConfig(grad_clip=0.0)).init(params)) == 1
+
+
+@pytest.mark.parametrize("value_lr", [0.0, 1e-2])
+def test_lr_warmup_scales_the_first_steps_after_adam(value_lr):
+    """Step k's update is min(1, (k + 1) / n) x the same step's update without warmup, for the
+    policy's and (with its own rate) the critic's params; from step n on the two are equal."""
+    n = 3
+    params = {"policy": {"w": jnp.zeros(2)}, "critic": {"w": jnp.zeros(2)}}
+    grads = [{"policy": {"w": jnp.array([3.0, -4.0]) * (k + 1)}, "critic": {"w": jnp.array([1.0, 2.0])}}
+             for k in range(5)]
+    runs = []
+    for warm in (0, n):
+        cfg = RLConfig(learning_rate=1e-3, value_learning_rate=value_lr, lr_warmup_steps=warm, grad_clip=0.0)
+        tx = learner.make_optimizer(cfg)
+        state, ups = tx.init(params), []
+        for g in grads:
+            u, state = tx.update(g, state, params)
+            ups.append(u)
+        runs.append(ups)
+    for k, (plain, warm) in enumerate(zip(*runs)):
+        scale = min(1.0, (k + 1) / n)
+        for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(warm)):
+            assert np.all(np.abs(np.asarray(a)) > 0)
+            np.testing.assert_allclose(np.asarray(b), scale * np.asarray(a), rtol=1e-6)
+
+
+def test_lr_warmup_must_not_be_negative():
+    with pytest.raises(ValueError, match="rl.lr_warmup_steps must be >= 0"):
+        RLConfig(lr_warmup_steps=-1)

@@ -80,10 +80,14 @@ def make_optimizer(config: RLConfig) -> optax.GradientTransformation:
 
     With `value_learning_rate > 0` the critic's own params (`CRITIC_KEYS`) take that rate
     instead (a fresh value head next to a pretrained policy usually needs a larger one).
+    With `lr_warmup_steps > 0` every rate ramps linearly from 0 over that many optimizer steps
+    (one step per minibatch update); the step count lives in the optimizer state, so it resumes.
     """
     parts = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip > 0 else []
+    n = config.lr_warmup_steps  # step k (0-based) scaled by min(1, (k + 1) / n), after Adam
+    warmup = [optax.scale_by_schedule(lambda k: jnp.minimum(1.0, (k + 1) / n))] if n > 0 else []
     if config.value_learning_rate <= 0:
-        return optax.chain(*parts, optax.adam(config.learning_rate))
+        return optax.chain(*parts, optax.adam(config.learning_rate), *warmup)
     rates = {"policy": -config.learning_rate, "critic": -config.value_learning_rate}
 
     def per_leaf_rate(updates, params):  # Adam's direction times each leaf's own rate (stateless)
@@ -92,7 +96,7 @@ def make_optimizer(config: RLConfig) -> optax.GradientTransformation:
         return jax.tree.map(lambda u, label: u * rates[label], updates, labels)
 
     # (optax.multi_transform would give the same updates, but its masked states do not shard)
-    return optax.chain(*parts, optax.scale_by_adam(), optax.stateless(per_leaf_rate))
+    return optax.chain(*parts, optax.scale_by_adam(), optax.stateless(per_leaf_rate), *warmup)
 
 
 def critic_warmup(config: RLConfig, update: int, batch: dict) -> dict:
