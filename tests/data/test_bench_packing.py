@@ -65,6 +65,7 @@ def test_demos_and_mixture_rows_are_declared(tiny):
     (d,) = demos["setup"]["datasets"]
     assert d["cameras"] == ["agentview", "wrist"] and d["suite"] == "goal" and d["episodes"] == 4
     assert [x["cameras"] for x in mix["setup"]["datasets"]] == [["agentview", "wrist"], ["agentview"]]
+    assert mix["packed_padding_fraction"] < mix["fixed_padding_fraction"]
     # demos: both cameras on every sample, so fixed padding is text slots and the layout's tail only
     assert demos["prefix_tokens"]["share_without_a_camera"] == 0 and demos["fixed_padding_split"]["camera_slots"] == 0
     assert 0 < mix["prefix_tokens"]["share_without_a_camera"] < 1 and mix["fixed_padding_split"]["camera_slots"] > 0
@@ -73,6 +74,6 @@ def test_demos_and_mixture_rows_are_declared(tiny):
         assert math.isclose(sum(split.values()), run["fixed_padding_fraction"], rel_tol=1e-9)
         # fixed and dynamic time the same samples: same useful tokens per pass
         assert run["fixed_tokens_per_pass"] == run["dynamic_tokens_per_pass"]
-        assert run["packed_padding_fraction"] < run["fixed_padding_fraction"]
+        assert all(run[f"{m}_nonfinite_losses"] == 0 for m in bench.MODES)
         assert len(run["packed_speedup_per_pass"]) == 1
         assert np.isclose(run["packed_speedup_per_pass"][0], run["packed_speedup_vs_fixed"])

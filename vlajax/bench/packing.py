@@ -267,12 +267,13 @@ class _Runner:
                                                       jax.random.key(0))
         self.step = make_train_step(VLA(mcfg), 1, 0.0, shardings, self.mesh)
 
-    def one(self, b) -> None:
+    def one(self, b) -> float:
         self.state, metrics = self.step(self.state, b)
-        jax.block_until_ready(metrics["loss"])
+        return float(jax.block_until_ready(metrics["loss"]))  # read after the timer stops
 
-    def measure(self, batches: dict[str, list[dict]], repeats: int) -> tuple[dict, float]:
-        """Seconds per mode per timed pass (modes interleaved batch by batch), compile+warm-up seconds."""
+    def measure(self, batches: dict[str, list[dict]], repeats: int) -> tuple[dict, float, dict]:
+        """Seconds per mode per timed pass (modes interleaved batch by batch), compile+warm-up seconds,
+        the losses of every step per mode (a non-finite loss would make the timing meaningless)."""
         from vlajax import sharding
 
         dev = {m: [jax.device_put(b, sharding.data_sharding(self.mesh)) for b in bs] for m, bs in batches.items()}
@@ -284,16 +285,19 @@ class _Runner:
                     self.one(b)
             compile_s = time.perf_counter() - t0
             passes = {m: [] for m in dev}
+            losses = {m: [] for m in dev}
             for _ in range(repeats):
                 elapsed = dict.fromkeys(dev, 0.0)
                 for i in range(n):
                     for m in dev:
                         t = time.perf_counter()
-                        self.one(dev[m][i])
+                        self.state, metrics = self.step(self.state, dev[m][i])
+                        jax.block_until_ready(metrics["loss"])
                         elapsed[m] += time.perf_counter() - t
+                        losses[m].append(float(metrics["loss"]))
                 for m in dev:
                     passes[m].append(elapsed[m])
-        return passes, compile_s
+        return passes, compile_s, losses
 
 
 def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_task: int) -> tuple[dict, object, dict]:
@@ -380,7 +384,7 @@ def run_bench(n_batches: int = 8, repeats: int = 2, data: str = "synthetic", mlp
     batches, spec, decl = _data_batches(data, mcfg, n_batches, workdir, episodes_per_task)
     data_s = time.perf_counter() - t_data
     runner = runner or _Runner(mcfg)
-    passes, compile_s = runner.measure(batches, repeats)
+    passes, compile_s, losses = runner.measure(batches, repeats)
     n = min(len(bs) for bs in batches.values())
     out: dict = {"data": data}
     for m, bs in batches.items():
@@ -396,6 +400,8 @@ def run_bench(n_batches: int = 8, repeats: int = 2, data: str = "synthetic", mlp
         out[f"{m}_seconds"] = elapsed
         out[f"{m}_pass_seconds"] = passes[m]
         out[f"{m}_tokens_per_pass"] = eff
+        out[f"{m}_loss_first_last"] = [losses[m][0], losses[m][-1]]
+        out[f"{m}_nonfinite_losses"] = int(sum(not np.isfinite(x) for x in losses[m]))
     out["packed_speedup_vs_fixed"] = out["packed_tokens_per_s"] / out["fixed_tokens_per_s"]
     out["dynamic_speedup_vs_fixed"] = out["dynamic_tokens_per_s"] / out["fixed_tokens_per_s"]
     for m in ("packed", "dynamic"):  # per timed pass: the spread under the machine's load
