@@ -8,6 +8,9 @@
             `loss` is the action loss alone; a policy trained with `model.aux_target` also gets
             `aux_target_mse` (its prefix's error on the normalized target; 1.0 = predicting the
             mean) per variant: swapping the instruction raises it when the prefix reads the colour word.
+            `--aux-frames pregrasp|start`: that error on the frames before the episode's grasp only,
+            or on its first frames (fingertips within 2 cm of the start), where the gripper does
+            not yet show where the target is.
 2. descent  Where does the gripper go? Closed loop as `vlajax.evaluation` runs it (deterministic,
             replan 4; its episode seeds), on a chosen eval seed: the fingertips' xy the first
             time they go below 4 cm (a grasp attempt), the nearest cube there (the target, a
@@ -42,7 +45,7 @@ import numpy as np
 STATE_GROUPS = {"ee_xyz": [0, 1, 2], "fingers": [3, 4], "ee_velocity": [5, 6, 7]}
 
 
-def input_probe(ckpt: str, dataset: str, batches: int) -> dict:
+def input_probe(ckpt: str, dataset: str, batches: int, aux_frames: str = "") -> dict:
     from vlajax.config import TrainConfig
     from vlajax.data.build import make_loader
     from vlajax.models.build import build_model
@@ -51,6 +54,8 @@ def input_probe(ckpt: str, dataset: str, batches: int) -> dict:
     from vlajax.sft import loss_fn, sample_cache
 
     _, _, params, tcfg, step = load_policy(ckpt, TrainConfig())
+    if aux_frames and tcfg.model.aux_target != "none":  # the aux error on those frames only
+        tcfg = tcfg.replace(model=dataclasses.replace(tcfg.model, aux_target=f"grasp_place_{aux_frames}"))
     model = build_model(tcfg.model)
     cfg = dataclasses.replace(tcfg, data=dataclasses.replace(tcfg.data, dataset_dir=dataset, batching="fixed",
                                                              shuffle_seed=123))
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probes", nargs="+", default=["inputs", "descent"],
                    choices=["inputs", "descent", "text", "pixels"])
     p.add_argument("--json", default="")
+    p.add_argument("--aux-frames", default="", choices=["", "pregrasp", "start"],
+                   help="inputs probe of a model.aux_target policy: its aux error on these frames only")
     p.add_argument("--debug", action="store_true")
     a = p.parse_args(argv)
     if a.debug:
@@ -221,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if "pixels" in a.probes:
         out["pixels"] = pixel_probe(a.resets)
     if "inputs" in a.probes:
-        out["inputs"] = input_probe(a.checkpoint, a.dataset, a.batches)
+        out["inputs"] = input_probe(a.checkpoint, a.dataset, a.batches, a.aux_frames)
     if "descent" in a.probes:
         out["descent"] = descent_probe(a.checkpoint, a.eval_seed, a.episodes_per_task, a.replan)
     text = json.dumps(out, indent=1)

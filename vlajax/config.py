@@ -212,8 +212,9 @@ class ModelConfig:
     # point (fingertip xy = state[:2] at its first frame whose action[3] closes the gripper) and its
     # final state[:2], both fixed per episode, derived from the recorded demos (tabletop layout), normalized;
     # 'grasp_place_pregrasp' = the same, the loss only on the frames before the grasp (after it the
-    # gripper's position in the images gives the grasp point away)
-    aux_target: Literal["none", "grasp_place", "grasp_place_pregrasp"] = "none"
+    # gripper's position in the images gives the grasp point away); 'grasp_place_start' = only on the
+    # frames before the fingertips moved 2 cm from the episode's start (the gripper shows nothing yet)
+    aux_target: Literal["none", "grasp_place", "grasp_place_pregrasp", "grasp_place_start"] = "none"
     # Numerics and kernels.
     dtype: Literal["float32", "bfloat16"] = "float32"  # activation dtype
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype

@@ -67,6 +67,13 @@ def test_grasp_place_targets_are_the_grasp_and_last_state(grasp_dataset, tmp_pat
     want_mask = np.concatenate([np.arange(12) < g for g in (3, 5, 2, 7, 4, 6, 1, 8)])
     np.testing.assert_array_equal([pre[i]["aux_mask"] for i in range(len(pre))], want_mask)
     np.testing.assert_allclose(np.stack([pre[i]["aux_target"] for i in range(len(pre))]), want, rtol=1e-5, atol=1e-5)
+    # 'grasp_place_start': before the grasp and within 2 cm (xy) of the episode's first frame
+    st = make_source(cfg.replace(model=dataclasses.replace(cfg.model, aux_target="grasp_place_start")))
+    xy = np.stack([st[i]["state"][:2] for i in range(len(st))]).reshape(8, 12, 2)
+    near = (np.linalg.norm(xy - xy[:, :1], axis=-1) < 0.02).reshape(-1)
+    got_mask = np.asarray([st[i]["aux_mask"] for i in range(len(st))])
+    np.testing.assert_array_equal(got_mask, near & want_mask)
+    assert got_mask.sum() >= 8  # every episode's first frame at least
 
 
 def test_an_episode_without_a_grasp_is_refused(tmp_path):

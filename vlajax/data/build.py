@@ -78,8 +78,8 @@ def make_source(cfg: TrainConfig, data: LeRobotData | None = None) -> ActionChun
     if src.state_dim > cfg.model.state_dim:
         raise DatasetError(f"{info}: state has {src.state_dim} dims > model.state_dim={cfg.model.state_dim}")
     if cfg.model.aux_target != "none":  # every record also carries its episode's target
-        aux, before = grasp_place_targets(src)
-        mask = before if cfg.model.aux_target == "grasp_place_pregrasp" else None
+        aux, before, start = grasp_place_targets(src)
+        mask = {"grasp_place_pregrasp": before, "grasp_place_start": start}.get(cfg.model.aux_target)
         src = ActionChunkSource(data, cfg.model.action_horizon, aux=aux, aux_mask=mask)
     return src
 

@@ -108,9 +108,13 @@ class ActionChunkSource:
         return f"ActionChunkSource({self.data.root!r}, horizon={self.horizon}, cameras={self.cameras})"
 
 
-def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarray]:
+START_RADIUS = 0.02  # m: 'grasp_place_start' trains on frames whose fingertip xy is this close to the first one
+
+
+def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`model.aux_target='grasp_place'` of every frame -> (float32 [N, 4] normalized per dim over the
-    frames, bool [N] True before the episode's grasp frame).
+    frames, bool [N] True before the episode's grasp frame, bool [N] True while the fingertip xy is
+    within `START_RADIUS` of the episode's first frame and before the grasp).
 
     Per episode (tabletop layout: state[:2] = fingertip-centre xy, action[3] > 0 = close the
     gripper): state[:2] at the first frame whose action closes the gripper (where the expert grasps
@@ -119,8 +123,10 @@ def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarr
     only. (Heights are left out: the grasp and placement heights are constant up to noise, which
     normalization would blow up to unit variance.) An episode that never closes its gripper is an
     error (its grasp point is undefined). The mask is what `'grasp_place_pregrasp'` trains on: after
-    the grasp the gripper's own position in the images gives the grasp point away, before it only
-    the scene and the instruction do."""
+    the grasp the gripper's own position in the images gives the grasp point away. That of
+    `'grasp_place_start'` is the third: the expert heads for the target from the first step, so
+    within a few frames the gripper's position tells the target's side; only the first frames
+    (~3 per episode in the object demos) show nothing but the scene and the instruction."""
     d = source.data
     actions, state = source._actions, source._state
     if actions.shape[1] < 4 or state.shape[1] < 2:
@@ -128,6 +134,7 @@ def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarr
                            f"(fingertip xy); the dataset has {actions.shape[1]} action, {state.shape[1]} state dims")
     out = np.zeros((len(d), 4), np.float32)
     before = np.zeros(len(d), bool)
+    start = np.zeros(len(d), bool)
     for e, (a, b) in enumerate(zip(d.episode_from.tolist(), d.episode_to.tolist())):
         closed = np.flatnonzero(actions[a:b, 3] > 0)
         if not len(closed):
@@ -136,4 +143,6 @@ def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarr
         out[a:b, :2] = state[a + closed[0], :2]
         out[a:b, 2:] = state[b - 1, :2]
         before[a:a + closed[0]] = True
-    return (out - out.mean(0)) / np.maximum(out.std(0), 1e-6), before
+        near = np.linalg.norm(state[a:b, :2] - state[a, :2], axis=1) < START_RADIUS
+        start[a:b] = near & before[a:b]
+    return (out - out.mean(0)) / np.maximum(out.std(0), 1e-6), before, start

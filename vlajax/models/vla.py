@@ -32,7 +32,8 @@ from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache, Stack
 from vlajax.models.vision import ViT
 
-AUX_TARGET_DIMS = {"grasp_place": 4, "grasp_place_pregrasp": 4}  # `ModelConfig.aux_target` -> predicted dims
+# `ModelConfig.aux_target` -> predicted dims
+AUX_TARGET_DIMS = {"grasp_place": 4, "grasp_place_pregrasp": 4, "grasp_place_start": 4}
 
 
 def suffix_layout(cache: KVCache, length: int) -> tuple[jax.Array, jax.Array]:
