@@ -98,6 +98,7 @@ def _rl_grpo_tokens() -> TrainConfig:
 
 @register("rl-grpo-flow", "GRPO, flow head (flow_sde), pixels, progress reward, from an SFT checkpoint")
 def _rl_grpo_flow() -> TrainConfig:
+    # pipeline: the AsyncConfig defaults (staleness 0) -- no issue-21 protocol table covers GRPO with the flow head
     return _grpo_pixels("runs/rl-grpo-flow", _flow_rl_model("none"), 1.5e-5)
 
 
@@ -113,10 +114,14 @@ def _rl_ppo_flow() -> TrainConfig:
         output_dir="runs/rl-ppo-flow",
         model=_flow_rl_model("none"),
         env=_pixels_env(32),
+        # ratio_level 'decision' (the default): the ppo-flow protocol table's (docs/async.md); 'factor' is not measured
         rl=RLConfig(algo="ppo", num_iterations=300, rollout_length=48, num_minibatches=4, update_epochs=1,
                     learning_rate=1e-5, value_learning_rate=1e-3, critic_warmup_iterations=5, gamma=0.99,
                     critic="privileged", normalize_advantages="batch", eval_every=5, eval_episodes_per_task=20,
                     chunk_steps=4, reward="progress"),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
+        # the sync loop by default; `--pipeline.enabled` runs the protocol's tested async arm: staleness 1 and
+        # decoupled PPO: async-s1 PASS, 3 pairs, both arms learn little (docs/async.md, "The PPO flow-head workload")
+        pipeline=AsyncConfig(staleness_threshold=1.0, use_rollout_log_probs=False),
     )
