@@ -283,6 +283,8 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     extra: dict = {}
     if ARMS[arm] is None:
         s = loop.train(cfg, setup)
+        if s["status"] != "done":  # e.g. stopped by SIGTERM: never saved as a finished run
+            raise RuntimeError(f"sync run ended with status {s['status']!r}")
         evals = [(e["iteration"], float(e["env_steps"]), e) for e in s["evals"]]
         extra["train_env_steps"] = s["env_steps"]
     else:
