@@ -373,4 +373,7 @@ def test_sft_prefetch_wait_is_bounded(monkeypatch):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    # a run started in the foreground gets Ctrl-C as KeyboardInterrupt; one whose parent was launched in
+    # the background of a non-interactive shell inherits SIGINT ignored (POSIX), and Python keeps it so
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(_worker(sys.argv[2:]))
