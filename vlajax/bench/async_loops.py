@@ -64,6 +64,7 @@ import numpy as np
 from vlajax import cli
 from vlajax.config import AsyncConfig, TrainConfig
 from vlajax.pipeline.latency import LatencyModel
+from vlajax.run_files import write_json
 
 REGIMES = ("mjx", "cpu-sim", "emulated-farm")
 MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
@@ -385,9 +386,7 @@ def main(argv: list[str]) -> int:
     data = {"meta": meta, "rows": rows}
     print(render_markdown(data), end="")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
+        write_json(a.json, data)  # atomically
         print(f"wrote {a.json}")
     return 0
 

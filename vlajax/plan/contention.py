@@ -37,6 +37,7 @@ import jax
 import numpy as np
 
 from vlajax import cli
+from vlajax.run_files import write_json
 
 __all__ = ["main"]
 
@@ -220,8 +221,6 @@ def main(argv: list[str]) -> int:
             "uptime_after": up(), "cores": len(os.sched_getaffinity(0)),
             "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": res}
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
+        write_json(a.json, data)  # atomically
         print(f"wrote {a.json}")
     return 0
