@@ -22,6 +22,7 @@ neither the GIL nor any other lock: this measures how far that holds here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -51,6 +52,32 @@ def _threads(fns) -> float:
     for t in ts:
         t.join()
     return time.perf_counter() - t0
+
+
+def _slowdown(fn, background, n: int) -> dict:
+    """`fn` timed `n` times alone, then `n` times while `background` runs in a loop in another thread."""
+
+    def timed() -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return out
+
+    alone, stop = timed(), threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            background()
+
+    bg = threading.Thread(target=loop)
+    bg.start()
+    time.sleep(0.05)
+    beside = timed()
+    stop.set()
+    bg.join()
+    return {"alone_s": alone, "beside_s": beside, "slowdown": float(np.median(beside) / np.median(alone))}
 
 
 def measure(a: Args) -> dict:
@@ -88,7 +115,7 @@ def measure(a: Args) -> dict:
                                 donate_argnums=(1,))
             res: dict = {"switch_interval_s": interval}
             with sharding.use_mesh(mesh, rules), (c_physics.host_timing() if physics == "c"
-                                                  else _null()):
+                                                  else contextlib.nullcontext()):
                 env_box = [rl_setup.place_env_state(
                     jax.jit(functools.partial(rl_setup.initial_env_state, cfg, setup.env))(), mesh)]
                 params = jax.tree.map(jnp.copy, state.params)
@@ -112,52 +139,8 @@ def measure(a: Args) -> dict:
                     block(st[0].params)
 
                 one_update()  # compiles
-                # -- update alone vs beside a collect loop --------------------------------------
-                alone = []
-                for _ in range(a.rounds * 4):
-                    t0 = time.perf_counter()
-                    one_update()
-                    alone.append(time.perf_counter() - t0)
-                stop, beside = threading.Event(), []
-
-                def collect_loop():
-                    while not stop.is_set():
-                        one_collect()
-
-                bg = threading.Thread(target=collect_loop)
-                bg.start()
-                time.sleep(0.05)
-                for _ in range(a.rounds * 4):
-                    t0 = time.perf_counter()
-                    one_update()
-                    beside.append(time.perf_counter() - t0)
-                stop.set()
-                bg.join()
-                res["update_beside_collect"] = {"alone_s": alone, "beside_s": beside,
-                                                "slowdown": float(np.median(beside) / np.median(alone))}
-                # -- collect alone vs beside an update loop --------------------------------------
-                alone = []
-                for _ in range(a.rounds):
-                    t0 = time.perf_counter()
-                    one_collect()
-                    alone.append(time.perf_counter() - t0)
-                stop, beside = threading.Event(), []
-
-                def update_loop():
-                    while not stop.is_set():
-                        one_update()
-
-                bg = threading.Thread(target=update_loop)
-                bg.start()
-                time.sleep(0.05)
-                for _ in range(a.rounds):
-                    t0 = time.perf_counter()
-                    one_collect()
-                    beside.append(time.perf_counter() - t0)
-                stop.set()
-                bg.join()
-                res["collect_beside_updates"] = {"alone_s": alone, "beside_s": beside,
-                                                 "slowdown": float(np.median(beside) / np.median(alone))}
+                res["update_beside_collect"] = _slowdown(one_update, one_collect, a.rounds * 4)
+                res["collect_beside_updates"] = _slowdown(one_collect, one_update, a.rounds)
                 # -- slot steps: serial vs one thread per slot -------------------------------------
                 cfg_s = run_config(base, regime, "+streaming", **kw)
                 work = RLWorkload(cfg_s, setup)
@@ -188,14 +171,6 @@ def measure(a: Args) -> dict:
                                         for k, v in res.items()}}), flush=True)
     sys.setswitchinterval(0.005)
     return out
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 @dataclasses.dataclass(frozen=True)
