@@ -241,15 +241,6 @@ def padding_split(batches: list[dict], spec) -> dict:
             "empty_samples": empty / slots}
 
 
-def _auto_pack(mean_tokens: float, length: int) -> tuple[int, int]:
-    """`make_loader`'s packed sizing for one process: rows of 2 x or 1 x the prefix, whichever
-    carries fewer tokens (ties: 2 x)."""
-    from vlajax.data.build import packed_rows
-
-    return min(((packed_rows(mean_tokens, BATCH, t, 1), t) for t in (2 * length, length)),
-               key=lambda rt: (rt[0] * rt[1], -rt[1]))
-
-
 class _Runner:
     """One model, its sharded train state and jitted step, shared by every data choice of a run."""
 
@@ -302,7 +293,7 @@ class _Runner:
 
 def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_task: int) -> tuple[dict, object, dict]:
     """({mode: host batches}, PrefixSpec, the data's declaration and packing setup)."""
-    from vlajax.data.build import packed_rows
+    from vlajax.data.build import auto_packed_layout, packed_rows
 
     if data == "synthetic":
         cfg = _train_config(mcfg)
@@ -342,7 +333,8 @@ def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_ta
         write_demos(mix_root, MIX_SUITE, ("agentview",), episodes_per_task)
     roots = [demos_root, mix_root]
     fixed, spec = _mixture_batches(roots, mcfg, "fixed", n_batches)
-    rows, row_len = _auto_pack(float(np.mean(_sample_tokens(fixed, spec))), spec.length)
+    # make_loader's own sizing rule, for one process
+    rows, row_len = auto_packed_layout(float(np.mean(_sample_tokens(fixed, spec))), BATCH, spec.length, 1)
     batches = {"fixed": fixed, "dynamic": _mixture_batches(roots, mcfg, "dynamic", n_batches)[0],
                "packed": _mixture_batches(roots, mcfg, "packed", n_batches, rows, row_len)[0]}
     decl = {"data": "mixture", "datasets": [_describe(r) for r in roots], "weights": [1.0, 1.0],

@@ -41,8 +41,8 @@ from vlajax.data.transforms import (
     Unnormalize,
 )
 
-__all__ = ["DataInfo", "dataset_dir", "make_source", "make_transform", "packed_rows", "packing_groups",
-           "make_loader"]
+__all__ = ["DataInfo", "auto_packed_layout", "dataset_dir", "make_source", "make_transform", "packed_rows",
+           "packing_groups", "make_loader"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +119,13 @@ def packed_rows(mean_tokens: float, slots: int, row_len: int, multiple: int) -> 
     return max(multiple, -(-rows // multiple) * multiple)
 
 
+def auto_packed_layout(mean_tokens: float, slots: int, prefix_len: int, multiple: int) -> tuple[int, int]:
+    """(rows, row_len) when neither is configured: rows of 2 x or 1 x `prefix_len`, whichever carries
+    fewer tokens for `slots` samples of `mean_tokens` (ties: 2 x, which packs better)."""
+    return min(((packed_rows(mean_tokens, slots, t, multiple), t) for t in (2 * prefix_len, prefix_len)),
+               key=lambda rt: (rt[0] * rt[1], -rt[1]))
+
+
 def packing_groups(slots: int, shards: int, min_slots: int = 8) -> int:
     """Packing groups for one process: one per data shard (device) when each still gets
     `min_slots` samples, so that `gather_prefix` compiles without collectives; else 1 (a group
@@ -154,9 +161,8 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
         m = math.lcm(dp, pc)
         if d.pack_row_len:
             rows = packed_rows(mean, d.batch_size, row_len, m)
-        else:  # rows of 2 x or 1 x prefix_len, whichever carries fewer tokens (ties: 2 x packs better)
-            rows, row_len = min(((packed_rows(mean, d.batch_size, t, m), t) for t in (2 * spec.length, spec.length)),
-                                key=lambda rt: (rt[0] * rt[1], -rt[1]))
+        else:
+            rows, row_len = auto_packed_layout(mean, d.batch_size, spec.length, m)
     if d.batching == "packed" and rows % math.lcm(dp, pc):
         raise ValueError(f"data.pack_rows={rows} is not divisible by mesh dp={dp} and {pc} processes")
     if d.batching == "dynamic" and pc > 1:
