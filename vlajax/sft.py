@@ -119,9 +119,11 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
     aux = model.cfg.aux_target != "none"
     cache = sample_cache(model, variables, batch, groups, with_hidden=aux)
     extra: dict = {}
+    aux_term = 0.0
     if aux:  # auxiliary target from the prefix (SFT only): added to the action loss with its weight
         cache, hidden = cache
         extra["aux_target_mse"] = aux_target_loss(model, variables, hidden, cache, batch)
+        aux_term = aux_weight * extra["aux_target_mse"]
     actions = batch["actions"]
     mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
     m = jnp.broadcast_to(mask[..., None], actions.shape)
@@ -134,15 +136,13 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
         x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
         v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity)
         loss = jnp.sum(m * (v - (eps - actions)) ** 2) / denom
-        total = loss + aux_weight * extra["aux_target_mse"] if aux else loss
-        return total, {"flow_mse": loss, **extra}
+        return loss + aux_term, {"flow_mse": loss, **extra}
     logits, _ = model.apply(variables, cache, method=VLA.action_logits)
     target = heads.actions_to_bins(actions, model.cfg.num_bins)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
     loss = -jnp.sum(lp * m) / denom
     acc = jnp.sum((jnp.argmax(logits, -1) == target) * m) / denom
-    total = loss + aux_weight * extra["aux_target_mse"] if aux else loss
-    return total, {"token_ce": loss, "token_acc": acc, **extra}
+    return loss + aux_term, {"token_ce": loss, "token_acc": acc, **extra}
 
 
 def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict, aux_weight: float = 1.0):
