@@ -1,0 +1,21 @@
+#!/bin/bash
+# Issue 21.3, eleventh session: the quickstart with Dr. GRPO advantages (--rl.no-group-std-normalize, in
+# vlajax/quickstart.py). Criterion fixed before the runs: mean lift >= 15 points over the FRESH seeds 3, 4, 5
+# (full `make quickstart` runs). Seeds 0, 1, 2 (where the mechanism was diagnosed) re-run the RL phase alone from
+# their existing SFT checkpoints (runs/qs-async-s$k, bit-identical to what the quickstart builds for that seed),
+# with exactly the quickstart's RL flags; reported beside the four earlier variants, not part of the criterion.
+cd /work/main
+for k in 3 4 5; do
+  echo "seed $k quickstart start $(date -u +%T) $(uptime)"
+  VLAJAX_QUICKSTART_SEED=$k VLAJAX_QUICKSTART_DIR=runs/qs-drg-s$k .venv/bin/python -m vlajax.quickstart > /tmp/s11/qs_drg_s$k.log 2>&1
+  echo "seed $k end $(date -u +%T) rc=$? $(uptime)"
+done
+for k in 0 1 2; do
+  echo "seed $k rl start $(date -u +%T) $(uptime)"
+  .venv/bin/python -m vlajax.train rl --preset rl-grpo-tokens --rl.init-from runs/qs-async-s$k/sft/checkpoints \
+    --output-dir runs/qs-drg-s$k/rl --rl.num-iterations 20 --rl.eval-every 20 --rl.eval-episodes-per-task 20 \
+    --logging.video-every 1 --logging.progress plain --seed $k \
+    --pipeline.enabled --pipeline.staleness-threshold 1 --pipeline.no-use-rollout-log-probs \
+    --rl.no-group-std-normalize > /tmp/s11/qs_drg_rl_s$k.log 2>&1
+  echo "seed $k end $(date -u +%T) rc=$? $(uptime)"
+done
