@@ -1,28 +1,44 @@
-"""Diagnostic: one GRPO collect from a quickstart SFT start; per-group returns/success by task."""
-import dataclasses, sys, json
-import numpy as np, jax, jax.numpy as jnp
-from vlajax.config import get_config
+"""Diagnostic: the first GRPO collects from a quickstart SFT start, one line per group.
+
+    .venv/bin/python docs/results/quickstart-drgrpo/diag_returns.py SEED SFT_CHECKPOINTS [ITERATIONS]
+
+Builds `rl-grpo-tokens` with `--seed SEED --rl.init-from SFT_CHECKPOINTS` (the quickstart's RL
+phase), runs the sync loop's jitted `collect` for iterations 0.. with the SFT params and prints
+each group's task id, episode returns [group_size], their std and the GRPO advantages.
+"""
+
+import dataclasses
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from vlajax import sharding
-from vlajax.rl import setup as S, rollout as ro
-seed, start = int(sys.argv[1]), sys.argv[2]
-iters = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-cfg = get_config("rl-grpo-tokens")
-cfg = cfg.replace(seed=seed, rl=dataclasses.replace(cfg.rl, init_from=start))
-mesh = sharding.make_mesh(cfg.mesh)
-setup = S.build(cfg, mesh)
-params = setup.init_params(jax.random.key(seed))
-col = jax.jit(lambda p, k: S.collect(cfg, setup, p, None, k, jnp.int32(0)))
-names = None
-for it in range(iters):
-    kc, _ = S.iteration_keys(cfg.seed, it)
-    with sharding.use_mesh(mesh, cfg.mesh.logical_rules):
-        _, batch, roll = col(params, kc)
-    T = setup.episode_decisions; B = cfg.env.num_envs; g = cfg.rl.group_size
-    adv = np.asarray(batch["advantages"]).reshape(B, T)[:, 0]
-    ret = np.asarray(batch["returns"]).reshape(B, T)[:, 0]
-    task = np.asarray(batch["task_id"]).reshape(B, T)[:, 0]
-    mask = np.asarray(batch["mask"]).reshape(B, T).any(1)
-    print(f"iter {it} success {float(roll['success']):.3f}")
-    for gi in range(B // g):
-        sl = slice(gi * g, (gi + 1) * g)
-        print(f"  task {task[sl][0]} returns {np.round(ret[sl],3)} std {ret[sl].std(ddof=1):.4f} adv {np.round(adv[sl],2)} kept {mask[sl].all()}")
+from vlajax.config import get_config
+from vlajax.rl import setup as rl_setup
+
+
+def main(seed: int, start: str, iterations: int) -> None:
+    cfg = get_config("rl-grpo-tokens")
+    cfg = cfg.replace(seed=seed, rl=dataclasses.replace(cfg.rl, init_from=start))
+    mesh = sharding.make_mesh(cfg.mesh)
+    setup = rl_setup.build(cfg, mesh)
+    params = setup.init_params(jax.random.key(seed))
+    collect = jax.jit(lambda p, k: rl_setup.collect(cfg, setup, p, None, k, jnp.int32(0)))
+    t, b, g = setup.episode_decisions, cfg.env.num_envs, cfg.rl.group_size
+    for it in range(iterations):
+        key, _ = rl_setup.iteration_keys(cfg.seed, it)
+        with sharding.use_mesh(mesh, cfg.mesh.logical_rules):
+            _, batch, roll = collect(params, key)
+        adv, ret, task = (np.asarray(batch[k]).reshape(b, t)[:, 0] for k in ("advantages", "returns", "task_id"))
+        kept = np.asarray(batch["mask"]).reshape(b, t).any(1)
+        print(f"iter {it} success {float(roll['success']):.3f}")
+        for i in range(b // g):
+            s = slice(i * g, (i + 1) * g)
+            print(f"  task {task[s][0]} returns {np.round(ret[s], 3)} std {ret[s].std(ddof=1):.4f} "
+                  f"adv {np.round(adv[s], 2)} kept {kept[s].all()}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 2)
