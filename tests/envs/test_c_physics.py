@@ -149,3 +149,52 @@ def test_rl_workload_slots_step_with_c_physics():
     np.testing.assert_allclose(np.asarray(rec_c["rewards"]), np.asarray(rec_j["rewards"]), atol=2e-3)
     np.testing.assert_allclose(np.asarray(nxt_c["obs"]), np.asarray(nxt_j["obs"]), atol=2e-3)
     assert not np.array_equal(np.asarray(nxt_c["obs"]), np.asarray(nxt_j["obs"]))  # two simulators ran
+
+
+def _reference_loop(m, n_substeps, inputs, outputs, rows, nstep):
+    """The per-env loop the batch replaced: one MjData, `mj_step` env after env, then the poses."""
+    d = mujoco.MjData(m)
+    out = []
+    for row in rows:
+        for k, part in zip(inputs, np.split(row, np.cumsum([int(np.prod(s)) for s in inputs.values()])[:-1])):
+            if k == "time":
+                d.time = float(part[0])
+            else:
+                getattr(d, k)[:] = part.reshape(getattr(d, k).shape)
+        if nstep:
+            mujoco.mj_step(m, d, nstep=nstep)
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_camlight(m, d)
+        out.append(np.concatenate([np.ravel(getattr(d, k)) for k in outputs]))
+    return np.stack(out).astype(rows.dtype)
+
+
+@pytest.mark.parametrize("per_env", [False, True])
+def test_batched_host_step_equals_the_per_env_mj_step_loop(per_env):
+    """The native batch (one call, or env by env under `host_timing(per_env=True)`) gives bit for bit
+    what `mj_step` + `mj_kinematics` + `mj_camlight` on one MjData per env gives, over several control
+    steps (state and warm start carried) and for the pose-only call of a reset."""
+    env = _c_env()
+    n = 6
+    s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(3), n))
+    one = jax.tree.map(lambda x: x[0], s.data)
+    inputs, outputs = c_physics.CPhysics.layout(one)
+    rows = np.stack([np.concatenate([np.ravel(np.asarray(getattr(s.data, k)[i], np.float32)) for k in inputs])
+                     for i in range(n)])
+    start = rows
+    n_state = sum(int(np.prod(inputs[k])) for k in c_physics.STATE_FIELDS if k in inputs)
+    ctrl_at = n_state  # ctrl follows the state fields in the packing order
+    rng = np.random.default_rng(0)
+    phys, m = env.c_physics, env.mj_model
+    with c_physics.host_timing(per_env=per_env) as tm:
+        np.testing.assert_array_equal(phys.step_host(inputs, outputs, rows, nstep=0),
+                                      _reference_loop(m, 0, inputs, outputs, rows, 0))
+        for _ in range(3):
+            rows = rows.copy()
+            rows[:, ctrl_at:ctrl_at + 4] = rng.uniform(-0.2, 0.2, (n, 4)).astype(np.float32)
+            got = phys.step_host(inputs, outputs, rows)
+            want = _reference_loop(m, env.config.n_substeps, inputs, outputs, rows, env.config.n_substeps)
+            np.testing.assert_array_equal(got, want)
+            rows = np.concatenate([got[:, :n_state], rows[:, n_state:]], axis=1)
+    assert tm.calls == 3 and len(tm.env_step_s) == (3 * n if per_env else 0)
+    assert np.abs(rows[:, :n_state] - start[:, :n_state]).max() > 1e-4  # the envs moved

@@ -60,7 +60,8 @@ def test_bad_flags_are_refused_with_one_error_line(args):
 @pytest.mark.timeout(600)
 def test_cpu_regimes_through_the_production_loops(tmp_path):
     """cpu-sim and emulated-farm, sync and the fully async mode: each row ran the loop it names and
-    carries that loop's own report; the farm is calibrated on the cpu-sim sync run's C steps."""
+    carries that loop's own report; the farm is calibrated on the per-env C steps of a cpu-sim sync run
+    of its own (the rows step their envs in one native batch per call, untimed per env)."""
     out = tmp_path / "async.json"
     done = _bench(["--json", str(out), "--regimes", "cpu-sim", "emulated-farm", "--modes", "sync", "+partial_rollout",
                    *TINY])
@@ -72,7 +73,7 @@ def test_cpu_regimes_through_the_production_loops(tmp_path):
     for r in rows:
         run = r["runs"][0]
         assert r["env_steps_per_s"] > 0 and r["updates_per_s"] > 0 and r["physics_impl"] == "c"
-        assert run["c_calls"] > 0 and run["c_env_step"]["n"] > 0
+        assert run["c_calls"] > 0 and run["c_real_s"] > 0 and "c_env_step" not in run
         assert run["loadavg_1m_before"] >= 0 and run["loadavg_1m_after"] >= 0
         if r["mode"] == "sync":
             assert r["entry"] == "vlajax.rl.loop.train" and r["speedup_vs_sync"] == 1.0
@@ -85,7 +86,8 @@ def test_cpu_regimes_through_the_production_loops(tmp_path):
     farm = [r for r in rows if r["regime"] == "emulated-farm"]
     assert all(0 < r["emulated_wall_fraction"] <= 1 for r in farm)
     meta = data["meta"]
-    assert meta["farm"]["scale"] == 20.0 and meta["farm"]["calibrated_on"].startswith("the cpu-sim sync run")
+    assert meta["farm"]["scale"] == 20.0 and meta["farm"]["calibrated_on"].startswith("a cpu-sim sync run before")
+    assert meta["farm"]["c_env_step"]["n"] > 0
     assert meta["farm"]["latency_model"]["median_s"] == pytest.approx(20.0 * meta["farm"]["c_env_step"]["median_ms"]
                                                                       / 1e3)
     assert "load average" in meta["uptime_before"] and set(meta["reality"]) == {"cpu-sim", "emulated-farm"}

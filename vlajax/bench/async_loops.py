@@ -26,12 +26,14 @@ Regimes (what is real in each is written into every row, `reality`):
 
 - `mjx`: MJX physics in-process (`env.physics_impl='jax'`); simulation, inference and training
   all real, on this machine's cores.
-- `cpu-sim`: C MuJoCo in-process (`env.physics_impl='c'`, `vlajax/envs/tabletop/c_physics.py`):
-  real simulator cost on this machine's cores.
+- `cpu-sim`: C MuJoCo in-process (`env.physics_impl='c'`, `vlajax/envs/tabletop/c_physics.py`:
+  each call steps its envs in one native batch without Python's GIL): real simulator cost on
+  this machine's cores.
 - `emulated-farm`: C MuJoCo in-process for the observations, and every physics call also lasts
   as long as a remote worker farm would take for its envs: each env's control step is drawn
-  from a `LatencyModel` calibrated on the per-env C MuJoCo step times measured in this run's
-  first `cpu-sim` sync run, times `--farm-scale`; a call waits for its slowest env and sleeps
+  from a `LatencyModel` calibrated on the per-env C MuJoCo step times of a `cpu-sim` sync run
+  before the rows (its envs stepped one native call each, to time them; not a row), times
+  `--farm-scale`; a call waits for its slowest env and sleeps
   what its real steps left (`c_physics.host_timing`). The row reports the emulated fraction of
   its wall time (union of the sleeps / window).
 
@@ -156,15 +158,17 @@ def _union(intervals: list[tuple[float, float]], t0: float, t1: float) -> tuple[
 # ----------------------------------------------------------------------------------------
 
 
-def run_one(cfg: TrainConfig, setup: Any, regime: str, mode: str, farm: Farm | None = None) -> dict[str, Any]:
-    """One run of `cfg` through the mode's production loop; its steady-state figures and what the loop reported."""
+def run_one(cfg: TrainConfig, setup: Any, regime: str, mode: str, farm: Farm | None = None,
+            per_env: bool = False) -> dict[str, Any]:
+    """One run of `cfg` through the mode's production loop; its steady-state figures and what the loop reported.
+    `per_env`: record each env's C MuJoCo step time (the farm's calibration; steps env by env)."""
     from vlajax.envs.tabletop import c_physics
     from vlajax.rl import async_loop, loop
 
     load_before = os.getloadavg()[0]
     with contextlib.ExitStack() as stack:
         timing = None if regime == "mjx" else stack.enter_context(
-            c_physics.host_timing(farm if regime == "emulated-farm" else None))
+            c_physics.host_timing(farm if regime == "emulated-farm" else None, per_env=per_env))
         t_run = time.monotonic()
         if mode == "sync":
             out = loop.train(cfg, setup)
@@ -202,7 +206,9 @@ def run_one(cfg: TrainConfig, setup: Any, regime: str, mode: str, farm: Farm | N
         "loadavg_1m_before": load_before, "loadavg_1m_after": os.getloadavg()[0], "loop": reported}
     if timing is not None:
         union, summed = _union(timing.sleeps, w0, w1)
-        row |= {"c_calls": timing.calls, "c_real_s": timing.real_s, "c_env_step": step_stats(timing.env_step_s)}
+        row |= {"c_calls": timing.calls, "c_real_s": timing.real_s}
+        if timing.env_step_s:
+            row["c_env_step"] = step_stats(timing.env_step_s)
         if regime == "emulated-farm":
             row |= {"emulated_wall_fraction": union / window, "emulated_sleep_s_per_wall_s": summed / window}
         row["_env_step_s"] = timing.env_step_s  # calibration input (dropped from the JSON)
@@ -352,9 +358,11 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"farm": meta["farm"]}), flush=True)
         return Farm(model, a.seed)
 
-    if "emulated-farm" in regimes and ("cpu-sim" not in regimes or "sync" not in modes):
-        calib = run_one(cfg("cpu-sim", "sync", "calibration"), build(cfg("cpu-sim", "sync", "c")), "cpu-sim", "sync")
-        farm = calibrate_from(calib["_env_step_s"], "a cpu-sim sync run before the rows (not a row)")
+    if "emulated-farm" in regimes:  # per-env step times: env by env, so a run of its own, not a row
+        calib = run_one(cfg("cpu-sim", "sync", "calibration"), build(cfg("cpu-sim", "sync", "c")), "cpu-sim", "sync",
+                        per_env=True)
+        farm = calibrate_from(calib["_env_step_s"], "a cpu-sim sync run before the rows, envs stepped one by one "
+                                                    "(not a row)")
     runs: dict[tuple[str, str], list[dict]] = {}
     t_bench = time.monotonic()
     try:
@@ -364,9 +372,7 @@ def main(argv: list[str]) -> int:
                     name = f"r{rep}_{regime}_{mode}".replace("+", "p")
                     r = run_one(cfg(regime, mode, name), setups[regime], regime, mode, farm)
                     shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-                    steps = r.pop("_env_step_s", None)
-                    if farm is None and regime == "cpu-sim" and mode == "sync" and "emulated-farm" in regimes:
-                        farm = calibrate_from(steps, "the cpu-sim sync run of repeat 0 (a row)")
+                    r.pop("_env_step_s", None)
                     r["repeat"] = rep
                     runs.setdefault((regime, mode), []).append(r)
                     short = {k: r[k] for k in ("repeat", "regime", "mode", "env_steps_per_s", "updates_per_s",
