@@ -199,6 +199,28 @@ def test_costs_from_a_profile_are_the_statistic_of_its_calls():
     assert costs_from_raw(raw, {"envs": 16, "slots": 4, "horizon": 8}, 2.0, "min")["c"].train_seconds(128) == 0.010
 
 
+def test_capacity_probes_rescale_cores_to_what_the_process_is_offered():
+    """On a shared host one busy thread got 0.5 core and four got 0.8: the host offers 1.6 threads'
+    worth, a single-threaded call (CPU/wall 0.5) keeps 1 busy and a call that got 0.9 core 1.8 (clipped
+    to the capacity); host simulator seconds leave the collect's CPU at one thread's rate."""
+    from vlajax.plan.profile import capacity, costs_from_raw
+
+    raw = {"train/update": [0.01] * 3, "train/slots_update": [0.02] * 3, "train/prepare": [0.002] * 3,
+           "train/stream_item": [0.003] * 3, "train/stream_finish": [0.001] * 3, "sync/publish": [0.0005] * 3,
+           "c/collect": [0.10] * 3, "c/collect_host": [0.04] * 3, "c/collect_host_calls": [16.0] * 3,
+           "c/infer": [0.004] * 3, "c/step": [0.006] * 3, "c/step_host": [0.001] * 3, "c/step_host_calls": [2.0] * 3,
+           "probe/one_thread": [0.5, 0.45, 0.55], "probe/threads": [0.8, 0.7, 0.9]}
+    for k in [k for k in raw if not k.endswith(("_calls", "_host")) and not k.startswith("probe")]:
+        raw[k + "@cpu"] = [v * (0.9 if k == "c/infer" else 0.5) for v in raw[k]]
+    raw["c/collect@cpu"] = [0.04 * 0.5 + 0.06 * 0.5] * 3
+    assert capacity(raw, 2.0) == (pytest.approx(1.6), 0.5)
+    c = costs_from_raw(raw, {"envs": 16, "slots": 4, "horizon": 8}, cores=2.0)["c"]
+    par = dict(c.parallelism)
+    assert c.cores == pytest.approx(1.6) and par["train"] == pytest.approx(1.0) and par["collect"] == pytest.approx(1.0)
+    assert par["infer"] == pytest.approx(1.6) and par["host_sim"] == 1.0
+    assert capacity({k: v for k, v in raw.items() if not k.startswith("probe")}, 2.0) == (2.0, 1.0)  # older profiles
+
+
 @pytest.mark.slow
 def test_profile_measures_the_production_workload_end_to_end(tmp_path):
     """A tiny production workload through `plan profile` (MJX only) and its costs back through `load`."""

@@ -92,7 +92,8 @@ class Costs:
     host_calls_per_decision: float = 0.0  # host simulator calls per decision (the executed chunk's control steps)
     stream_item_s: float = 0.0  # streaming: work on each arriving micro-batch (preparation + its gradient)
     stream_finish_s: float = 0.0  # streaming: the closing step (scale + apply the summed gradient)
-    cores: float = 1.0  # capacity of a shared host (`shared_compute`) in cores: jobs overlap up to it
+    cores: float = 1.0  # capacity of a shared host (`shared_compute`) in cores: jobs overlap up to it (measured
+    #   on a shared machine in threads' worth: what the process is offered, `plan.profile.capacity`)
     parallelism: tuple[tuple[str, float], ...] = ()  # (component, cores one call of it keeps busy alone);
     #   components: collect, host_sim, infer, step, train, prep, stream_item; missing = 1
 

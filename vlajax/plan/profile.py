@@ -20,11 +20,16 @@ micro-batches; flags as `bench async`'s, or `--from-bench JSON` to take them fro
 - a weight publication (the param server's snapshot copy + `device_put` onto the rollout
   sharding, completed).
 
-Every call is timed in wall seconds and in this process's CPU seconds: their ratio is how many
-cores one call keeps busy alone (`Costs.parallelism`; the host simulator calls run on one
-thread: 1). The costs are the `--statistic`-of-the-calls after a compiling round (the statistic
-is fixed when the profile is read, `load`). Writes `RUN_DIR/profile.json`: `{"workload", "raw":
-per-call seconds, "costs": {"jax": Costs, "c": Costs}, "uptime_before/after", ...}`.
+Every call is timed in wall seconds and in this process's CPU seconds. On a shared machine the
+process is not offered all its cores, so the profile also probes what it gets (`_probe`, before
+and after the calls): the CPU/wall of one busy thread of GIL-free native work, and of
+`PROBE_THREADS` such threads. Costs count cores in threads' worth: the host's capacity is the
+ratio of the two probes (between 1 and the cores this process may use: `capacity`), a call's
+parallelism is its CPU/wall over one thread's (`Costs.parallelism`; the host simulator calls run
+on one thread: 1). The costs are the `--statistic`-of-the-calls after a compiling round (the
+statistic is fixed when the profile is read, `load`). Writes `RUN_DIR/profile.json`:
+`{"workload", "raw": per-call seconds and the probes, "costs": {"jax": Costs, "c": Costs},
+"uptime_before/after", ...}`.
 """
 
 from __future__ import annotations
@@ -47,9 +52,10 @@ import numpy as np
 from vlajax import cli
 from vlajax.plan.costs import Costs
 
-__all__ = ["main", "load", "profile", "costs_from_raw", "STATISTICS"]
+__all__ = ["main", "load", "profile", "costs_from_raw", "capacity", "STATISTICS", "HOSTS"]
 
 STATISTICS = ("median", "min")
+HOSTS = ("probed", "affinity")
 
 
 def _stat(xs: list[float], statistic: str = "median") -> float:
@@ -72,14 +78,29 @@ class _Clock:
             self.raw.setdefault(name + "@cpu", []).append(cpu)
 
 
-def _cores(raw: dict, name: str, cores: float, host: str | None = None) -> float:
-    """Median over calls of the cores a call kept busy: CPU s / wall s (with `host`: the call's
-    host simulator seconds, single-threaded, taken out of both)."""
+def _cores(raw: dict, name: str, cores: float, host: str | None = None, thread: float = 1.0) -> float:
+    """Median over calls of the cores a call kept busy, in threads' worth (`thread`: the CPU/wall one
+    busy thread got, `capacity`): CPU s / wall s / thread (with `host`: the call's host simulator
+    seconds, one thread's, taken out of both)."""
     wall, cpu = np.asarray(raw[name]), np.asarray(raw[name + "@cpu"])
     if host is not None:
         h = np.asarray(raw[host])
-        wall, cpu = wall - h, cpu - h
-    return float(np.clip(np.median(cpu / np.maximum(wall, 1e-9)), 0.05, cores))
+        wall, cpu = wall - h, cpu - h * thread
+    return float(np.clip(np.median(cpu / np.maximum(wall, 1e-9)) / thread, 0.05, cores))
+
+
+def capacity(raw: dict, cores: float) -> tuple[float, float]:
+    """(host capacity in threads' worth, CPU/wall of one busy thread) from the profile's probes.
+
+    On a shared machine this process is not offered `cores` cores: the probes (`_probe`) run 1 and
+    `PROBE_THREADS` threads of GIL-free native work (C MuJoCo batch steps) and read the process's
+    CPU s / wall s. One thread's figure is what a single-threaded call got when profiled alone; the
+    capacity is how many such threads' worth the process gets when it keeps many busy: their
+    ratio, between 1 and `cores`. Without probes (older profiles): (cores, 1)."""
+    if "probe/one_thread" not in raw:
+        return cores, 1.0
+    one, many = float(np.median(raw["probe/one_thread"])), float(np.median(raw["probe/threads"]))
+    return float(np.clip(many / max(one, 1e-9), 1.0, cores)), one
 
 
 def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statistic: str = "median") -> dict[str, Costs]:
@@ -88,14 +109,16 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
     st = functools.partial(_stat, statistic=statistic)
+    cores, thread = capacity(raw, cores)
+    _c = functools.partial(_cores, cores=cores, thread=thread)
     envs, slots, horizon = wl["envs"], wl["slots"], wl["horizon"]
     decisions = envs * horizon
     update = st(raw["train/update"])
     slots_update = st(raw["train/slots_update"])
-    par_train = {"train": _cores(raw, "train/update", cores), "prep": _cores(raw, "train/prepare", cores),
-                 "stream_item": _cores(raw, "train/stream_item", cores)}
+    par_train = {"train": _c(raw, "train/update"), "prep": _c(raw, "train/prepare"),
+                 "stream_item": _c(raw, "train/stream_item")}
     out = {}
-    for physics in sorted({k.split("/")[0] for k in raw} - {"train", "sync"}):
+    for physics in sorted({k.split("/")[0] for k in raw} - {"train", "sync", "probe"}):
         c = physics == "c"
         collect = st(raw[f"{physics}/collect"])
         host = {}
@@ -108,9 +131,9 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             if abs(n_step - calls_per_decision) > 1e-9:
                 raise ValueError(f"host calls per decision differ: collect {calls_per_decision}, slot step {n_step}")
         par = par_train | {
-            "collect": _cores(raw, f"{physics}/collect", cores, "c/collect_host" if c else None),
-            "infer": _cores(raw, f"{physics}/infer", cores),
-            "step": _cores(raw, f"{physics}/step", cores, "c/step_host" if c else None),
+            "collect": _c(raw, f"{physics}/collect", host="c/collect_host" if c else None),
+            "infer": _c(raw, f"{physics}/infer"),
+            "step": _c(raw, f"{physics}/step", host="c/step_host" if c else None),
             "host_sim": 1.0}
         out[physics] = Costs(
             infer_s=((envs, st(raw[f"{physics}/infer"])),),  # slot infer: padded to all slots' envs
@@ -124,6 +147,44 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             cores=cores, parallelism=tuple(sorted(par.items())),
             source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
     return out
+
+
+PROBE_THREADS = 4  # threads of the many-thread probe (>= the cores, so the process asks for all of them)
+
+
+def _probe(raw: dict, rounds: int = 3, seconds: float = 0.25) -> None:
+    """Append `rounds` x (CPU/wall of 1 thread, of `PROBE_THREADS` threads) of GIL-free native work
+    (C MuJoCo `mujoco.batch` steps of the tabletop scene, one batch per thread) to `raw` (see `capacity`)."""
+    import threading
+
+    import mujoco
+    import mujoco.batch
+
+    from vlajax.envs import registry
+
+    model = registry.load("goal/stack", physics_impl="c", obs_mode="state").mj_model
+    batches = [mujoco.batch.Batch(model, 4, nthread=1) for _ in range(PROBE_THREADS)]
+    for b in batches:
+        b.reset()
+
+    def busy(k: int) -> float:
+        stop = time.perf_counter() + seconds
+
+        def run(b):
+            while time.perf_counter() < stop:
+                b.step(nstep=20)  # ~1-2 ms in C without the GIL
+
+        ts = [threading.Thread(target=run, args=(b,)) for b in batches[:k]]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return (time.process_time() - c0) / (time.perf_counter() - t0)
+
+    for _ in range(rounds):
+        raw.setdefault("probe/one_thread", []).append(busy(1))
+        raw.setdefault("probe/threads", []).append(busy(PROBE_THREADS))
 
 
 def _uptime() -> str:
@@ -148,6 +209,7 @@ def profile(a: Args, wl: dict) -> dict:
     uptime_before = _uptime()
     base = dataclasses.replace(get_config(wl["preset"]), seed=a.seed)
     raw: dict[str, list[float]] = {}
+    _probe(raw)  # what this process is offered, before and after the calls
     clock = _Clock(raw)
     block = jax.block_until_ready
     tmp = tempfile.mkdtemp(prefix="plan_profile_")
@@ -242,21 +304,28 @@ def profile(a: Args, wl: dict) -> dict:
             for call in range(1 + a.repeats):
                 with clock("sync/publish", keep=call > 0):
                     block(jax.device_put(snap(state.params), shardings.params))
+    _probe(raw)
     cores = float(len(os.sched_getaffinity(0)))
     costs = {k: c.to_json() for k, c in costs_from_raw(raw, wl, cores, a.statistic).items()}
     return {"workload": wl, "slots": slots, "costs": costs, "statistic": a.statistic, "raw": raw,
             "command": "", "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "uptime_before": uptime_before, "uptime_after": _uptime(),
             "machine": {"cpu_count": os.cpu_count(), "cores": cores, "devices": jax.device_count(),
+                        "capacity_threads": capacity(raw, cores)[0], "thread_cpu_per_wall": capacity(raw, cores)[1],
                         "loadavg_1m": os.getloadavg()[0]}}
 
 
-def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median") -> Costs:
+def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median", host: str = "probed") -> Costs:
     """The `Costs` of `physics` ('jax' | 'c') from `RUN_DIR/profile.json` (recomputed from its
-    per-call seconds with `statistic`, see `costs_from_raw`)."""
+    per-call seconds with `statistic`, see `costs_from_raw`). `host`: 'probed' (the capacity the
+    profile's probes measured, `capacity`) or 'affinity' (all the cores the process may use, each
+    thread a whole core: the model before the probes)."""
+    if host not in HOSTS:
+        raise ValueError(f"host must be one of {HOSTS}, got {host!r}")
     path = pathlib.Path(run_dir) / "profile.json"
     d = json.loads(path.read_text())
-    costs = costs_from_raw(d["raw"], d["workload"], d["machine"]["cores"], statistic)
+    raw = d["raw"] if host == "probed" else {k: v for k, v in d["raw"].items() if not k.startswith("probe/")}
+    costs = costs_from_raw(raw, d["workload"], d["machine"]["cores"], statistic)
     if physics not in costs:
         raise ValueError(f"{path} has no costs for physics {physics!r} (has {sorted(costs)})")
     return costs[physics]

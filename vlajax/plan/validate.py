@@ -73,10 +73,11 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
 
 
 def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median",
-             cores: dict[str, float] | None = None) -> dict:
-    """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such)."""
+             cores: dict[str, float] | None = None, host: str = "probed") -> dict:
+    """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`:
+    the host capacity model (`profile.load`)."""
     cores = cores or {}
-    rows = []
+    rows, capacity = [], {}
     prof = json.loads((pathlib.Path(run_dir) / "profile.json").read_text())
     for path in runs:
         d = json.loads(pathlib.Path(path).read_text())
@@ -90,7 +91,8 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 physics = "c"
             else:
                 physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
-            costs = load(run_dir, physics, statistic)
+            costs = load(run_dir, physics, statistic, host)
+            capacity[physics] = costs.cores
             if longtail:
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["latency_model"]))
             elif row["regime"] == "emulated-farm":
@@ -128,7 +130,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
-            "statistic": statistic, "cores_override": cores,
+            "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
             "max_abs_error": float(np.max(err)), "median_abs_error_by_regime": by_regime}
 
@@ -189,6 +191,9 @@ class Args:
     statistic: Literal["median", "min"] = "median"  # of the profile's calls (min: the least disturbed call)
     # what-if: REGIME=CORES replaces the profiled host's cores for that regime's rows (e.g. cpu-sim=1)
     override_cores: tuple[str, ...] = ()
+    # the host's capacity: probed = what the profile's probes measured this process is offered (threads' worth);
+    # affinity = every core the process may use, a thread a whole core (the model before the probes)
+    host: Literal["probed", "affinity"] = "probed"
 
 
 def main(argv: list[str]) -> int:
@@ -211,7 +216,7 @@ def main(argv: list[str]) -> int:
             raise ValueError
     except ValueError:
         cli.error(f"--override-cores takes REGIME=CORES with CORES > 0, got {' '.join(a.override_cores)}")
-    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores)
+    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
