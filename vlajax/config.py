@@ -399,6 +399,9 @@ class DataConfig:
     # the scene and the instruction give, not the gripper's own motion (0 = the expert's own trajectories)
     demo_perturb_prob: float = 0.0
     demo_perturb_steps: int = 6  # demos: longest perturbation (control steps); lengths are uniform in 1..this
+    # demos, object suite: every scene is run three times, each of its cubes once the target (the
+    # instruction names that cube's colour), so the scene alone never tells the target (vlajax.demos.swap_target)
+    demo_target_swap: bool = False
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
     # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
     # (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb; a slot without a camera is masked)

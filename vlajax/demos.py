@@ -75,8 +75,38 @@ def perturbed_actions(rng: jax.Array, expert: jax.Array, left: jax.Array, move: 
     return executed, jnp.maximum(left - 1, 0), move
 
 
+def swap_target(env, state, k: jax.Array):
+    """One env's reset `state` with cube 0 and cube `k` (int32 [], may be traced; 0 = unchanged)
+    exchanged: their poses and colours trade places, so the scene looks the same (the same three
+    coloured cubes at the same places) while the task's target -- cube 0 on the object suite --
+    is now the cube that stood at `k`'s place; the instruction is re-derived from the new colours
+    (it names the new target's colour) and the cameras re-rendered. For `data.demo_target_swap`."""
+    from mujoco import mjx
+
+    from vlajax.envs.tabletop import tasks as tasks_lib
+
+    idx = env.idx
+    adr = jnp.asarray(idx.cube_qpos)
+    a0, ak = adr[0] + jnp.arange(7), adr[k] + jnp.arange(7)
+    qpos = state.data.qpos
+    qpos = qpos.at[a0].set(qpos[ak]).at[ak].set(qpos[a0])
+    data = state.data.replace(qpos=qpos)
+    data = mjx.camlight(env.mjx_model, mjx.kinematics(env.mjx_model, data))
+    ep = state.info["episode"]
+    perm = jnp.arange(4).at[0].set(k).at[k].set(0)  # (cube0, cube1, cube2, zone) palette slots
+    colors = ep["colors"][perm]
+    geoms = jnp.asarray(idx.cube_geom)
+    g0, gk = geoms[0], geoms[k]
+    rgba = ep["geom_rgba"]
+    rgba = rgba.at[g0].set(rgba[gk]).at[gk].set(rgba[g0])
+    params = tasks_lib.task_params(ep["task_id"])
+    ep = {**ep, "colors": colors, "geom_rgba": rgba, "instruction_id": tasks_lib.instruction_id(params, colors)}
+    state = state.replace(data=data, info={**state.info, "episode": ep})
+    return env.observe(state)
+
+
 def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, episode_length: int,
-                   perturb_prob: float = 0.0, perturb_steps: int = 6):
+                   perturb_prob: float = 0.0, perturb_steps: int = 6, target_swap: bool = False):
     """Expert episodes of task `task_id` (traced). Returns time-major arrays:
     obs {key: [T, N, ...]} (the observation *before* each action), actions [T, N, 4] (the expert's
     labels), success [T, N] bool (the task is solved after action t).
@@ -85,7 +115,12 @@ def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, e
     `perturb_steps` steps) while the recorded action stays the expert's, so the episode shows the
     expert recovering from states off its own path (DART, Laskey et al. 2017). A perturbation starts
     only while the fingertips are above `PERTURB_MIN_Z` (reaching, lifting, carrying), never during a
-    grasp or a placement near the table."""
+    grasp or a placement near the table.
+
+    `target_swap`: episode i starts from scene i // 3 (its reset key) with cube i % 3 swapped in as
+    the target (`swap_target`): every scene appears with each of its three cubes as the target, the
+    instruction naming that cube's colour (object suite: the same first frame, three different
+    trajectories, told apart only by the colour word)."""
     from vlajax.envs import experts
 
     act = jax.vmap(experts.make_expert(env))
@@ -104,7 +139,12 @@ def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, e
         nxt = step(state, executed)
         return (nxt, es, left, move), (state.obs, action, nxt.metrics["success"] > 0)
 
-    state = reset(jax.random.split(rng, num_episodes))
+    keys = jax.random.split(rng, num_episodes)
+    if target_swap:
+        i = jnp.arange(num_episodes)
+        state = jax.vmap(lambda s, k: swap_target(env, s, k))(reset(keys[i // 3]), (i % 3).astype(jnp.int32))
+    else:
+        state = reset(keys)
     es = jax.vmap(lambda _: experts.init_state())(jnp.arange(num_episodes))
     left, move = jnp.zeros((num_episodes,), jnp.int32), jnp.zeros((num_episodes, 3))
     _, (obs, actions, success) = jax.lax.scan(body, (state, es, left, move), jnp.arange(episode_length))
@@ -127,6 +167,9 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
         names = registry.tasks_for(cfg.env)
     except KeyError as e:
         raise ConfigError(str(e.args[0])) from None
+    if cfg.data.demo_target_swap and any(not n.startswith("object/") for n in names):
+        raise ConfigError("data.demo_target_swap is for the object suite (cube 0 is the colour-named target); "
+                          f"got tasks {names}")
     if os.path.exists(out):
         raise ConfigError(f"--out {out} already exists; remove it or choose another directory")
     e = cfg.env
@@ -135,12 +178,14 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
     cams = tuple(e.cameras)
     run = jax.jit(functools.partial(expert_rollout, env, num_episodes=n, episode_length=cap,
                                     perturb_prob=cfg.data.demo_perturb_prob,
-                                    perturb_steps=cfg.data.demo_perturb_steps))
+                                    perturb_steps=cfg.data.demo_perturb_steps,
+                                    target_swap=cfg.data.demo_target_swap))
     features = policy_features(cams, e.image_size, 8, env.action_size, video=cfg.data.video)
     fps = BASE_CONTROL_HZ // max(1, e.action_repeat)
     root = jax.random.key(cfg.seed)
     summary: dict = {"suite": e.suite, "tasks": {}, "episodes": 0, "frames": 0,
-                     "perturb": {"prob": cfg.data.demo_perturb_prob, "steps": cfg.data.demo_perturb_steps}}
+                     "perturb": {"prob": cfg.data.demo_perturb_prob, "steps": cfg.data.demo_perturb_steps},
+                     "target_swap": cfg.data.demo_target_swap}
     t0 = time.perf_counter()
     with (LeRobotWriter(out, fps=fps, features=features, robot_type="vlajax_tabletop") as writer,
           Progress(len(names) * want, f"demos {e.suite}", progress, every=1) as bar):

@@ -1,0 +1,231 @@
+"""Can the VLA's prefix bind the colour word to the named cube's place? A supervised probe (issue 22.4).
+
+Data: first frames of object-suite scenes (gripper at home: nothing but the scene and the
+instruction says where the target is), each scene three times, once with each of its cubes as
+the target (`vlajax.demos.swap_target`: same picture, the instruction names another colour).
+So the picture alone cannot give the target; a model that ignores the instruction can at best
+predict the mean of the scene's three cubes (`scene_mean` baseline, printed).
+
+Model: `sft-small`'s VLA (or `--patch-size` / `--image-size` variants): vision tower, text
+embedding and prefix transformer, then the `aux_target` head (attention pooling + MLP) trained
+alone (MSE, AdamW) to predict the target cube's xy (normalized over the training scenes).
+Reported on held-out scenes (another seed): the normalized MSE with the real instruction and
+with the instructions shifted across the batch (another sample's colour word), every
+`--every` steps, and the fraction of held-out frames whose prediction is nearest to the named
+cube (`nearest_ok`; 1/3 = chance).
+
+    .venv/bin/python experiments/object_suite_binding.py --scenes 400 --steps 1500 --json runs/issue22/binding.json
+
+`--save-init DIR` makes the trained prefix the start of an SFT run (`--sft.init-from DIR`, with
+`--model.aux-target grasp_place` and the same `--model.[no-]use-state-token`): a grounding stage
+before behaviour cloning.
+
+`--debug`: 12 scenes, 4 steps (a wiring check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def first_frames(num_scenes: int, seed: int, image_size: int, batch: int = 48) -> dict[str, np.ndarray]:
+    """num_scenes x 3 first frames: images {camera: uint8 [M, H, W, 3]}, texts [M], target xy [M, 2],
+    cube xy [M, 3, 2] (cube 0 = the target), square xy [M, 2], scene index [M]; M = 3 * num_scenes."""
+    from vlajax.demos import swap_target
+    from vlajax.envs import registry
+    from vlajax.envs.tabletop import tasks
+
+    env = registry.load("object/pick_red", {"image_size": image_size, "cameras": ("agentview", "wrist")})
+    names = registry.SUITES["object"]
+    tids = np.asarray([registry.ALL_ENVS.index(n) for n in names], np.int32)
+
+    @jax.jit
+    def make(keys, task_ids, ks):
+        st = jax.vmap(lambda k, t: env.reset_task(k, t, observe=False))(keys, task_ids)  # swap_target renders
+        st = jax.vmap(lambda s, k: swap_target(env, s, k))(st, ks)
+        cubes = jnp.stack([st.data.qpos[:, a:a + 2] for a in env.idx.cube_qpos], 1)
+        return st.obs, st.info["episode"]["instruction_id"], cubes, st.data.mocap_pos[:, env.idx.zone_mocap, :2]
+
+    root = jax.random.key(seed)
+    out: dict[str, list] = {"agentview": [], "wrist": [], "texts": [], "cubes": [], "zone": [], "scene": []}
+    m = 3 * num_scenes
+    for start in range(0, m, batch):
+        i = np.arange(start, start + batch)  # padded to a whole batch (one compile), cut below
+        scene_i = i // 3
+        keys = jax.vmap(lambda j: jax.random.fold_in(root, j))(jnp.asarray(scene_i))
+        task_ids = tids[scene_i % len(tids)]
+        obs, iid, cubes, zone = jax.device_get(make(keys, jnp.asarray(task_ids), jnp.asarray(i % 3, jnp.int32)))
+        n = min(batch, m - start)
+        out["agentview"].append(obs["pixels/agentview"][:n])
+        out["wrist"].append(obs["pixels/wrist"][:n])
+        out["texts"] += [tasks.TASKS[int(t)].instructions()[int(k)] for t, k in zip(task_ids[:n], iid[:n])]
+        out["cubes"].append(cubes[:n])
+        out["zone"].append(zone[:n])
+        out["scene"].append(scene_i[:n])
+    res = {k: np.concatenate(v) if k != "texts" else v for k, v in out.items()}
+    res["target"] = res["cubes"][:, 0]
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scenes", type=int, default=400)
+    ap.add_argument("--heldout-scenes", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--every", type=int, default=250)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--patch-size", type=int, default=8)
+    ap.add_argument("--cameras", nargs="+", default=["agentview", "wrist"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--state-token", action="store_true", help="the model has the state token (fed zeros here)")
+    ap.add_argument("--with-square", action="store_true",
+                    help="also train the square's xy (aux dims 2-3, as grasp_place's place xy); reported: dims 0-1")
+    ap.add_argument("--save-init", default="",
+                    help="write an `sft.init_from` source here: config.json (sft-small, object suite, this "
+                         "model), policy.json, and an Orbax step holding the trained params")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--debug", action="store_true")
+    a = ap.parse_args(argv)
+    if a.debug:
+        a.scenes, a.heldout_scenes, a.steps, a.every = 12, 12, 4, 2
+    import optax
+
+    from vlajax.models.observation import Observation
+    from vlajax.models.tokenizer import encode_batch
+    from vlajax.models.vla import VLA
+    from vlajax.presets.sft import SMALL_CPU_MODEL
+
+    t0 = time.time()
+    train = first_frames(a.scenes, 1000 + a.seed, a.image_size)
+    held = first_frames(a.heldout_scenes, 5000 + a.seed, a.image_size)
+    t_data = time.time() - t0
+    mu, sd = train["target"].mean(0), train["target"].std(0)
+    norm = lambda xy: (xy - mu) / sd
+    zmu, zsd = train["zone"].mean(0), train["zone"].std(0)
+    dims = 4 if a.with_square else 2
+    labels = lambda d: np.concatenate([norm(d["target"]), (d["zone"] - zmu) / zsd], 1)[:, :dims]
+
+    mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
+                               aux_target="grasp_place", use_state_token=a.state_token)
+    model = VLA(mcfg)
+    tmax = mcfg.max_text_len
+
+    def to_obs(d, idx, text_shift=0):
+        texts = [d["texts"][j] for j in np.roll(idx, text_shift)]
+        ids, mask = encode_batch(texts, tmax)
+        b = len(idx)
+        return Observation(images={c: jnp.asarray(d[c][idx], jnp.float32) / 255.0 for c in a.cameras},
+                           image_masks={c: jnp.ones((b,), bool) for c in a.cameras},
+                           tokens=jnp.asarray(ids), token_mask=jnp.asarray(mask), state=jnp.zeros((b, 8)))
+
+    def predict(params, obs):
+        hidden, cache = model.apply({"params": params}, obs, method=VLA.prefix)
+        return model.apply({"params": params}, hidden, cache.segment_ids > 0, method=VLA.aux_target)[:, :dims]
+
+    def loss(params, obs, y):
+        return jnp.mean((predict(params, obs) - y) ** 2)
+
+    params = model.init(jax.random.key(a.seed), to_obs(train, np.arange(2)))["params"]
+    sched = optax.warmup_cosine_decay_schedule(0.0, a.lr, min(100, a.steps // 2), a.steps, a.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=1e-4))
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params, opt_state, obs, y):
+        lv, g = jax.value_and_grad(loss)(params, obs, y)
+        upd, opt_state = opt.update(g, opt_state, params)
+        return optax.apply_updates(params, upd), opt_state, lv
+
+    pred_j = jax.jit(predict)
+
+    # text-blind baseline: each held-out frame predicted by its scene's mean cube position
+    scene_mean = norm(held["cubes"].mean(1))
+    baseline = float(np.mean((scene_mean - norm(held["target"])) ** 2))
+
+    def evaluate(params):
+        n = len(held["texts"])
+        out = {}
+        for name, shift in (("real", 0), ("text_shifted", 1)):
+            preds = []
+            for s in range(0, n, a.batch_size):
+                idx = np.arange(s, min(n, s + a.batch_size))
+                preds.append(np.asarray(pred_j(params, to_obs(held, idx, shift))))
+            p = np.concatenate(preds)[:, :2]
+            out[f"mse_{name}"] = float(np.mean((p - norm(held["target"])) ** 2))
+            if name == "real":
+                d = np.linalg.norm(norm(held["cubes"]) - p[:, None], axis=-1)  # [M, 3]
+                out["nearest_ok"] = float(np.mean(np.argmin(d, 1) == 0))
+        return out
+
+    rng = np.random.default_rng(a.seed)
+    n_train = len(train["texts"])
+    history = []
+    t1 = time.time()
+    losses = []
+    for i in range(1, a.steps + 1):
+        idx = rng.choice(n_train, a.batch_size, replace=False)
+        params, opt_state, lv = step(params, opt_state, to_obs(train, idx), jnp.asarray(labels(train)[idx]))
+        losses.append(float(lv))
+        if i % a.every == 0 or i == a.steps:
+            ev = {"step": i, "train_mse": float(np.mean(losses[-a.every:])), **evaluate(params),
+                  "seconds": round(time.time() - t1, 1)}
+            history.append(ev)
+            print(json.dumps(ev), flush=True)
+    result = {"args": vars(a), "scene_mean_baseline_mse": baseline, "data_seconds": round(t_data, 1),
+              "train_frames": n_train, "heldout_frames": len(held["texts"]), "history": history,
+              "example_texts": train["texts"][:6]}
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if a.save_init:
+        save_init(a.save_init, mcfg, params, a.steps, a.seed)
+    return 0
+
+
+def save_init(directory: str, mcfg, params, step: int, seed: int) -> None:
+    """An `sft.init_from` source at `directory`: `sft-small` on the object suite with model `mcfg`,
+    its train state (fresh optimizer) holding `params`, config.json and policy.json (placeholder
+    normalization statistics: `init_from` reads only the cameras and the params)."""
+    import os
+
+    import flax.linen as nn
+
+    from vlajax import checkpoint
+    from vlajax.config import get_config
+    from vlajax.data.normalize import NormStats
+    from vlajax.policy import Bridge
+    from vlajax.run_files import CONFIG_FILE, config_to_dict, init_fn, write_json
+
+    cfg = get_config("sft-small")
+    cfg = cfg.replace(model=mcfg, env=dataclasses.replace(cfg.env, suite="object"), seed=seed)
+    cams = ("agentview", "wrist")
+    state = nn.unbox(init_fn(cfg, cams)(jax.random.key(seed)))
+    params = nn.unbox(params)  # model.init boxes the params (logical partitioning)
+    flat = lambda t: {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(t)[0]}
+    got = flat(params)
+    assert set(got) == set(flat(state.params)), "probe params differ from the sft model's tree"
+    state = state.replace(params=params, ema_params=None if state.ema_params is None else params)
+    directory = os.path.abspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    ones = lambda n: np.ones(n, np.float32)
+    stats = lambda n: NormStats(0 * ones(n), ones(n), -ones(n), ones(n))
+    Bridge(mcfg, cams, {"actions": stats(4), "state": stats(8)}).save(directory)
+    write_json(os.path.join(directory, CONFIG_FILE), config_to_dict(cfg))
+    with checkpoint.Checkpointer(directory, async_save=False) as ck:
+        ck.save(step, state, extra={"step": step, "config": "object_suite_binding"}, force=True)
+    print(json.dumps({"saved_init": directory, "step": step}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
