@@ -185,7 +185,12 @@ def test_batched_host_step_equals_the_per_env_mj_step_loop(per_env):
     n_state = sum(int(np.prod(inputs[k])) for k in c_physics.STATE_FIELDS if k in inputs)
     ctrl_at = n_state  # ctrl follows the state fields in the packing order
     rng = np.random.default_rng(0)
-    phys, m = env.c_physics, env.mj_model
+    m = env.mj_model
+    ns = env.config.n_substeps
+    first = c_physics.CPhysics(m, ns)  # fresh pools: the first call of a new batch is exact too
+    want = _reference_loop(m, ns, inputs, outputs, rows, ns)
+    np.testing.assert_array_equal(first.step_host(inputs, outputs, rows), want)
+    phys = c_physics.CPhysics(m, ns)
     with c_physics.host_timing(per_env=per_env) as tm:
         np.testing.assert_array_equal(phys.step_host(inputs, outputs, rows, nstep=0),
                                       _reference_loop(m, 0, inputs, outputs, rows, 0))

@@ -135,6 +135,7 @@ class CPhysics:
             for k, part in zip(inputs, np.split(flat, cuts, axis=1)):
                 view = bt.field(k)
                 view[...] = part.reshape(view.shape)  # float32 -> the rows' float64, as MjData's fields
+            out = [bt.field(k) for k in outputs]  # bound before the call: a field bound after it reads zeros
             timing = _timing if nstep else None
             if timing is not None and timing.per_env:
                 per_env = []
@@ -148,7 +149,7 @@ class CPhysics:
                 bt.batch.step(nstep=nstep, stage=_POSES)  # native, without the GIL
             else:
                 bt.batch.forward(stage=_POSES)
-            return np.concatenate([bt.field(k).reshape(n, -1) for k in outputs], axis=1).astype(flat.dtype)
+            return np.concatenate([v.reshape(n, -1) for v in out], axis=1).astype(flat.dtype)
         finally:
             self._pool[n].put(bt)
 
@@ -213,7 +214,8 @@ class _Batch:
         self._fields: dict[str, np.ndarray] = {}
 
     def field(self, name: str) -> np.ndarray:
-        """`[n, *field shape]`: bound on first use (then refreshed by every call)."""
+        """`[n, *field shape]`: bound on first use, then refreshed by every call (a derived field
+        reads zeros until the first call after its binding)."""
         view = self._fields.get(name)
         if view is None:
             view = self._fields[name] = self.batch.bind(name)
