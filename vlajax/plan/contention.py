@@ -12,9 +12,11 @@ as the async loop's lanes do, and compares with running them one after the other
 
 Each for MJX (`jax`) and C MuJoCo (`c`, its host callback), and for C MuJoCo also with Python's
 GIL switch interval at 0.5 ms instead of the default 5 ms (`sys.setswitchinterval`): a thread
-waiting for the GIL waits up to that interval while another holds it, so if the C MuJoCo
-callback's Python (the per-env loop around `mj_step`) is what serializes the lanes, the
-concurrent times move with the interval. The process-sharing model of `vlajax.plan.sim` assumes
+waiting for the GIL waits up to that interval while another holds it, so if Python held by one
+lane is what serializes the others, the concurrent times move with the interval. (The C MuJoCo
+callback steps its envs natively without the GIL since commit 34456ff.) On a shared machine these
+ratios follow the CPU this process is offered while they run: repeat them, and compare runs made
+back to back (docs/planner.md). The process-sharing model of `vlajax.plan.sim` assumes
 neither the GIL nor any other lock: this measures how far that holds here.
 """
 
