@@ -155,6 +155,24 @@ def test_reset_done_resets_and_renders_only_the_finished_envs():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(s))
 
 
+def test_final_values_only_for_truncated_envs():
+    """V(final obs) of the truncated rows, 0 elsewhere, whichever pass computes it: none truncated,
+    at most B // 4 (their rows gathered, including row 0, which the gather also pads with), or more
+    (the whole batch) -- the same values as the whole-batch pass."""
+    actor, params = mlp()
+    env = toy.make_env(B, H, episode_length=6)
+    state, _ = collect(actor, env, params, length=1)[1]
+    tid = state.info["episode"]["task_id"]
+    full = np.asarray(actor.value(params, state.obs, tid))
+    fn = jax.jit(lambda t: ro._final_values(actor, params, state.obs, tid, t, jnp.zeros((B,), jnp.float32)))
+    for rows in ([], [5], [0, 3], [3, 6], [0, 1, 2, 7], list(range(B))):
+        t = np.zeros(B, bool)
+        t[rows] = True
+        out = np.asarray(fn(jnp.asarray(t)))
+        np.testing.assert_allclose(out[t], full[t], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(out[~t], 0.0)
+
+
 def test_rollout_traces_once():
     actor, params = mlp()
     env = toy.make_env(B, H)

@@ -206,15 +206,33 @@ def actor_step(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array
     }
     if actor.has_value:
         out["old_values"] = value
-        # V(final observation) for time-limit bootstrapping; computed only when some env truncated.
-        out["final_values"] = jax.lax.cond(
-            jnp.any(truncated), lambda: actor.value(params, nxt.obs, task_id), lambda: jnp.zeros_like(value))
+        out["final_values"] = _final_values(actor, params, nxt.obs, task_id, truncated, value)
     nxt = nxt.replace(info={**nxt.info, _RETURN: jnp.where(done, 0.0, ep_return),
                             _LENGTH: jnp.where(done, 0.0, ep_length)})
     if auto_reset:
         keys = jax.random.key_data(jax.random.split(k_reset, done.shape[0]))
         nxt = reset_done(env, done, keys, nxt)
     return nxt, out
+
+
+def _final_values(actor: Actor, params: Any, obs: Any, task_id: jax.Array, truncated: jax.Array,
+                  like: jax.Array) -> jax.Array:
+    """V(final observation) [B] of the truncated envs (time-limit bootstrapping; 0 elsewhere, where
+    `advantages.bootstrap_values` does not read it). No pass when none truncated; the truncated rows
+    only (gathered into a batch of B // 4) when at most B // 4 did; the whole batch otherwise."""
+    few = max(1, truncated.shape[0] // 4)
+    n = jnp.sum(truncated.astype(jnp.int32))
+
+    def some():
+        idx = jnp.nonzero(truncated, size=few, fill_value=0)[0]
+        v = actor.value(params, jax.tree.map(lambda x: x[idx], obs), task_id[idx])
+        return jnp.zeros_like(like).at[idx].add(jnp.where(jnp.arange(few) < n, v, 0.0))  # fill rows add 0
+
+    def every():
+        return jnp.where(truncated, actor.value(params, obs, task_id), 0.0).astype(like.dtype)
+
+    branch = jnp.where(n == 0, 0, jnp.where(n <= few, 1, 2))
+    return jax.lax.switch(branch, [lambda: jnp.zeros_like(like), some, every])
 
 
 def reset_done(env: Env, done: jax.Array, keys: jax.Array, state: State) -> State:
