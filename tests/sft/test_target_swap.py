@@ -47,3 +47,27 @@ def test_refused_outside_the_object_suite(tmp_path):
     cfg = cfg.replace(data=dataclasses.replace(cfg.data, demo_target_swap=True))  # sft-tiny: the goal suite
     with pytest.raises(ConfigError, match="object suite"):
         generate(cfg, str(tmp_path / "demos"))
+
+
+@pytest.mark.slow  # MJX resets + renders and a few prefix steps to compile (~2-4 min on 2 shared cores)
+def test_binding_probe_saves_an_init_from_source(tmp_path):
+    """experiments/object_suite_binding.py --save-init: the trained prefix loads into an SFT state."""
+    import pathlib
+    import subprocess
+    import sys
+
+    from vlajax import init_from, sharding
+    from vlajax.run_files import init_fn
+
+    script = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "object_suite_binding.py"
+    src = str(tmp_path / "ground")
+    subprocess.run([sys.executable, str(script), "--debug", "--save-init", src], check=True, timeout=600)
+    cfg = get_config("sft-small")
+    cfg = cfg.replace(model=dataclasses.replace(cfg.model, aux_target="grasp_place", use_state_token=False),
+                      sft=dataclasses.replace(cfg.sft, init_from=src))
+    mesh = sharding.make_mesh(cfg.mesh)
+    fresh, _ = sharding.init_sharded(init_fn(cfg, ("agentview", "wrist")), mesh, cfg.mesh.logical_rules,
+                                     jax.random.key(123))
+    loaded = init_from.load_into(cfg, fresh, mesh)  # as vlajax.sft.train calls it
+    emb = lambda s: np.asarray(s.params["embed"]["embedding"])
+    assert not np.allclose(emb(loaded), emb(fresh))  # the probe's text embedding, not a fresh one
