@@ -163,11 +163,7 @@ def main() -> int:
                "--logging.progress", "plain", *seed_args,
                # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
                # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
-               "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
-               # Dr. GRPO advantages (R - group mean, no division by the group std): a saturated group
-               # (4 successes, returns 11.066-11.086) otherwise gets +-1.2 advantages from shaping noise,
-               # which unlearned press_button (docs/results.md, "Quickstart", eleventh session)
-               "--rl.no-group-std-normalize"]
+               "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs"]
     if smoke:
         rl_args += ["--env.num-envs", "8", "--rl.group-size", "4", "--env.episode-length", "40"]
     _run("3/3 rl", rl_args, os.path.join(logs, "rl.log"))
