@@ -3,6 +3,8 @@
 A benchmark is a module `vlajax.bench.<name>` with `main(argv: list[str]) -> int`.
 """
 
+import os
+
 BENCHMARKS: dict[str, str] = {
     "env": "env steps/s with and without rendering vs C MuJoCo (vlajax.bench.env)",
     "fp8": "block-wise FP8 PTQ: bytes saved and action error (vlajax.bench.fp8)",
@@ -14,3 +16,16 @@ BENCHMARKS: dict[str, str] = {
     "soak": "long async run: RSS and every pipeline structure sampled each minute (vlajax.bench.soak)",
     "serve": "policy server requests/s and p50/p95 latency vs concurrent clients (vlajax.bench.serve)",
 }
+
+
+def write_result(path, result: dict) -> None:
+    """Write a benchmark's `result` as JSON at `path` (parent folders made), atomically, and say so;
+    `path` None or '' writes nothing."""
+    if not path:
+        return
+    from vlajax import run_files  # the bench registry above stays import-light
+
+    path = os.path.abspath(os.fspath(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    run_files.write_json(path, result)
+    print(f"wrote {path}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import pathlib
 import platform
@@ -30,6 +29,7 @@ import numpy as np
 from mujoco import rollout
 
 from vlajax import cli, compile_cache
+from vlajax.bench import write_result
 from vlajax.envs import registry
 
 
@@ -163,10 +163,7 @@ def main(argv: list[str]) -> int:
         "cpu_mujoco_threads": nthread,
         "cpu_mujoco_num_envs": max(args.num_envs),
     }
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_result(args.json, result)
     return 0
 
 

@@ -39,6 +39,7 @@ import time
 import jax
 
 from vlajax import cli
+from vlajax.bench import write_result
 from vlajax.config import CheckpointConfig, LoggingConfig, get_config
 
 NUM_ENVS, UNROLL, MINIBATCHES, EPOCHS, HIDDEN = 64, 20, 4, 4, (64, 64)
@@ -194,10 +195,7 @@ def main(argv: list[str]) -> int:
     }
     print(json.dumps({k: result[k] for k in ("round_ratios", "median_round_ratio", "ci95_round_ratio",
                                              "ratio_vlajax_over_brax", "ratio_of_best_iterations")}, indent=1))
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    write_result(args.json, result)
     return 0
 
 

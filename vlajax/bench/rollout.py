@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import pathlib
 import platform
@@ -46,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax import cli, compile_cache
+from vlajax.bench import write_result
 from vlajax.config import EnvConfig, ModelConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models.vla import VLA
@@ -177,10 +177,7 @@ def main(argv: list[str]) -> int:
         "episode_length": args.episode_length,
         "rows": rows,
     }
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_result(args.json, result)
     return 0
 
 

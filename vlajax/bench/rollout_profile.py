@@ -47,6 +47,7 @@ from mujoco import mjx
 
 from vlajax import cli, compile_cache
 from vlajax.bench import rollout as bench
+from vlajax.bench import write_result
 from vlajax.config import EnvConfig
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
@@ -216,10 +217,7 @@ def main(argv: list[str]) -> int:
         fn, fargs, _ = pieces["rollout_per_decision"]
         result["trace_shares"] = trace_shares(fn, fargs, args.trace_calls, args.trace)
         print("executed-time shares (trace):", result["trace_shares"])
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_result(args.json, result)
     return 0
 
 
