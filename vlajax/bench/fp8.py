@@ -28,6 +28,7 @@ import numpy as np
 import optax
 
 from vlajax import cli
+from vlajax.bench import write_result
 from vlajax.config import ConfigError
 from vlajax.models import heads, presets, quantize
 from vlajax.models.observation import fake_observation
@@ -175,11 +176,8 @@ def main(argv: list[str]) -> int:
         result["actions"]["sampler"] = "ode" if cfg.action_head == "flow" else "argmax tokens"
         result["success"] = _success(trained, params, quantize.dequantize_params(qparams), args.episodes_per_task)
         result["seconds"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    print(json.dumps(result, indent=2))
+    write_result(args.json, result)
     return 0
 
 

@@ -66,6 +66,7 @@ import jax
 import numpy as np
 
 from vlajax import cli
+from vlajax.bench import write_result
 from vlajax.config import GEMMA_VARIANTS
 
 BATCH = 32
@@ -472,11 +473,8 @@ def main(argv: list[str]) -> int:
     out = run_all(tuple(dict.fromkeys(args.data)), args.batches, args.repeats, args.mlp_ratio, args.episodes_per_task,
                   args.text_len)
     out["command"] = "python -m vlajax.bench packing " + " ".join(argv)
-    text = json.dumps(out, indent=1)
     print(json.dumps(out["rows"], indent=1))
-    if args.json:
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(text + "\n")
+    write_result(args.json, out)
     return 0
 
 
