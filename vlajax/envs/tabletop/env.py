@@ -30,17 +30,6 @@ PROPRIO_SIZE = 8  # ee xyz, finger l/r, ee velocity xyz
 PRIVILEGED_SIZE = PROPRIO_SIZE + 3 * scene.NUM_CUBES + 2 + 3 + 2 * scene.NUM_CUBES + len(tasks.FAMILIES)
 
 
-def _scoped(name: str):
-    """Run the method inside `jax.named_scope(name)` (HLO metadata only: profiles attribute its ops)."""
-    def deco(fn):
-        @functools.wraps(fn)
-        def inner(*args, **kwargs):
-            with jax.named_scope(name):
-                return fn(*args, **kwargs)
-        return inner
-    return deco
-
-
 def default_reward_scales() -> dict[str, float]:
     return {"success": 10.0, "reach": 0.1, "lift": 0.5, "place": 1.0, "press": 1.0}
 
@@ -133,7 +122,7 @@ class TabletopEnv(Env):
     def reset(self, rng: jax.Array, observe: bool = True, levels: jax.Array | None = None) -> State:
         return self.reset_task(rng, jnp.int32(self.task_id), observe, levels)
 
-    @_scoped("tabletop_reset")
+    @functools.partial(jax.named_call, name="tabletop_reset")  # a named scope: profiles attribute its ops
     def reset_task(self, rng: jax.Array, task_id: jax.Array, observe: bool = True,
                    levels: jax.Array | None = None) -> State:
         """Reset into task `task_id` (an index of `tasks.TASKS`; may be traced, so one compiled
@@ -276,7 +265,7 @@ class TabletopEnv(Env):
             [ee, data.qpos[jnp.asarray(idx.finger_qpos)], data.qvel[jnp.asarray(idx.gripper_qvel)]]
         ).astype(jnp.float32)
 
-    @_scoped("tabletop_render")
+    @functools.partial(jax.named_call, name="tabletop_render")
     def render(self, data: mjx.Data, episode: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """One env's camera images `{camera: [H, W, 3] uint8}` with its episode colours and brightness
         (and its perturbation's camera poses and image noise, if any)."""
