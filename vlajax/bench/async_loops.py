@@ -64,9 +64,9 @@ from typing import Any, Literal
 import numpy as np
 
 from vlajax import cli
+from vlajax.bench import write_result
 from vlajax.config import AsyncConfig, TrainConfig
 from vlajax.pipeline.latency import LatencyModel
-from vlajax.run_files import write_json
 
 REGIMES = ("mjx", "cpu-sim", "emulated-farm")
 MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
@@ -391,9 +391,7 @@ def main(argv: list[str]) -> int:
     meta |= {"uptime_after": uptime(), "bench_s": time.monotonic() - t_bench}
     data = {"meta": meta, "rows": rows}
     print(render_markdown(data), end="")
-    if a.json:
-        write_json(a.json, data)  # atomically
-        print(f"wrote {a.json}")
+    write_result(a.json, data)
     return 0
 
 

@@ -259,9 +259,10 @@ class _Runner:
                                                       jax.random.key(0))
         self.step = make_train_step(VLA(mcfg), 1, 0.0, shardings, self.mesh)
 
-    def one(self, b) -> float:
+    def one(self, b) -> jax.Array:
+        """One train step on batch `b`, waited for. -> its loss (a device scalar: read it after timing)."""
         self.state, metrics = self.step(self.state, b)
-        return float(jax.block_until_ready(metrics["loss"]))  # read after the timer stops
+        return jax.block_until_ready(metrics["loss"])
 
     def measure(self, batches: dict[str, list[dict]], repeats: int) -> tuple[dict, float, dict]:
         """Seconds per mode per timed pass (modes interleaved batch by batch), compile+warm-up seconds,
@@ -283,10 +284,9 @@ class _Runner:
                 for i in range(n):
                     for m in dev:
                         t = time.perf_counter()
-                        self.state, metrics = self.step(self.state, dev[m][i])
-                        jax.block_until_ready(metrics["loss"])
+                        loss = self.one(dev[m][i])
                         elapsed[m] += time.perf_counter() - t
-                        losses[m].append(float(metrics["loss"]))
+                        losses[m].append(float(loss))
                 for m in dev:
                     passes[m].append(elapsed[m])
         return passes, compile_s, losses

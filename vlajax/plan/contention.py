@@ -40,7 +40,7 @@ import jax
 import numpy as np
 
 from vlajax import cli
-from vlajax.run_files import write_json
+from vlajax.bench import write_result
 
 __all__ = ["main"]
 
@@ -197,7 +197,5 @@ def main(argv: list[str]) -> int:
     data = {"command": "python -m vlajax.plan contention " + " ".join(argv), "uptime_before": before,
             "uptime_after": up(), "cores": len(os.sched_getaffinity(0)),
             "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "results": res}
-    if a.json:
-        write_json(a.json, data)  # atomically
-        print(f"wrote {a.json}")
+    write_result(a.json, data)
     return 0
