@@ -83,9 +83,10 @@ def model_config(model: str, head: str) -> tuple[ModelConfig, int]:
     return ModelConfig(**HEADS[head]), 0
 
 
-def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_length: int, stagger: bool,
-              seed: int = 0, model_name: str = "small") -> dict:
-    """Median decisions/s of `repeats` jitted rollouts of `decisions` decisions (see the module docstring)."""
+def setup(head: str, num_envs: int, episode_length: int, stagger: bool, seed: int = 0, model_name: str = "small"):
+    """The bench's pixel rollout: (env, actor, params, batched env state, env steps per decision).
+    Goal suite, identity normalization, fresh weights; `stagger` puts env b b * L / B steps (whole
+    chunks) into its episode."""
     mcfg, execute = model_config(model_name, head)
     env_cfg = EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=mcfg.image_size,
                         episode_length=episode_length)
@@ -97,11 +98,18 @@ def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_le
     actor = actors.vla_actor(model, bridge, execute=execute)
 
     state = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, num_envs)))(jax.random.key(seed))
-    if stagger:  # env b is b * L / B steps (whole chunks) into its episode
+    if stagger:
         offsets = (np.arange(num_envs) * episode_length // num_envs) // h * h
         state = state.replace(info={**state.info, "steps": jnp.asarray(offsets, jnp.float32)})
     obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], state.obs), state.info["episode"]["task_id"][:1])
     params = jax.jit(model.init)(jax.random.key(seed + 1), obs0)["params"]
+    return env, actor, params, state, h
+
+
+def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_length: int, stagger: bool,
+              seed: int = 0, model_name: str = "small") -> dict:
+    """Median decisions/s of `repeats` jitted rollouts of `decisions` decisions (see the module docstring)."""
+    env, actor, params, state, h = setup(head, num_envs, episode_length, stagger, seed, model_name)
 
     @jax.jit
     def run(params, state, rng):

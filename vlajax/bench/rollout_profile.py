@@ -48,10 +48,6 @@ from mujoco import mjx
 from vlajax import cli, compile_cache
 from vlajax.bench import rollout as bench
 from vlajax.bench import write_result
-from vlajax.config import EnvConfig
-from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
-from vlajax.rl import actors
 from vlajax.rl import rollout as ro
 
 # thunk attribution: the first rule whose key occurs in the op's HLO metadata op_name wins
@@ -62,24 +58,6 @@ _SCOPES = (
     ("render", ("tabletop_render",)),
     ("model", ("VLA.", "flow", "token", "sample", "value", "bridge", "heads")),
 )
-
-
-def _setup(head: str, num_envs: int, seed: int = 0):
-    mcfg, execute = bench.model_config("small", head)
-    env_cfg = EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=mcfg.image_size,
-                        episode_length=200)
-    h = execute or mcfg.action_horizon
-    env = ro.make_env(env_cfg, h)
-    norm = {"actions": bench._identity(mcfg.action_dim), "state": bench._identity(8)}
-    bridge = Bridge(mcfg, tuple(sorted(env_cfg.cameras)), norm, env_action_dim=min(mcfg.action_dim, 4))
-    model = VLA(mcfg)
-    actor = actors.vla_actor(model, bridge, execute=execute)
-    state = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, num_envs)))(jax.random.key(seed))
-    offsets = (np.arange(num_envs) * 200 // num_envs) // h * h  # the bench's stagger
-    state = state.replace(info={**state.info, "steps": jnp.asarray(offsets, jnp.float32)})
-    obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], state.obs), state.info["episode"]["task_id"][:1])
-    params = jax.jit(model.init)(jax.random.key(seed + 1), obs0)["params"]
-    return env, actor, params, state, h
 
 
 def _pieces(env, actor, params, state, h: int, decisions: int) -> dict:
@@ -200,7 +178,7 @@ def main(argv: list[str]) -> int:
     if args.trace is None:  # a cached executable keeps the HLO metadata of the run that compiled it
         compile_cache.enable()
     load_start = os.getloadavg()
-    env, actor, params, state, h = _setup(args.head, args.num_envs)
+    env, actor, params, state, h = bench.setup(args.head, args.num_envs, episode_length=200, stagger=True)
     pieces = _pieces(env, actor, params, state, h, args.decisions)
     rows = time_pieces(pieces, args.repeats)
     for name, r in rows.items():
