@@ -307,11 +307,12 @@ def profile(a: Args, wl: dict) -> dict:
     _probe(raw)
     cores = float(len(os.sched_getaffinity(0)))
     costs = {k: c.to_json() for k, c in costs_from_raw(raw, wl, cores, a.statistic).items()}
+    capacity_threads, thread_cpu_per_wall = capacity(raw, cores)
     return {"workload": wl, "slots": slots, "costs": costs, "statistic": a.statistic, "raw": raw,
             "command": "", "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "uptime_before": uptime_before, "uptime_after": _uptime(),
             "machine": {"cpu_count": os.cpu_count(), "cores": cores, "devices": jax.device_count(),
-                        "capacity_threads": capacity(raw, cores)[0], "thread_cpu_per_wall": capacity(raw, cores)[1],
+                        "capacity_threads": capacity_threads, "thread_cpu_per_wall": thread_cpu_per_wall,
                         "loadavg_1m": os.getloadavg()[0]}}
 
 
