@@ -205,7 +205,7 @@ def save_init(directory: str, mcfg, params, step: int, seed: int) -> None:
     from vlajax.config import get_config
     from vlajax.data.normalize import NormStats
     from vlajax.policy import Bridge
-    from vlajax.run_files import CONFIG_FILE, config_to_dict, init_fn, write_json
+    from vlajax.run_files import init_fn, write_policy
 
     cfg = get_config("sft-small")
     cfg = cfg.replace(model=mcfg, env=dataclasses.replace(cfg.env, suite="object"), seed=seed)
@@ -217,11 +217,9 @@ def save_init(directory: str, mcfg, params, step: int, seed: int) -> None:
     assert set(got) == set(flat(state.params)), "probe params differ from the sft model's tree"
     state = state.replace(params=params, ema_params=None if state.ema_params is None else params)
     directory = os.path.abspath(directory)
-    os.makedirs(directory, exist_ok=True)
     ones = lambda n: np.ones(n, np.float32)
     stats = lambda n: NormStats(0 * ones(n), ones(n), -ones(n), ones(n))
-    Bridge(mcfg, cams, {"actions": stats(4), "state": stats(8)}).save(directory)
-    write_json(os.path.join(directory, CONFIG_FILE), config_to_dict(cfg))
+    write_policy(directory, cfg, Bridge(mcfg, cams, {"actions": stats(4), "state": stats(8)}), "sft")
     with checkpoint.Checkpointer(directory, async_save=False) as ck:
         ck.save(step, state, extra={"step": step, "config": "object_suite_binding"}, force=True)
     print(json.dumps({"saved_init": directory, "step": step}), flush=True)
