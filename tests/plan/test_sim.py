@@ -233,6 +233,7 @@ def test_profile_measures_the_production_workload_end_to_end(tmp_path):
     c = profile.load(tmp_path, "jax")
     assert c.collect_seconds(4) > 0 and c.train_seconds(8) > 0 and c.infer_seconds(4) > 0 and c.cores >= 1
     assert c.host_calls_per_decision == 0 and c.stream_item_s > 0
+    assert 0 < dict(c.concurrency)["step"] <= 2  # the slot steps from 2 threads vs serially
 
 
 def test_validate_refuses_a_bad_cores_override_and_a_profile_of_another_workload(tmp_path):

@@ -96,6 +96,9 @@ class Costs:
     #   on a shared machine in threads' worth: what the process is offered, `plan.profile.capacity`)
     parallelism: tuple[tuple[str, float], ...] = ()  # (component, cores one call of it keeps busy alone);
     #   components: collect, host_sim, infer, step, train, prep, stream_item; missing = 1
+    concurrency: tuple[tuple[str, float], ...] = ()  # (group, G): concurrent calls of the group advance at most
+    #   G solo-speed units together (measured: the calls from `slots` threads as the lanes run them, serial wall /
+    #   threaded wall); group 'step' = a slot's step with its host simulator calls; missing = no cap beyond `cores`
 
     def cores_of(self, component: str) -> float:
         return dict(self.parallelism).get(component, 1.0)
@@ -132,8 +135,9 @@ class Costs:
         for k in _TABLES:
             if k in d:
                 d[k] = tuple((int(a), float(b)) for a, b in d[k])
-        if "parallelism" in d:
-            d["parallelism"] = tuple((str(a), float(b)) for a, b in d["parallelism"])
+        for k in ("parallelism", "concurrency"):
+            if k in d:
+                d[k] = tuple((str(a), float(b)) for a, b in d[k])
         if "sim" in d:
             d["sim"] = SimLatency(**d["sim"])
         return cls(**d)

@@ -18,7 +18,12 @@ micro-batches; flags as `bench async`'s, or `--from-bench JSON` to take them fro
   segments (preparation included), one slot segment's preparation alone, and streaming's
   per-arrival work (preparation + gradient + accumulation) and its closing step;
 - a weight publication (the param server's snapshot copy + `device_put` onto the rollout
-  sharding, completed).
+  sharding, completed);
+- the slot steps' concurrency (`_step_concurrency`): every slot's steps from its own thread, as
+  the slot lanes run them, against the same calls one after the other. Python's GIL (each step
+  dispatches jitted and eager calls from Python, and C MuJoCo's host callback runs Python around
+  its native step) can serialize them beyond what the cores would: the model caps concurrent
+  slot steps at the measured ratio (`Costs.concurrency`, `sim._Shared`).
 
 Every call is timed in wall seconds and in this process's CPU seconds. On a shared machine the
 process is not offered all its cores, so the profile also probes what it gets (`_probe`, before
@@ -89,6 +94,16 @@ def _cores(raw: dict, name: str, cores: float, host: str | None = None, thread: 
     return float(np.clip(np.median(cpu / np.maximum(wall, 1e-9)) / thread, 0.05, cores))
 
 
+def _concurrency(raw: dict, physics: str, slots: int) -> float | None:
+    """Solo-speed steps the slots' concurrent steps advance at together: median serial wall / median
+    threaded wall of the same calls (`_step_concurrency`), in [1/slots, slots]; None without that
+    measurement (older profiles: no cap)."""
+    if f"{physics}/steps_threads" not in raw:
+        return None
+    ratio = float(np.median(raw[f"{physics}/steps_serial"]) / np.median(raw[f"{physics}/steps_threads"]))
+    return float(np.clip(ratio, 1.0 / slots, slots))
+
+
 def capacity(raw: dict, cores: float) -> tuple[float, float]:
     """(host capacity in threads' worth, CPU/wall of one busy thread) from the profile's probes.
 
@@ -135,6 +150,7 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             "infer": _c(raw, f"{physics}/infer"),
             "step": _c(raw, f"{physics}/step", host="c/step_host" if c else None),
             "host_sim": 1.0}
+        conc = _concurrency(raw, physics, slots)
         out[physics] = Costs(
             infer_s=((envs, st(raw[f"{physics}/infer"])),),  # slot infer: padded to all slots' envs
             train_update_s=((decisions, update),),
@@ -145,6 +161,7 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             host_calls_per_decision=calls_per_decision if c else 0.0,
             stream_item_s=st(raw["train/stream_item"]), stream_finish_s=st(raw["train/stream_finish"]),
             cores=cores, parallelism=tuple(sorted(par.items())),
+            concurrency=() if conc is None else (("step", conc),),
             source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
     return out
 
@@ -185,6 +202,48 @@ def _probe(raw: dict, rounds: int = 3, seconds: float = 0.25) -> None:
     for _ in range(rounds):
         raw.setdefault("probe/one_thread", []).append(busy(1))
         raw.setdefault("probe/threads", []).append(busy(PROBE_THREADS))
+
+
+def _threads(fns) -> float:
+    """Wall seconds of every fn in its own thread, all started together."""
+    import threading
+
+    ts = [threading.Thread(target=f) for f in fns]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def _step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots: int, horizon: int,
+                      repeats: int) -> None:
+    """The slot steps as the slot lanes run them: each slot's `horizon` step calls back to back in its
+    own thread (no mesh context, like the lanes), all slots at once; and the same calls one after the
+    other in one thread. Appends the wall seconds of each to `raw[physics + '/steps_threads']` and
+    `[.. '/steps_serial']` (`repeats` rounds after a compiling one, interleaved): serial / threaded is
+    how many solo-speed steps run at once (`Costs.concurrency` 'step')."""
+    block = jax.block_until_ready
+
+    def steps_of(s: int):
+        def run():
+            env_state, payload = envs_of[s]
+            for _ in range(horizon):
+                env_state, payload, _ = block(step(s, env_state, outs[s]))
+            envs_of[s] = (env_state, payload)
+        return run
+
+    def serial():
+        for s in range(slots):
+            steps_of(s)()
+
+    for r in range(1 + repeats):
+        t_serial = _threads([serial])
+        t_threads = _threads([steps_of(s) for s in range(slots)])
+        if r > 0:
+            raw.setdefault(f"{physics}/steps_serial", []).append(t_serial)
+            raw.setdefault(f"{physics}/steps_threads", []).append(t_threads)
 
 
 def _uptime() -> str:
@@ -266,6 +325,7 @@ def profile(a: Args, wl: dict) -> dict:
                             raw.setdefault("c/step_host_calls", []).append(float(host()[1] - h0[1]))
                         envs_of[s] = (env_state_s, payload)
                         records[s].append(rec)
+            _step_concurrency(raw, physics, step, envs_of, outs, slots, horizon, a.repeats)
             per = envs // slots
             items = [Trajectory(_stack(records[s]), np.zeros(horizon, np.int32), per * horizon,
                                 horizon * per * setup.action_horizon) for s in range(slots)]

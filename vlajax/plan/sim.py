@@ -42,7 +42,11 @@ What is modelled, piece for piece (the code it follows in brackets):
   under a farm law (`costs.sim`), lasts max(real, slowest of n per-env draws) [`c_physics`]; a
   slot's step is its other compute, then its host calls. Streaming with `costs.stream_item_s`:
   that work per arriving item, then `stream_finish_s`. The shared host has `costs.cores` cores
-  shared max-min fairly; a job keeps busy, alone, `costs.cores_of(component)` cores.
+  shared max-min fairly; a job keeps busy, alone, `costs.cores_of(component)` cores. Concurrent
+  slot steps (a step's compute and its host calls: group 'step') together advance at most at
+  `costs.concurrency`'s measured rate in solo-speed units (`plan profile` runs them from one thread
+  per slot, as the lanes do: Python's GIL serializes much of them), the cores they leave going
+  to the other lanes.
 
 Measured like the bench: from the end of the first (warm-up) update to the end of update
 `updates + 1`: env steps/s, trainer idle (waiting for samples), rollouter idle (slots waiting
@@ -59,6 +63,7 @@ import numpy as np
 import simpy
 
 from vlajax.plan.costs import Costs
+from vlajax.plan.sharing import Shared as _Shared
 
 __all__ = ["MODES", "PLACEMENTS", "Pipeline", "simulate", "simulate_mean"]
 
@@ -140,65 +145,14 @@ class _Signal:
         old.succeed()
 
 
-class _Shared:
-    """A processor-sharing server of `capacity` cores: `run(work, cores)` -> event that fires when
-    `work` solo-seconds are done. A job keeps `cores` cores busy when alone (clipped to the
-    capacity); the capacity is shared max-min fairly (water-filling: no job gets more than it
-    uses, what a small job leaves goes to the others) and a job given a of its c cores advances
-    at a / c of its solo speed. capacity 1 and one core per job: k jobs each advance at 1/k."""
-
-    def __init__(self, env: simpy.Environment, capacity: float = 1.0):
-        self.env, self.capacity, self.jobs, self.last = env, float(capacity), [], 0.0
-        self.kick = env.event()
-        env.process(self._serve())
-
-    def _rates(self) -> list[float]:
-        order = sorted(range(len(self.jobs)), key=lambda i: self.jobs[i][2])
-        cap, left, rates = self.capacity, len(order), [0.0] * len(self.jobs)
-        for i in order:
-            c = self.jobs[i][2]
-            a = min(c, cap / left)
-            cap, left = cap - a, left - 1
-            rates[i] = a / c
-        return rates
-
-    def _advance(self) -> None:
-        if self.jobs:
-            dt = self.env.now - self.last
-            for j, r in zip(self.jobs, self._rates()):
-                j[0] -= dt * r
-        self.last = self.env.now
-
-    def run(self, work: float, cores: float = 1.0) -> simpy.Event:
-        self._advance()
-        ev = self.env.event()
-        self.jobs.append([work, ev, min(max(float(cores), 1e-3), self.capacity)])
-        if not self.kick.triggered:
-            self.kick.succeed()
-        return ev
-
-    def _serve(self):
-        while True:
-            if not self.jobs:
-                self.kick = self.env.event()
-                yield self.kick
-                continue
-            self.kick = self.env.event()
-            nxt = min(j[0] / r for j, r in zip(self.jobs, self._rates()))
-            yield self.env.any_of([self.kick, self.env.timeout(max(nxt, 0.0))])
-            self._advance()
-            for j in [j for j in self.jobs if j[0] <= 1e-12]:
-                self.jobs.remove(j)
-                j[1].succeed()
-
-
 class _Run:
     def __init__(self, p: Pipeline, costs: Costs, seed: int):
         self.p, self.c = p, costs
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        shared = _Shared(self.env, costs.cores) if costs.shared_compute else None
-        self.dev = [shared or _Shared(self.env) for _ in range(p.devices)]
+        caps = dict(costs.concurrency)
+        shared = _Shared(self.env, costs.cores, caps) if costs.shared_compute else None
+        self.dev = [shared or _Shared(self.env, caps=caps) for _ in range(p.devices)]
         self.R = p.rollout_devices
         self.per_slot = p.envs // (self.R * p.num_slots)
         self.rb = self.R * p.num_slots  # require_batches: one item per slot segment
@@ -230,20 +184,22 @@ class _Run:
         if self.env.now > t0:
             self.idle.setdefault(lane, []).append((t0, self.env.now))
 
-    def _hold(self, devices, seconds: float, component: str = ""):
+    def _hold(self, devices, seconds: float, component: str = "", group: str | None = None):
         """`seconds` of solo work on each distinct device of `devices` (data parallel); waits for all.
-        `component`: whose parallelism (`costs.cores_of`) the work has on a shared host."""
+        `component`: whose parallelism (`costs.cores_of`) the work has on a shared host; `group`: the
+        jobs whose concurrency `costs.concurrency` caps together (see `_Shared`)."""
         cores = self.c.cores_of(component) if component else 1.0
-        yield self.env.all_of([d.run(seconds, cores) for d in dict.fromkeys(devices)])
+        yield self.env.all_of([d.run(seconds, cores, group) for d in dict.fromkeys(devices)])
 
-    def _host_calls(self, device: int, n: int):
+    def _host_calls(self, device: int, n: int, group: str | None = None):
         """The host simulator calls of one decision of n envs: each holds the host for its real
-        seconds, and under a farm (`costs.sim`) lasts max(real, the slowest of n per-env draws)."""
+        seconds, and under a farm (`costs.sim`) lasts max(real, the slowest of n per-env draws).
+        `group`: 'step' for a slot's step (its calls share the slot steps' concurrency cap)."""
         for _ in range(round(self.c.host_calls_per_decision)):
             t0 = self.env.now
             real = self.c.host_sim_seconds(n)
             if real > 0:
-                yield from self._hold([self.dev[device]], real, "host_sim")
+                yield from self._hold([self.dev[device]], real, "host_sim", group)
             left = self.c.sim.batch_seconds(self.rng, n, 1) - (self.env.now - t0)
             if left > 0:
                 yield self.env.timeout(left)
@@ -263,8 +219,8 @@ class _Run:
         if self.c.host_calls_per_decision > 0:
             rest = self.c.env_compute_seconds(n) - round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
             if rest > 0:
-                yield from self._hold([self.dev[device]], rest, "step")
-            yield from self._host_calls(device, n)
+                yield from self._hold([self.dev[device]], rest, "step", "step")
+            yield from self._host_calls(device, n, "step")
             self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
             return
         t0 = self.env.now
@@ -272,7 +228,7 @@ class _Run:
         compute = self.c.env_compute_seconds(n)
         if compute > 0:
             if self.c.env_on_device:
-                yield from self._hold([self.dev[device]], compute, "step")
+                yield from self._hold([self.dev[device]], compute, "step", "step")
             else:
                 yield self.env.timeout(compute)
         left = draw - (self.env.now - t0)

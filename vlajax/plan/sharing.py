@@ -1,0 +1,91 @@
+"""The shared compute of the planner's model (`vlajax.plan.sim`): a processor-sharing server in SimPy.
+
+    dev = Shared(env, capacity=2.0, caps={"step": 1.0})
+    yield dev.run(work_s, cores=1.0, group="step")    # fires when `work_s` solo-seconds are done
+"""
+
+from __future__ import annotations
+
+import simpy
+
+__all__ = ["Shared"]
+
+
+class Shared:
+    """A processor-sharing server of `capacity` cores: `run(work, cores, group)` -> event that fires when
+    `work` solo-seconds are done. A job keeps `cores` cores busy when alone (clipped to the
+    capacity); the capacity is shared max-min fairly (water-filling: no job gets more than it
+    uses, what a small job leaves goes to the others) and a job given a of its c cores advances
+    at a / c of its solo speed. capacity 1 and one core per job: k jobs each advance at 1/k.
+
+    `caps`: group -> G, the most solo-speed units that two or more concurrent jobs of that group
+    advance at together (their rates summed; `Costs.concurrency`: measured with the calls in
+    threads, what serializes them beyond the cores -- Python's GIL, locks -- included). The group's
+    jobs share G max-min fairly in rates, and the cores they then leave go to the other jobs.
+    Without caps (or one job of a group in flight) this is the plain core sharing above."""
+
+    def __init__(self, env: simpy.Environment, capacity: float = 1.0, caps: dict[str, float] | None = None):
+        self.env, self.capacity, self.jobs, self.last = env, float(capacity), [], 0.0
+        self.caps = {g: max(float(v), 1e-3) for g, v in (caps or {}).items()}
+        self.kick = env.event()
+        env.process(self._serve())
+
+    def _share(self, limit: list[float]) -> list[float]:
+        """Rates from water-filling the cores over the jobs' demands (cores x their rate limit)."""
+        demand = [j[2] * m for j, m in zip(self.jobs, limit)]
+        cap, left, rates = self.capacity, len(demand), [0.0] * len(demand)
+        for i in sorted(range(len(demand)), key=lambda i: demand[i]):
+            a = min(demand[i], cap / left)
+            cap, left = cap - a, left - 1
+            rates[i] = a / self.jobs[i][2]
+        return rates
+
+    def _rates(self) -> list[float]:
+        limit = [1.0] * len(self.jobs)
+        for _ in range(100):  # the caps only lower limits: a few rounds settle
+            rates, lowered = self._share(limit), False
+            for g, cap in self.caps.items():
+                members = [i for i, j in enumerate(self.jobs) if j[3] == g]
+                if len(members) < 2 or sum(rates[i] for i in members) <= cap * (1 + 1e-9):
+                    continue
+                level, left, budget = 0.0, len(members), cap  # water-fill the group's cap over its rates
+                for i in sorted(members, key=lambda i: rates[i]):
+                    level = budget / left
+                    if rates[i] > level:
+                        break
+                    budget, left = budget - rates[i], left - 1
+                for i in members:
+                    if rates[i] > level * (1 + 1e-12):
+                        limit[i], lowered = min(limit[i], level), True
+            if not lowered:
+                return rates
+        return rates
+
+    def _advance(self) -> None:
+        if self.jobs:
+            dt = self.env.now - self.last
+            for j, r in zip(self.jobs, self._rates()):
+                j[0] -= dt * r
+        self.last = self.env.now
+
+    def run(self, work: float, cores: float = 1.0, group: str | None = None) -> simpy.Event:
+        self._advance()
+        ev = self.env.event()
+        self.jobs.append([work, ev, min(max(float(cores), 1e-3), self.capacity), group])
+        if not self.kick.triggered:
+            self.kick.succeed()
+        return ev
+
+    def _serve(self):
+        while True:
+            if not self.jobs:
+                self.kick = self.env.event()
+                yield self.kick
+                continue
+            self.kick = self.env.event()
+            nxt = min(j[0] / r for j, r in zip(self.jobs, self._rates()) if r > 0)
+            yield self.env.any_of([self.kick, self.env.timeout(max(nxt, 0.0))])
+            self._advance()
+            for j in [j for j in self.jobs if j[0] <= 1e-12]:
+                self.jobs.remove(j)
+                j[1].succeed()
