@@ -10,11 +10,10 @@ Phases (each is the documented command, run as its own process):
             trainer) with decoupled PPO (proximal log-probs recomputed, behaviour weights
             truncated): the issue-21 protocol's `async-s1` arm, whose paired difference to sync
             contains 0 at every point from the midpoint on over 5 seed pairs (docs/async.md,
-            "Sample efficiency: the issue-21 protocol"), with per-token importance ratios
-            (`--rl.ratio-level factor`) for 40 updates: 20 updates of any variant did not lift
-            success reliably; this one lifted +22.5 points over seeds 0-2 at 40 (docs/results.md,
-            Quickstart, "Twelfth session"); its closed-loop evaluations at update 0 (= the SFT
-            policy) and at the end give before/after
+            "Sample efficiency: the issue-21 protocol"); its closed-loop evaluations at update 0
+            (= the SFT policy) and at the end give before/after. (Per-token ratios with 40
+            updates lifted +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8, below this
+            recipe's +7.1: docs/results.md, Quickstart, "Twelfth session".)
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
@@ -42,7 +41,7 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
 SIZES = {
     # episodes per task, SFT steps, RL iterations, eval episodes per task
-    "default": dict(episodes=5, sft_steps=500, rl_iterations=40, eval_episodes=20),
+    "default": dict(episodes=5, sft_steps=500, rl_iterations=20, eval_episodes=20),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
 }
 
@@ -166,10 +165,7 @@ def main() -> int:
                "--logging.progress", "plain", *seed_args,
                # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
                # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
-               "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
-               # per-token ratios, clipped and behaviour-weighted per token (DAPO / verl token-level PPO): with
-               # 40 updates +22.5 points over seeds 0-2, where 20 updates of every variant gave -3.7..+7.1
-               "--rl.ratio-level", "factor"]
+               "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs"]
     if smoke:
         rl_args += ["--env.num-envs", "8", "--rl.group-size", "4", "--env.episode-length", "40"]
     _run("3/3 rl", rl_args, os.path.join(logs, "rl.log"))
@@ -188,7 +184,7 @@ def main() -> int:
         "# vlajax quickstart report", "",
         f"demos -> SFT -> RL -> eval on the goal suite in {minutes:.1f} minutes "
         f"(seed {seed}, {size['episodes']} demos per task, {size['sft_steps']} SFT steps, {iters} GRPO updates "
-        "with per-token ratios, trained asynchronously (staleness 1: rollout runs one policy version ahead), "
+        "trained asynchronously (staleness 1: rollout runs one policy version ahead), "
         f"{size['eval_episodes']} evaluation episodes per task).", "",
         "| task | after SFT | after RL |", "|---|---:|---:|", *rows,
         f"| **mean** | **{before['mean_success'] * 100:.1f}%** | **{after['mean_success'] * 100:.1f}%** |", "",
