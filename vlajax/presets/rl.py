@@ -92,7 +92,8 @@ def _rl_grpo_tokens() -> TrainConfig:
         staleness_threshold=1.0,
         # False (decoupled PPO, recomputed proximal): what every async arm of that protocol table ran
         use_rollout_log_probs=False)
-    # 'decision' (one ratio per chunk): the ratio level of that table; 'factor' has no protocol evidence yet
+    # 'decision' (one ratio per chunk): the ratio level of that table; 'factor' (per token) with 40 updates lifted
+    # the quickstart +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8 (docs/results.md, Quickstart)
     return dataclasses.replace(cfg, pipeline=pipeline, rl=dataclasses.replace(cfg.rl, ratio_level="decision"))
 
 
