@@ -42,19 +42,9 @@ import numpy as np
 
 from vlajax import cli
 from vlajax.bench import write_result
+from vlajax.plan.profile import threads_wall as _threads
 
 __all__ = ["main"]
-
-
-def _threads(fns) -> float:
-    """Wall seconds of running every fn in its own thread, all started together."""
-    ts = [threading.Thread(target=f) for f in fns]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return time.perf_counter() - t0
 
 
 def _slowdown(fn, background, n: int) -> dict:

@@ -57,7 +57,7 @@ import numpy as np
 from vlajax import cli
 from vlajax.plan.costs import Costs
 
-__all__ = ["main", "load", "profile", "costs_from_raw", "capacity", "STATISTICS", "HOSTS"]
+__all__ = ["main", "load", "profile", "costs_from_raw", "capacity", "threads_wall", "STATISTICS", "HOSTS"]
 
 STATISTICS = ("median", "min")
 HOSTS = ("probed", "affinity")
@@ -204,8 +204,8 @@ def _probe(raw: dict, rounds: int = 3, seconds: float = 0.25) -> None:
         raw.setdefault("probe/threads", []).append(busy(PROBE_THREADS))
 
 
-def _threads(fns) -> float:
-    """Wall seconds of every fn in its own thread, all started together."""
+def threads_wall(fns) -> float:
+    """Wall seconds of every fn in its own thread, all started together (also `plan contention`'s)."""
     import threading
 
     ts = [threading.Thread(target=f) for f in fns]
@@ -239,8 +239,8 @@ def _step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots:
             steps_of(s)()
 
     for r in range(1 + repeats):
-        t_serial = _threads([serial])
-        t_threads = _threads([steps_of(s) for s in range(slots)])
+        t_serial = threads_wall([serial])
+        t_threads = threads_wall([steps_of(s) for s in range(slots)])
         if r > 0:
             raw.setdefault(f"{physics}/steps_serial", []).append(t_serial)
             raw.setdefault(f"{physics}/steps_threads", []).append(t_threads)
