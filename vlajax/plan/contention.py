@@ -5,7 +5,8 @@ A diagnostic beside `plan profile` (which times each call alone): it runs the sa
 as the async loop's lanes do, and compares with running them one after the other:
 
 - `slot_steps`: the slot modes' `step` calls of 4 slots x `horizon` decisions, serially in one
-  thread vs one thread per slot (each blocking on its own calls);
+  thread vs one thread per slot (each blocking on its own calls): `plan profile`'s
+  `step_concurrency`, the measurement its model uses;
 - `update_beside_collect`: the trainer's update (`Trainer` around the loop's `learner.update`,
   one collect batch) alone vs while another thread runs the fused collect back to back;
 - `collect_beside_updates`: one fused collect alone vs while another thread runs updates back to back.
@@ -42,7 +43,7 @@ import numpy as np
 
 from vlajax import cli
 from vlajax.bench import write_result
-from vlajax.plan.profile import threads_wall as _threads
+from vlajax.plan.profile import step_concurrency
 
 __all__ = ["main"]
 
@@ -140,23 +141,9 @@ def measure(a: Args) -> dict:
                 reset, step, infer = work.env(a.slots, None)
                 envs_of = {s: reset(s) for s in range(a.slots)}
                 outs = block(infer(params, [envs_of[s][1] for s in range(a.slots)]))
-                for s in range(a.slots):  # compiles
-                    block(step(s, envs_of[s][0], outs[s]))
-
-                def steps_of(s):
-                    def run():
-                        e = envs_of[s][0]
-                        for _ in range(a.horizon):
-                            e, _, _ = block(step(s, e, outs[s]))
-                    return run
-
-                serial, concurrent = [], []
-                for _ in range(a.rounds):
-                    t0 = time.perf_counter()
-                    for s in range(a.slots):
-                        steps_of(s)()
-                    serial.append(time.perf_counter() - t0)
-                    concurrent.append(_threads([steps_of(s) for s in range(a.slots)]))
+                raw: dict[str, list[float]] = {}  # the profile's own measurement (a compiling round first)
+                step_concurrency(raw, physics, step, envs_of, outs, a.slots, a.horizon, a.rounds)
+                serial, concurrent = raw[f"{physics}/steps_serial"], raw[f"{physics}/steps_threads"]
                 res["slot_steps"] = {"calls": a.slots * a.horizon, "serial_s": serial, "threads_s": concurrent,
                                      "overlap": float(np.median(serial) / np.median(concurrent))}
             out[f"{physics}@switch{interval * 1e3:g}ms"] = res

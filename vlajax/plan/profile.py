@@ -19,7 +19,7 @@ micro-batches; flags as `bench async`'s, or `--from-bench JSON` to take them fro
   per-arrival work (preparation + gradient + accumulation) and its closing step;
 - a weight publication (the param server's snapshot copy + `device_put` onto the rollout
   sharding, completed);
-- the slot steps' concurrency (`_step_concurrency`): every slot's steps from its own thread, as
+- the slot steps' concurrency (`step_concurrency`): every slot's steps from its own thread, as
   the slot lanes run them, against the same calls one after the other. Python's GIL (each step
   dispatches jitted and eager calls from Python, and C MuJoCo's host callback runs Python around
   its native step) can serialize them beyond what the cores would: the model caps concurrent
@@ -48,6 +48,7 @@ import os
 import pathlib
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Literal
 
@@ -57,7 +58,7 @@ import numpy as np
 from vlajax import cli
 from vlajax.plan.costs import Costs
 
-__all__ = ["main", "load", "profile", "costs_from_raw", "capacity", "threads_wall", "STATISTICS", "HOSTS"]
+__all__ = ["main", "load", "profile", "costs_from_raw", "capacity", "step_concurrency", "STATISTICS", "HOSTS"]
 
 STATISTICS = ("median", "min")
 HOSTS = ("probed", "affinity")
@@ -96,7 +97,7 @@ def _cores(raw: dict, name: str, cores: float, host: str | None = None, thread: 
 
 def _concurrency(raw: dict, physics: str, slots: int) -> float | None:
     """Solo-speed steps the slots' concurrent steps advance at together: median serial wall / median
-    threaded wall of the same calls (`_step_concurrency`), in [1/slots, slots]; None without that
+    threaded wall of the same calls (`step_concurrency`), in [1/slots, slots]; None without that
     measurement (older profiles: no cap)."""
     if f"{physics}/steps_threads" not in raw:
         return None
@@ -204,10 +205,8 @@ def _probe(raw: dict, rounds: int = 3, seconds: float = 0.25) -> None:
         raw.setdefault("probe/threads", []).append(busy(PROBE_THREADS))
 
 
-def threads_wall(fns) -> float:
-    """Wall seconds of every fn in its own thread, all started together (also `plan contention`'s)."""
-    import threading
-
+def _threads_wall(fns) -> float:
+    """Wall seconds of every fn in its own thread, all started together."""
     ts = [threading.Thread(target=f) for f in fns]
     t0 = time.perf_counter()
     for t in ts:
@@ -217,13 +216,13 @@ def threads_wall(fns) -> float:
     return time.perf_counter() - t0
 
 
-def _step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots: int, horizon: int,
+def step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots: int, horizon: int,
                       repeats: int) -> None:
     """The slot steps as the slot lanes run them: each slot's `horizon` step calls back to back in its
     own thread (no mesh context, like the lanes), all slots at once; and the same calls one after the
     other in one thread. Appends the wall seconds of each to `raw[physics + '/steps_threads']` and
     `[.. '/steps_serial']` (`repeats` rounds after a compiling one, interleaved): serial / threaded is
-    how many solo-speed steps run at once (`Costs.concurrency` 'step')."""
+    how many solo-speed steps run at once (`Costs.concurrency` 'step'; `plan contention` reports it too)."""
     block = jax.block_until_ready
 
     def steps_of(s: int):
@@ -239,8 +238,8 @@ def _step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots:
             steps_of(s)()
 
     for r in range(1 + repeats):
-        t_serial = threads_wall([serial])
-        t_threads = threads_wall([steps_of(s) for s in range(slots)])
+        t_serial = _threads_wall([serial])
+        t_threads = _threads_wall([steps_of(s) for s in range(slots)])
         if r > 0:
             raw.setdefault(f"{physics}/steps_serial", []).append(t_serial)
             raw.setdefault(f"{physics}/steps_threads", []).append(t_threads)
@@ -325,7 +324,7 @@ def profile(a: Args, wl: dict) -> dict:
                             raw.setdefault("c/step_host_calls", []).append(float(host()[1] - h0[1]))
                         envs_of[s] = (env_state_s, payload)
                         records[s].append(rec)
-            _step_concurrency(raw, physics, step, envs_of, outs, slots, horizon, a.repeats)
+            step_concurrency(raw, physics, step, envs_of, outs, slots, horizon, a.repeats)
             per = envs // slots
             items = [Trajectory(_stack(records[s]), np.zeros(horizon, np.int32), per * horizon,
                                 horizon * per * setup.action_horizon) for s in range(slots)]
