@@ -48,7 +48,7 @@ for k in $seeds; do
   rm -rf runs/qs13-s$k
   VLAJAX_QUICKSTART_SEED=$k VLAJAX_QUICKSTART_DIR=runs/qs13-s$k /usr/bin/time -f "seed $k quickstart: %e s wall, %U s user, %S s sys (CPU of the process tree)" \
     .venv/bin/python -m vlajax.quickstart > $logs/qs13_s$k.log 2>&1
-  echo "seed $k end $(date -u +%T) rc=$? $(uptime)"
+  rc=$?; echo "seed $k end $(date -u +%T) rc=$rc $(uptime)"
   tail -1 $logs/qs13_s$k.log
   mkdir -p $out/seed$k
   cp runs/qs13-s$k/report/README.md $out/seed$k/report.md
@@ -58,6 +58,6 @@ for k in $seeds; do
   echo "seed $k diag start $(date -u +%T) $(uptime)"
   /usr/bin/time -f "seed $k diag: %e s wall, %U s user, %S s sys" .venv/bin/python docs/results/quickstart-drgrpo/diag_sampled_eval.py \
     $k runs/qs13-s$k/sft/checkpoints runs/qs13-s$k/rl/checkpoints > $out/seed$k/greedy_vs_sampled.txt 2>$logs/diag_s$k.err
-  echo "seed $k diag end $(date -u +%T) rc=$? $(uptime)"
+  rc=$?; echo "seed $k diag end $(date -u +%T) rc=$rc $(uptime)"
   tail -1 $logs/diag_s$k.err
 done
