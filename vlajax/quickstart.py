@@ -13,7 +13,10 @@ Phases (each is the documented command, run as its own process):
             "Sample efficiency: the issue-21 protocol"); its closed-loop evaluations at update 0
             (= the SFT policy) and at the end give before/after. (Per-token ratios with 40
             updates lifted +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8, below this
-            recipe's +7.1: docs/results.md, Quickstart, "Twelfth session".)
+            recipe's +7.1: docs/results.md, Quickstart, "Twelfth session".) The reward is the binary
+            success bonus (`--rl.reward success`) instead of the preset's progress reward, so that
+            GRPO's zero-variance filter drops all-success / all-failure groups: under test
+            (docs/results/quickstart-success13/run.sh).
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
@@ -44,6 +47,17 @@ SIZES = {
     "default": dict(episodes=5, sft_steps=500, rl_iterations=20, eval_episodes=20),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=1, eval_episodes=1),
 }
+
+
+# The RL phase's flags on top of the preset `rl-grpo-tokens`:
+RL_RECIPE = [
+    # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
+    # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
+    "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
+    # binary outcome reward: all-success / all-failure groups have equal returns and are dropped
+    # (rl.filter_zero_advantage); UNDER TEST (docs/results/quickstart-success13/run.sh)
+    "--rl.reward", "success",
+]
 
 
 def _settings(environ) -> tuple[str, int]:
@@ -162,10 +176,7 @@ def main() -> int:
     rl_args = ["rl", "--preset", "rl-grpo-tokens", "--rl.init-from", os.path.join(sft, "checkpoints"),
                "--output-dir", rl, "--rl.num-iterations", str(iters), "--rl.eval-every", str(iters),
                "--rl.eval-episodes-per-task", str(size["eval_episodes"]), "--logging.video-every", "1",
-               "--logging.progress", "plain", *seed_args,
-               # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
-               # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
-               "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs"]
+               "--logging.progress", "plain", *seed_args, *RL_RECIPE]
     if smoke:
         rl_args += ["--env.num-envs", "8", "--rl.group-size", "4", "--env.episode-length", "40"]
     _run("3/3 rl", rl_args, os.path.join(logs, "rl.log"))
