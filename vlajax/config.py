@@ -215,6 +215,11 @@ class ModelConfig:
     # gripper's position in the images gives the grasp point away); 'grasp_place_start' = only on the
     # frames before the fingertips moved 2 cm from the episode's start (the gripper shows nothing yet)
     aux_target: Literal["none", "grasp_place", "grasp_place_pregrasp", "grasp_place_start"] = "none"
+    # condition the action head on the aux target (issue 22.4): the D target numbers enter the flow
+    # expert's action tokens (the token head's queries) through one projection. SFT teacher-forces the
+    # episode's own target (+ `sft.target_noise`); sampling, log-probs and values (eval, RL, serving) use
+    # the model's own `aux_target` prediction from the prefix, gradient-stopped. Needs model.aux_target
+    target_conditioning: bool = False
     # Numerics and kernels.
     dtype: Literal["float32", "bfloat16"] = "float32"  # activation dtype
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype
@@ -238,6 +243,9 @@ class ModelConfig:
             _check(getattr(self, f) >= 1, f"model.{f} must be >= 1, got {getattr(self, f)}")
         _check(self.aux_target == "none" or self.family == "vla",
                f"model.aux_target={self.aux_target!r} is for model.family='vla' (not {self.family!r})")
+        _check(not self.target_conditioning or self.aux_target != "none",
+               "model.target_conditioning needs model.aux_target (e.g. 'grasp_place'): the predicted target "
+               "is what the action head is conditioned on")
         if self.family == "vla":
             _check(
                 self.image_size % self.patch_size == 0,
@@ -440,8 +448,12 @@ class SFTConfig:
     init_from: str = ""
     # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
     aux_target_weight: float = 1.0
+    # model.target_conditioning: std of the Gaussian noise added to the teacher-forced target (normalized
+    # units, per dim) so the action head tolerates the prediction's error at inference (0 = exact targets)
+    target_noise: float = 0.0
 
     def __post_init__(self):
+        _check(self.target_noise >= 0, f"sft.target_noise must be >= 0, got {self.target_noise}")
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
         _check(self.aux_target_weight >= 0, f"sft.aux_target_weight must be >= 0, got {self.aux_target_weight}")
         _check(self.learning_rate > 0, "sft.learning_rate must be > 0")

@@ -103,11 +103,15 @@ def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
 
 
 def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,
-            aux_weight: float = 1.0):
+            aux_weight: float = 1.0, target_noise: float = 0.0):
     """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics).
 
     With `model.aux_target` set, the loss also holds `aux_weight` x the auxiliary target's MSE
     (metrics: `aux_target_mse`; `flow_mse` / `token_ce` stay the action loss alone).
+    With `model.target_conditioning` the action head is teacher-forced with the sample's own
+    `batch['aux_target']` [N, D] plus N(0, target_noise^2) per dim (inference conditions on the
+    prediction instead, `vlajax.models.heads`); metric `target_pred_mse`: the gradient-free
+    prediction's MSE against it on every live slot (what inference would feed the head).
 
     collections: the model's other Flax collections (FP8 scales / amax histories); their
     gradient is their next value (see `TrainState.apply_gradients`)."""
@@ -124,6 +128,16 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
         cache, hidden = cache
         extra["aux_target_mse"] = aux_target_loss(model, variables, hidden, cache, batch)
         aux_term = aux_weight * extra["aux_target_mse"]
+    cond: dict = {}
+    if model.cfg.target_conditioning:  # teacher forcing: the demo's own target (+ noise), not the prediction
+        target = batch["aux_target"]
+        if target_noise > 0:
+            target = target + target_noise * jax.random.normal(jax.random.fold_in(rng, 1), target.shape)
+        cond = {"target": target}
+        pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.predicted_target)
+        live = batch["sample_mask"].astype(jnp.float32)[:, None]
+        extra["target_pred_mse"] = (jnp.sum(live * (pred - batch["aux_target"]) ** 2)
+                                    / jnp.maximum(live.sum() * pred.shape[-1], 1.0))
     actions = batch["actions"]
     mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
     m = jnp.broadcast_to(mask[..., None], actions.shape)
@@ -134,10 +148,10 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
         t = jax.random.beta(k_t, 1.5, 1.0, (b,)) * 0.999 + 0.001
         eps = jax.random.normal(k_eps, actions.shape)
         x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
-        v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity)
+        v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity, **cond)
         loss = jnp.sum(m * (v - (eps - actions)) ** 2) / denom
         return loss + aux_term, {"flow_mse": loss, **extra}
-    logits, _ = model.apply(variables, cache, method=VLA.action_logits)
+    logits, _ = model.apply(variables, cache, method=VLA.action_logits, **cond)
     target = heads.actions_to_bins(actions, model.cfg.num_bins)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
     loss = -jnp.sum(lp * m) / denom
@@ -145,15 +159,16 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
     return loss + aux_term, {"token_ce": loss, "token_acc": acc, **extra}
 
 
-def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict, aux_weight: float = 1.0):
+def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict, aux_weight: float = 1.0,
+               target_noise: float = 0.0):
     """One AdamW update on one global batch. -> (state, metrics)."""
     rng = step_rng(state)
     if state.collections:
         (loss, metrics), (grads, cols) = jax.value_and_grad(loss_fn, argnums=(0, 5), has_aux=True)(
-            state.params, model, batch, rng, groups, state.collections, aux_weight)
+            state.params, model, batch, rng, groups, state.collections, aux_weight, target_noise)
     else:
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups,
-                                                                          None, aux_weight)
+                                                                          None, aux_weight, target_noise)
         cols = None
     state = state.apply_gradients(grads, ema_decay, collections=cols)
     seg = batch["segment_ids"]
@@ -167,10 +182,11 @@ def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, bat
     return state, metrics
 
 
-def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, mesh, aux_weight: float = 1.0):
+def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, mesh, aux_weight: float = 1.0,
+                    target_noise: float = 0.0):
     """`train_step` jitted once with explicit shardings and the state donated."""
     return jax.jit(
-        lambda state, batch: train_step(model, groups, ema_decay, state, batch, aux_weight),
+        lambda state, batch: train_step(model, groups, ema_decay, state, batch, aux_weight, target_noise),
         in_shardings=(state_shardings, sharding.data_sharding(mesh)),
         out_shardings=(state_shardings, sharding.replicated(mesh)),
         donate_argnums=(0,),
@@ -189,6 +205,9 @@ def _check(cfg: TrainConfig, mesh) -> None:
     if cfg.sft.aux_target_weight != 1.0 and cfg.model.aux_target == "none":
         raise ConfigError(f"sft.aux_target_weight={cfg.sft.aux_target_weight} needs model.aux_target "
                           "(e.g. 'grasp_place'); without it there is no auxiliary loss to weight")
+    if cfg.sft.target_noise > 0 and not cfg.model.target_conditioning:
+        raise ConfigError(f"sft.target_noise={cfg.sft.target_noise} needs model.target_conditioning "
+                          "(it is the noise on the teacher-forced target)")
     if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
         raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
 
@@ -223,7 +242,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
                                                    jax.random.key(cfg.seed))
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
-    step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh, cfg.sft.aux_target_weight)
+    step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh, cfg.sft.aux_target_weight,
+                              cfg.sft.target_noise)
 
     # ---- Checkpoints, config and policy files, resume -------------------------------------
     ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))

@@ -16,6 +16,11 @@ Action tokens (OpenVLA-OFT): each dim of [-1, 1] split into `num_bins` bins, all
 decoded in one pass; `log pi = sum log softmax(logits / T)[token]`, T = 0 is argmax.
 Value: `value(...)` -> [B] from the prefix or from the head's hidden states (cfg.value_head).
 
+Target conditioning (`cfg.target_conditioning`): every function here encodes the prefix through
+`_prefix`, which also returns the model's own gradient-stopped `aux_target` prediction [B, D] and
+passes it to the head as its condition, so sampling, log-probs and values at inference (eval, RL,
+serving) are conditioned on the predicted target; only `vlajax.sft` teacher-forces the demo's target.
+
 Shapes: actions [B, H, A]; masks over actions bool/float [B, H, A] or [B, H] (None = all);
 chains [B, K + 1, H, A] with chain[:, 0] = x_1 (noise) and chain[:, K] = the actions.
 """
@@ -42,6 +47,16 @@ def _mask(mask, shape) -> jax.Array:
     return jnp.broadcast_to(mask[..., None] if mask.ndim == 2 else mask, shape)
 
 
+def _prefix(model: VLA, variables, obs: Observation):
+    """Encode the prefix. -> (hidden [B, L, W], KVCache, cond): cond = {'target': [B, D]} (the predicted
+    target, `cfg.target_conditioning`) to pass to `velocity` / `action_logits`, else {}."""
+    hidden, cache = model.apply(variables, obs, method="prefix")
+    if getattr(model.cfg, "target_conditioning", False):
+        target = model.apply(variables, hidden, cache.segment_ids > 0, method="predicted_target")
+        return hidden, cache, {"target": target}
+    return hidden, cache, {}
+
+
 # ------------------------------------------------------------------------------------ flow
 
 
@@ -52,8 +67,8 @@ def flow_loss(model: VLA, variables, obs: Observation, actions, rng, action_mask
     t = jax.random.beta(k_t, 1.5, 1.0, (b,)) * 0.999 + 0.001
     eps = jax.random.normal(k_eps, actions.shape)
     x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
-    _, cache = model.apply(variables, obs, method="prefix")
-    v, _, _ = model.apply(variables, cache, x_t, t, method="velocity")
+    _, cache, cond = _prefix(model, variables, obs)
+    v, _, _ = model.apply(variables, cache, x_t, t, method="velocity", **cond)
     m = _mask(action_mask, actions.shape)
     loss = jnp.sum(m * (v - (eps - actions)) ** 2) / jnp.maximum(m.sum(), 1.0)
     return loss, {"flow_mse": loss}
@@ -116,7 +131,7 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     b, K = obs.batch_size, cfg.num_denoise_steps
     shape = (b, cfg.action_horizon, cfg.action_dim)
     k_x, k_j, k_steps = jax.random.split(rng, 3)
-    hidden, cache = model.apply(variables, obs, method="prefix")
+    hidden, cache, cond = _prefix(model, variables, obs)
     x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
     one = sampler == "flow_sde" and cfg.flow_sde_steps == "one"
     last = sampler == "flow_sde" and cfg.flow_sde_steps == "last"
@@ -128,7 +143,7 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     def step(x, inp):
         k, t, key = inp
         tb = jnp.full((b,), t)
-        v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity")
+        v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity", **cond)
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, (j == k) | every)
         x_next = mean + std * jax.random.normal(key, shape)
         return x_next, (x_next, _gauss_logp_terms(x_next, mean, std))
@@ -136,7 +151,7 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     _, (xs, terms) = jax.lax.scan(step, x1, (jnp.arange(K), ts, jax.random.split(k_steps, K)))
     chain = jnp.concatenate([x1[:, None], jnp.moveaxis(xs, 0, 1)], axis=1)
     terms = terms.sum(0)  # [B, H, A]; flow_sde 'one'/'last': one nonzero step per entry, so exact
-    val = _value_from(model, variables, hidden, cache) if cfg.value_head != "none" else None
+    val = _value_from(model, variables, hidden, cache, cond) if cfg.value_head != "none" else None
     return FlowSample(chain[:, -1], chain, jnp.sum(terms * m, axis=(1, 2)), j.astype(jnp.int32), val, terms)
 
 
@@ -155,17 +170,17 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     shape = chain.shape[:1] + chain.shape[2:]
     ts, d = _times(K)
     m = _mask(logp_mask, shape)
-    _, cache = model.apply(variables, obs, method="prefix")
+    _, cache, cond = _prefix(model, variables, obs)
     every = sampler == "flow_sde" and cfg.flow_sde_steps == "all"
     if sampler == "flow_sde" and cfg.flow_sde_steps == "last":
         def ode_step(x, k):
             tb = jnp.full((b,), ts[k])
-            v, _, _ = model.apply(variables, cache, x, tb, method="velocity")
+            v, _, _ = model.apply(variables, cache, x, tb, method="velocity", **cond)
             return _step_gaussian("ode", cfg.noise_level, v, None, x, tb, d, None)[0], None
 
         x, _ = jax.lax.scan(ode_step, chain[:, 0], jnp.arange(K - 1))  # x_{t_K-1} under `variables`
         t = jnp.full((b,), ts[K - 1])
-        v, _, _ = model.apply(variables, cache, x, t, method="velocity")
+        v, _, _ = model.apply(variables, cache, x, t, method="velocity", **cond)
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, None, x, t, d, jnp.ones((b,), bool))
         terms = _gauss_logp_terms(chain[:, K], mean, std)
         return {"log_prob": jnp.sum(terms * m, axis=(1, 2)), "entropy": _gauss_entropy(std, m),
@@ -176,7 +191,7 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
         x = jnp.take_along_axis(chain, sde_step[:, None, None, None], axis=1)[:, 0]
         x_next = jnp.take_along_axis(chain, sde_step[:, None, None, None] + 1, axis=1)[:, 0]
         t = ts[sde_step]
-        v, log_std, _ = model.apply(variables, cache, x, t, method="velocity")
+        v, log_std, _ = model.apply(variables, cache, x, t, method="velocity", **cond)
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, t, d, jnp.ones((b,), bool))
         terms = _gauss_logp_terms(x_next, mean, std)
         return {"log_prob": jnp.sum(terms * m, axis=(1, 2)), "entropy": _gauss_entropy(std, m),
@@ -185,7 +200,7 @@ def flow_chain_log_prob(model: VLA, variables, obs: Observation, chain, sde_step
     def step(carry, k):
         x, x_next = chain[:, k], chain[:, k + 1]
         tb = jnp.full((b,), ts[k])
-        v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity")
+        v, log_std, _ = model.apply(variables, cache, x, tb, method="velocity", **cond)
         mean, std = _step_gaussian(sampler, cfg.noise_level, v, log_std, x, tb, d, jnp.full((b,), every))
         return carry, (_gauss_logp_terms(x_next, mean, std), _gauss_entropy(std, m))
 
@@ -215,8 +230,8 @@ def token_log_probs(logits, temperature: float = 1.0) -> jax.Array:
 
 def token_loss(model: VLA, variables, obs: Observation, actions, action_mask=None):
     """Cross-entropy of the binned actions. -> (loss, metrics with token accuracy)."""
-    _, cache = model.apply(variables, obs, method="prefix")
-    logits, _ = model.apply(variables, cache, method="action_logits")
+    _, cache, cond = _prefix(model, variables, obs)
+    logits, _ = model.apply(variables, cache, method="action_logits", **cond)
     target = actions_to_bins(actions, model.cfg.num_bins)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
     m = _mask(action_mask, actions.shape)
@@ -241,15 +256,15 @@ def token_sample(model: VLA, variables, obs: Observation, rng, *, temperature: f
                  logp_mask=None) -> TokenSample:
     """Parallel decoding of the whole chunk at temperature T (T = 0: argmax)."""
     cfg = model.cfg
-    hidden, cache = model.apply(variables, obs, method="prefix")
-    logits, _ = model.apply(variables, cache, method="action_logits")
+    hidden, cache, cond = _prefix(model, variables, obs)
+    logits, _ = model.apply(variables, cache, method="action_logits", **cond)
     if temperature == 0:
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     else:
         tokens = jax.random.categorical(rng, logits / temperature, axis=-1).astype(jnp.int32)
     lp = jnp.take_along_axis(token_log_probs(logits, temperature), tokens[..., None], axis=-1)[..., 0]
     m = _mask(logp_mask, tokens.shape)
-    val = _value_from(model, variables, hidden, cache) if cfg.value_head != "none" else None
+    val = _value_from(model, variables, hidden, cache, cond) if cfg.value_head != "none" else None
     return TokenSample(bins_to_actions(tokens, cfg.num_bins), tokens, jnp.sum(lp * m, axis=(1, 2)), val, lp)
 
 
@@ -257,8 +272,8 @@ def token_chunk_log_prob(model: VLA, variables, obs: Observation, tokens, *, tem
                          logp_mask=None) -> dict[str, jax.Array]:
     """Log-prob [B] and entropy [B] of stored tokens int32 [B, H, A] under `variables`, and
     `log_prob_terms` [B, H, A]: each token's log-prob, unmasked."""
-    _, cache = model.apply(variables, obs, method="prefix")
-    logits, _ = model.apply(variables, cache, method="action_logits")
+    _, cache, cond = _prefix(model, variables, obs)
+    logits, _ = model.apply(variables, cache, method="action_logits", **cond)
     logp = token_log_probs(logits, temperature)
     m = _mask(logp_mask, tokens.shape)
     lp = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
@@ -270,16 +285,16 @@ def token_chunk_log_prob(model: VLA, variables, obs: Observation, tokens, *, tem
 # ------------------------------------------------------------------------------------ value
 
 
-def _value_from(model: VLA, variables, hidden, cache) -> jax.Array:
+def _value_from(model: VLA, variables, hidden, cache, cond) -> jax.Array:
     cfg = model.cfg
     if cfg.value_head == "prefix":
         return model.apply(variables, hidden, cache.segment_ids > 0, method="value")
     if cfg.action_head == "flow":  # the expert on a zero chunk at t = 1: a function of the observation only
         b = hidden.shape[0]
         x = jnp.zeros((b, cfg.action_horizon, cfg.action_dim))
-        _, _, head = model.apply(variables, cache, x, jnp.ones((b,)), method="velocity")
+        _, _, head = model.apply(variables, cache, x, jnp.ones((b,)), method="velocity", **cond)
     else:
-        _, head = model.apply(variables, cache, method="action_logits")
+        _, head = model.apply(variables, cache, method="action_logits", **cond)
     return model.apply(variables, head, jnp.ones(head.shape[:2], bool), method="value")
 
 
@@ -287,5 +302,5 @@ def value(model: VLA, variables, obs: Observation) -> jax.Array:
     """State value [B] from the configured value head (cfg.value_head must not be 'none')."""
     if model.cfg.value_head == "none":
         raise ValueError("model.value_head='none': this model has no value head")
-    hidden, cache = model.apply(variables, obs, method="prefix")
-    return _value_from(model, variables, hidden, cache)
+    hidden, cache, cond = _prefix(model, variables, obs)
+    return _value_from(model, variables, hidden, cache, cond)

@@ -12,10 +12,18 @@ Methods (call with `model.apply(variables, ..., method=VLA.<name>)`; the head fu
   embed_prefix(obs)                    -> emb [B, L, W], mask bool [B, L]  (L = cfg.prefix_len)
   encode_prefix(emb, seg, pos)         -> hidden [B, L, W], KVCache   (packed rows: explicit seg/pos)
   prefix(obs)                          -> hidden, KVCache             (unpacked: seg = mask, pos = cumsum)
-  velocity(cache, x_t, t)              -> v [B, H, A], log_std [B, H, A] | None, hidden [B, H, We]
-  action_logits(cache)                 -> logits [B, H, A, bins], hidden [B, H*A, W]
+  velocity(cache, x_t, t, target=None) -> v [B, H, A], log_std [B, H, A] | None, hidden [B, H, We]
+  action_logits(cache, target=None)    -> logits [B, H, A, bins], hidden [B, H*A, W]
   value(hidden_prefix, prefix_mask, cache) -> [B]
-  aux_target(hidden_prefix, prefix_mask) -> [B, D]   (`cfg.aux_target`; SFT's auxiliary loss only)
+  aux_target(hidden_prefix, prefix_mask) -> [B, D]   (`cfg.aux_target`; SFT's auxiliary loss)
+  predicted_target(hidden_prefix, prefix_mask) -> [B, D]  aux_target, gradient-stopped: the action
+                                       head's condition at inference (`cfg.target_conditioning`)
+
+Target conditioning (`cfg.target_conditioning`): `velocity` / `action_logits` take `target` [B, D]
+(D = AUX_TARGET_DIMS[cfg.aux_target], normalized like the aux target), projected by `target_in` to
+the head's width and added to every action token (flow) or action query (tokens). SFT passes the
+demo's own target (teacher forcing); `vlajax.models.heads` passes `predicted_target(prefix)`.
+Without the flag there is no `target_in` parameter and `target` must be None.
 """
 
 from __future__ import annotations
@@ -77,6 +85,9 @@ class VLA(nn.Module):
                 "action_queries", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
                 (c.action_horizon * c.action_dim, c.width), pdt)
             self.bin_head = dense(c.num_bins, ("embed", "vocab"), use_bias=True, **kw)
+        if c.target_conditioning:
+            self.target_in = dense(c.expert_width if c.action_head == "flow" else c.width, (None, "embed"),
+                                   use_bias=True, **kw)
         if c.aux_target != "none":
             self.aux_score = dense(1, ("embed", None), use_bias=True, **kw)
             self.aux_hidden = dense(c.width, ("embed", "mlp"), use_bias=True, **kw)
@@ -130,12 +141,13 @@ class VLA(nn.Module):
     # ---------------------------------------------------------------- flow expert
 
     def velocity(self, cache: KVCache, x_t: jax.Array, t: jax.Array, segment_ids: jax.Array | None = None,
-                 positions: jax.Array | None = None):
+                 positions: jax.Array | None = None, target: jax.Array | None = None):
         """Flow velocity. x_t [B,T,A], t [B] or [B,T] -> (v [B,T,A], log_std [B,T,A] | None, hidden [B,T,We]).
 
         Unpacked (default): T = H tokens of one chunk after each row's prefix. Packed rows pass
         `segment_ids`/`positions` [B, T] for the action tokens (each chunk carries its sample's
         segment id and positions continuing that sample's prefix) and per-token times t [B, T].
+        `target` [B, D]: the condition of `cfg.target_conditioning` (required with it, refused without it).
         """
         c = self.cfg
         h = x_t.shape[1]
@@ -143,6 +155,7 @@ class VLA(nn.Module):
         tt = t if t.ndim == 2 else jnp.broadcast_to(t[:, None], a.shape[:2])
         temb = sincos_embedding(tt, c.expert_width).astype(a.dtype)
         x = self.time_mlp_out(nn.swish(self.time_mlp_in(jnp.concatenate([a, temb], axis=-1))))
+        x = self._condition(x, target)
         seg, pos = suffix_layout(cache, h)
         seg = seg if segment_ids is None else segment_ids
         pos = pos if positions is None else positions
@@ -156,16 +169,37 @@ class VLA(nn.Module):
 
     # ---------------------------------------------------------------- action tokens
 
-    def action_logits(self, cache: KVCache):
-        """Parallel decoding of all H*A action tokens. -> (logits f32 [B,H,A,bins], hidden [B,H*A,W])."""
+    def action_logits(self, cache: KVCache, target: jax.Array | None = None):
+        """Parallel decoding of all H*A action tokens. -> (logits f32 [B,H,A,bins], hidden [B,H*A,W]).
+
+        `target` [B, D]: the condition of `cfg.target_conditioning` (required with it, refused without)."""
         c = self.cfg
         b = cache.segment_ids.shape[0]
         n = c.action_horizon * c.action_dim
         q = jnp.broadcast_to(self.action_queries.astype(DTYPES[c.dtype])[None], (b, n, c.width))
+        q = self._condition(q, target)
         seg, pos = suffix_layout(cache, n)
         hidden, _ = self.llm(q, seg, pos, cache)
         logits = constrain(self.bin_head(hidden), ("act_batch", "act_len", "act_vocab")).astype(jnp.float32)
         return logits.reshape(b, c.action_horizon, c.action_dim, c.num_bins), hidden
+
+    # ---------------------------------------------------------------- target conditioning
+
+    def _condition(self, x: jax.Array, target: jax.Array | None) -> jax.Array:
+        """x [B, T, W'] + target_in(target [B, D])[:, None] (`cfg.target_conditioning`); else x unchanged."""
+        if not self.cfg.target_conditioning:
+            if target is not None:
+                raise ValueError("a target was passed to the action head but model.target_conditioning is off")
+            return x
+        if target is None:
+            raise ValueError("model.target_conditioning: the action head needs `target` [B, D] "
+                             "(SFT: the demo's; inference: predicted_target(prefix))")
+        return x + self.target_in(target.astype(x.dtype))[:, None].astype(x.dtype)
+
+    def predicted_target(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
+        """The action head's condition at inference: aux_target(hidden [B,T,W], mask [B,T]) with its gradient
+        stopped (policy-gradient or BC losses through the head do not train the aux head). -> f32 [B, D]."""
+        return jax.lax.stop_gradient(self.aux_target(hidden, mask))
 
     # ---------------------------------------------------------------- value
 
@@ -189,13 +223,14 @@ class VLA(nn.Module):
         c = self.cfg
         hidden, cache = self.prefix(obs)
         out = {}
+        target = self.predicted_target(hidden, cache.segment_ids > 0) if c.target_conditioning else None
         if c.action_head == "flow":
             b = obs.batch_size
             x = jnp.zeros((b, c.action_horizon, c.action_dim)) if actions is None else actions
             tt = jnp.ones((b,)) if t is None else t
-            out["v"], out["log_std"], head_hidden = self.velocity(cache, x, tt)
+            out["v"], out["log_std"], head_hidden = self.velocity(cache, x, tt, target=target)
         else:
-            out["logits"], head_hidden = self.action_logits(cache)
+            out["logits"], head_hidden = self.action_logits(cache, target=target)
         if c.aux_target != "none":
             out["aux_target"] = self.aux_target(hidden, cache.segment_ids > 0)
         if c.value_head == "prefix":
