@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 22.4, fourth attempt: the action head conditioned on the predicted target
+# (--model.target-conditioning; the aux head's grasp xy / place xy, teacher-forced in SFT).
+#
+# CRITERION (written 2026-11-26 ~03:30 UTC, before any SFT run of this attempt, not changed after):
+#   met  <=>  mean success >= 0.60 over the standard evaluation (`eval`, seed 0, 20 episodes per
+#             task = 80 episodes) of the policy from ONE recipe (demos + SFT) whose wall time,
+#             summed over its stages, is <= 60 minutes on this shared 2-core machine.
+#   Development (which settings go into the recipe) uses only eval seed 7, 10 episodes per task;
+#   the standard seed 0 is evaluated once, on the final recipe's checkpoint, and reported as it falls.
+#   Secondary, reported whatever happens: the dev success with the predicted target vs the same
+#   checkpoint's teacher-forced ceiling is not measurable in closed loop (no demo target at
+#   inference), so the probe is the SFT metric target_pred_mse (prediction vs demo target).
+set -euo pipefail
+cd "$(dirname "$0")/../../../.."
+R=runs/i22t
+stamp() { date -u +%H:%M:%S; uptime; }
+
+# Stage 1 (recipe): target-swap demos, 400 scenes x 3 targets = 1200 episodes
+stamp; /usr/bin/time -v python -m vlajax.train demos --preset sft-small --suite object --episodes-per-task 300 \
+    --data.demo-target-swap --env.num-envs 48 --out $R/demos-swap300; stamp
+# measured: 03:15:21-03:43:33 UTC, 28 min 12 s wall (908 s user + 15 s sys), load average 6.0-6.8
+# (other engineers' jobs), 1200 of 1200 expert successes
+
+# Development run d1 (eval seed 7, 10 episodes per task; NOT part of the recipe): 1500 steps
+#   python -m vlajax.train sft --preset sft-small --env.suite object --data.dataset-dir $R/demos-swap300 \
+#       --output-dir $R/d1 --model.aux-target grasp_place --model.target-conditioning --sft.target-noise 0.1 \
+#       --sft.num-steps 1500 --sft.eval-every 500 --sft.eval-episodes-per-task 10 --seed 7 --sft.time-limit-minutes 0
+# Stage 2 (recipe) and the standard evaluation: appended below once the SFT settings are fixed on
+# eval seed 7; the recipe's SFT gets --sft.time-limit-minutes so that stage 1 + stage 2 <= 60 min.
