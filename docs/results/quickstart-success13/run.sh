@@ -38,6 +38,12 @@
 # criterion and the rule for the default as above, not re-read); the sampled-vs-greedy diagnostics run after the
 # three quickstarts, as far as time allows (they decide nothing).
 #
+# AMENDMENT 2, 03:57 UTC, during seed 13's RL phase (update 2 of 20; seen so far: its update-0 evaluation, 32.5%,
+# and groups dropped 5 and 4 of 8 at updates 1-2; no after-RL figure): at load 5-7 a seed takes ~60 min, so seed 15
+# may not finish before 05:45. Rule, fixed now: if any of the three seeds has no after-RL evaluation by 05:40 UTC,
+# the criterion is reported as not evaluated (the finished seeds' lifts published as they are) and the quickstart
+# goes back to the current recipe (a default needs the criterion met); an unfinished run is stopped then.
+#
 #   usage: bash docs/results/quickstart-success13/run.sh dev|fresh
 set -u
 cd "${VLAJAX_CHECKOUT:-/work/main}"
