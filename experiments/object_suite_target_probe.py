@@ -1,0 +1,137 @@
+"""Issue 22.4 probe of a `model.target_conditioning` policy in closed loop on the object suite.
+
+For each episode (as `vlajax.evaluation` runs it: deterministic ODE, `--replan` actions per chunk)
+it records the model's predicted target (grasp xy, place xy; de-normalized with the training
+demos' statistics) at the first chunk against the scene (cube 0 is the named target; the zone
+centre), which cube the predicted grasp is nearest to, and success. `--oracle` runs the same
+episodes with the action head conditioned on the true target instead (the named cube's initial
+xy and the zone centre, normalized like the training targets): the gap between the two is what
+the prediction's error costs, the oracle's own failures what the action head cannot do.
+
+    .venv/bin/python experiments/object_suite_target_probe.py --checkpoint runs/i22t/d1/checkpoints \
+        --eval-seed 7 --episodes-per-task 10 --json out.json [--oracle]
+
+Use an eval seed other than the suite's standard one (0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def raw_targets(cfg) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std [4] of the training demos' raw grasp/place xy (as `grasp_place_targets` normalizes)."""
+    from vlajax.data.build import make_source
+
+    src = make_source(cfg)
+    d, actions, state = src.data, src._actions, src._state
+    out = []
+    for a, b in zip(d.episode_from.tolist(), d.episode_to.tolist()):
+        g = np.flatnonzero(actions[a:b, 3] > 0)[0]
+        out.append(np.repeat(np.concatenate([state[a + g, :2], state[b - 1, :2]])[None], b - a, 0))
+    out = np.concatenate(out)
+    return out.mean(0), np.maximum(out.std(0), 1e-6)
+
+
+def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool) -> dict:
+    from vlajax.config import TrainConfig
+    from vlajax.demos import make_env
+    from vlajax.envs import registry
+    from vlajax.evaluation import episode_keys
+    from vlajax.models.vla import VLA
+    from vlajax.run_files import load_policy
+
+    bridge, model, params, tcfg, step = load_policy(ckpt, TrainConfig())
+    if not model.cfg.target_conditioning:
+        raise SystemExit("error: the checkpoint's model has no target_conditioning")
+    mean, std = (jnp.asarray(x, jnp.float32) for x in raw_targets(tcfg))
+    cfg = dataclasses.replace(tcfg, env=dataclasses.replace(tcfg.env, suite="object", task=""))
+    names = registry.tasks_for(cfg.env)
+    env = make_env(cfg, names[0])
+    tids = np.asarray([registry.ALL_ENVS.index(n) for n in names], np.int32)
+    keys = episode_keys(seed, tids, episodes)
+    length, K = cfg.env.episode_length, model.cfg.num_denoise_steps
+    mc = model.cfg
+
+    def act(params, state, true_target, rng):
+        v = {"params": params}
+        obs = bridge.observation_from_state(state)
+        hidden, cache = model.apply(v, obs, method=VLA.prefix)
+        pred = model.apply(v, hidden, cache.segment_ids > 0, method=VLA.predicted_target)
+        target = (true_target - mean) / std if oracle else pred
+        b = obs.batch_size
+        x = jax.random.normal(rng, (b, mc.action_horizon, mc.action_dim)) if mc.flow_x1 == "normal" else \
+            jnp.zeros((b, mc.action_horizon, mc.action_dim))
+        for k in range(K):  # the ODE sampler of heads.flow_sample (x_{t-d} = x_t - d v)
+            v_, _, _ = model.apply(v, cache, x, jnp.full((b,), 1.0 - k / K), method=VLA.velocity, target=target)
+            x = x - v_ / K
+        return bridge.env_actions(x), pred * std + mean
+
+    def run(params, keys, task_ids):
+        state = jax.vmap(lambda k, t: env.reset_task(k, t))(keys, task_ids)
+        _, _, cubes0, zone, _, _ = jax.vmap(env._parts)(state.data)
+        true_target = jnp.concatenate([cubes0[:, 0, :2], zone], axis=-1)
+        vstep = jax.vmap(env.step)
+
+        def control(carry, a):
+            state, done = carry
+            nxt = vstep(state, a)
+            keep = lambda new, old: jnp.where(done.reshape(done.shape + (1,) * (new.ndim - 1)), old, new)  # noqa: E731
+            nxt = jax.tree.map(keep, nxt, state)
+            return (nxt, done | (nxt.metrics["success"] > 0)), None
+
+        def chunk(carry, i):
+            acts, pred = act(params, carry[0], true_target, jax.random.fold_in(jax.random.key(0), i))
+            carry, _ = jax.lax.scan(control, carry, jnp.moveaxis(acts[:, :replan], 1, 0))
+            return carry, pred
+
+        (_, done), preds = jax.lax.scan(chunk, (state, jnp.zeros(keys.shape[0], bool)), jnp.arange(length // replan))
+        return done, preds, cubes0, zone
+
+    t0 = time.time()
+    done, preds, cubes, zone = jax.device_get(jax.jit(run)(params, keys, jnp.asarray(np.repeat(tids, episodes))))
+    first = preds[0]  # [E, 4] at the first chunk (gripper at home)
+    d = np.linalg.norm(cubes[:, :, :2] - first[:, None, :2], axis=-1)  # [E, 3]
+    nearest = np.argmin(d, axis=1)
+    n = len(done)
+    return {
+        "step": step, "eval_seed": seed, "episodes": n, "replan": replan, "oracle": oracle,
+        "success": float(done.mean()),
+        "per_task_success": {nm: float(done[i * episodes:(i + 1) * episodes].mean()) for i, nm in enumerate(names)},
+        "first_chunk_grasp_nearest_is_target": float((nearest == 0).mean()),
+        "first_chunk_grasp_error_m_median": float(np.median(d[:, 0])),
+        "first_chunk_place_error_m_median": float(np.median(np.linalg.norm(first[:, 2:] - zone, axis=-1))),
+        "last_chunk_grasp_error_m_median": float(np.median(np.linalg.norm(preds[-1][:, :2] - cubes[:, 0, :2], -1))),
+        "success_when_first_grasp_nearest_target": float(done[nearest == 0].mean()) if (nearest == 0).any() else None,
+        "success_when_not": float(done[nearest != 0].mean()) if (nearest != 0).any() else None,
+        "seconds": round(time.time() - t0, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--eval-seed", type=int, default=7)
+    p.add_argument("--episodes-per-task", type=int, default=10)
+    p.add_argument("--replan", type=int, default=4)
+    p.add_argument("--oracle", action="store_true", help="condition on the true target instead of the prediction")
+    p.add_argument("--json", default="")
+    a = p.parse_args(argv)
+    out = probe(a.checkpoint, a.eval_seed, a.episodes_per_task, a.replan, a.oracle)
+    out["command"] = "experiments/object_suite_target_probe.py " + " ".join(argv or __import__("sys").argv[1:])
+    print(json.dumps(out, indent=1))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
