@@ -5,18 +5,22 @@ uses it for `pipeline.num_slots > 1`):
 
 - `env(num_slots, latency, physics_impl=None)` -> `(reset, step, infer)` for `SlotRollout`. Slot s holds
   `env.num_envs // num_slots` envs of `vlajax.rl.rollout.make_env`. `infer(params, payloads)`
-  runs `actor.sample` for every waiting slot in one jitted call (padded to `num_slots` rows, one
-  compile) and returns `(env_actions, record, params)` per slot; the slot's `step` then runs
-  the RL core's own `rollout.actor_step` with that sample plugged in (same key split, same
-  scoring of the behaviour log-prob and value with the params that sampled, same auto-reset),
-  so a slot decision is the synchronous decision cut in two at the inference boundary.
+  runs `actor.act` (the VLA: one prefix pass samples and scores its draws and the value; else
+  `actor.sample`) for every waiting slot in one jitted call (padded to `num_slots` rows, one
+  compile) and returns `(env_actions, record, scores, params, key)` per slot; the slot's `step`
+  then runs the RL core's own `rollout.actor_step` with that sample and its scores plugged in
+  (same key split, the same `actor.score` of the behaviour log-prob and value as the synchronous
+  one-forward decision -- without `act`, `logp_value` on the record with the params that
+  sampled -- same auto-reset), so a slot decision is the synchronous decision cut in two at the
+  inference boundary.
   Decision d of slot s uses `fold_in(fold_in(root, s), d)` with `root = key(seed)`, or
   `fold_in(key(seed), start)` for a run resumed at update `start` (slot env state is not
   checkpointed: the resumed slots reset into new episodes and noise instead of replaying
   update 0's). The record carries the
   policy version (tagged by the slot), the flow chain + stochastic step for the flow head, and
-  `next_value` = V(s_{t+1}) (computed every decision, one compile; GAE bootstraps from the
-  last row of a segment).
+  `next_value` = V(s_{t+1}) on a segment's last row (`rl.rollout_length` decisions from the
+  slot's reset; 0 on the other rows, which nothing reads; `step` compiles twice, with and
+  without that value pass; GAE bootstraps from the last row).
 - `trainer(device, streaming)` -> `train_step(state, micro_batches)`: each micro-batch (one
   slot segment `[T, B_slot]`, or an already prepared learner batch from `collect`) becomes a
   flat learner batch (advantages per segment by `rl.advantage`). Without streaming the
@@ -95,18 +99,26 @@ class RLWorkload:
         if not actor.has_value:
             raise ConfigError("the slot rollout runs continuing envs (PPO with a critic); GRPO runs through collect")
 
+        one_forward = actor.act is not None  # the VLA: the sampling pass also scores (no second prefix pass)
+
         def sample(params, obs, task_id, keys):  # [S, B, ...] slots x envs; one key per slot
-            def one(o, t, k):
-                return actor.sample(params, o, t, jax.random.split(jax.random.wrap_key_data(k), 3)[0])
+            def one(o, t, k):  # the key actor_step gives the policy (its split's first key)
+                k_act = jax.random.split(jax.random.wrap_key_data(k), 3)[0]
+                if one_forward:
+                    return actor.act(params, o, t, k_act)
+                return (*actor.sample(params, o, t, k_act), {})
             return jax.vmap(one)(obs, task_id, keys)
 
         self._sample = jax.jit(sample)
 
-        def step(env, params, state, env_actions, record, key, version):
+        def step(env, params, state, env_actions, record, scores, key, version, last):
             fixed = actors.Actor(lambda *a, **k: (env_actions, record), actor.logp_value, actor.value, actor.name,
-                                 logp_mask=actor.logp_mask)
+                                 act=(lambda *a, **k: (env_actions, record, scores)) if one_forward else None,
+                                 score=actor.score, logp_mask=actor.logp_mask)
             nxt, out = ro.actor_step(fixed, env, params, state, jax.random.wrap_key_data(key), version, True)
-            out["next_value"] = actor.value(params, nxt.obs, nxt.info["episode"]["task_id"])  # used on the last row
+            # V(s_{t+1}): GAE bootstraps from the segment's last row only (prepare_segment); other rows get 0
+            out["next_value"] = (actor.value(params, nxt.obs, nxt.info["episode"]["task_id"]) if last
+                                 else jnp.zeros(nxt.done.shape, jnp.float32))
             return nxt, out
 
         self._step_fn = step
@@ -131,7 +143,7 @@ class RLWorkload:
         if (per, physics_impl) not in self._envs:
             env_cfg = dataclasses.replace(self.cfg.env, physics_impl=physics_impl)
             env = ro.make_env(env_cfg, self.setup.action_horizon, num_envs=per, reward=self.cfg.rl.reward)
-            self._envs[per, physics_impl] = (env, jax.jit(functools.partial(self._step_fn, env)),
+            self._envs[per, physics_impl] = (env, jax.jit(functools.partial(self._step_fn, env), static_argnums=7),
                                              jax.jit(lambda k: ro.reset(env, ro.group_keys(k, per))))
         return self._envs[per, physics_impl]
 
@@ -158,16 +170,18 @@ class RLWorkload:
 
         def step(slot, env_state, out):
             state, d = env_state
-            env_actions, record, params, key = out
-            nxt, rec = step_fn(params, state, env_actions, record, key, jnp.int32(0))
+            env_actions, record, scores, params, key = out
+            last = (d + 1) % self.horizon == 0  # a segment is `rl.rollout_length` decisions from the slot's reset
+            nxt, rec = step_fn(params, state, env_actions, record, scores, key, jnp.int32(0), last)
             rec.pop("version")  # the pipeline tags versions itself (Trajectory.versions)
             return (nxt, d + 1), payload(slot, nxt, d + 1), rec
 
         def infer(params, payloads):  # padded to num_slots rows: one static shape, one compile
             rows = payloads + [payloads[-1]] * (num_slots - len(payloads))
-            stack = lambda k: jnp.stack([q[k] for q in rows])
-            env_actions, record = self._sample(params, stack("obs"), stack("task_id"), stack("key"))
-            return [(env_actions[i], jax.tree.map(lambda x, i=i: x[i], record), params, payloads[i]["key"])
+            stack = lambda k: jax.tree.map(lambda *xs: jnp.stack(xs), *[q[k] for q in rows])  # pixels: a dict
+            env_actions, record, scores = self._sample(params, stack("obs"), stack("task_id"), stack("key"))
+            row = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
+            return [(env_actions[i], row(record, i), row(scores, i), params, payloads[i]["key"])
                     for i in range(len(payloads))]
 
         if latency is not None:
