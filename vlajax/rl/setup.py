@@ -287,13 +287,17 @@ def merge_params(fresh: Any, loaded: Any) -> Any:
 
 
 def place_env_state(env_state: Any, mesh) -> Any:
-    """Env state (None for GRPO) split over `dp` along the env axis (each device steps its share of the envs)."""
+    """Env state (None for GRPO) split over `dp` along the env axis (each device steps its share of the envs).
+
+    Zero-size leaves (`mjx.Data` has some) are replicated: the jitted collect returns them
+    replicated whatever their input placement, and a placement that changed between iterations
+    would compile the collect again at iteration 2."""
     if env_state is None:
         return None
     dp = mesh.shape[sharding.DP]
 
     def one(x):
-        ok = x.ndim >= 1 and x.shape[0] % dp == 0
+        ok = x.ndim >= 1 and x.size > 0 and x.shape[0] % dp == 0
         return jax.device_put(x, sharding.data_sharding(mesh) if ok else sharding.replicated(mesh))
 
     return jax.tree.map(one, env_state)
