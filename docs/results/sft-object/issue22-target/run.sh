@@ -46,3 +46,14 @@ stamp; /usr/bin/time -v python -m vlajax.train sft --preset sft-small --env.suit
 # The standard evaluation (not part of the recipe's time): seed 0, 20 episodes per task
 stamp; python -m vlajax.train eval --preset sft-small --checkpoint $R/final/checkpoints --suite object \
     --output-dir $R/final; stamp
+
+# Measured (2026-11-26):
+#   stage 1 demos  03:15:21-03:43:33  28 min 12 s wall (908 s user + 15 s sys), load 0.6 at the start, 6.0-6.8 during
+#   stage 2 SFT    04:06:32-04:30:21  23 min 44 s wall (800 s user + 249 s sys), load 4.3-6.9 (polled each minute),
+#                  all 1800 steps (time limit not hit); last step: aux MSE 0.29, flow MSE 0.12
+#   recipe total   51 min 56 s
+#   eval seed 0    04:30:23-04:34:36  3 min 58 s wall, load 5.7-6.4: 3.8% (3 of 80)  -> criterion NOT met
+# Why (eval seed 7, 10 episodes per task, the final checkpoint):
+#   .venv/bin/python experiments/object_suite_target_probe.py --checkpoint $R/final/checkpoints --eval-seed 7 \
+#       --episodes-per-task 10 --json $R/probe-final-pred.json             # predicted target: 15% (6/40)
+#   ... the same with --oracle --json $R/probe-final-oracle.json           # true target:      85% (34/40)
