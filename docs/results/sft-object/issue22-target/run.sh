@@ -57,3 +57,7 @@ stamp; python -m vlajax.train eval --preset sft-small --checkpoint $R/final/chec
 #   .venv/bin/python experiments/object_suite_target_probe.py --checkpoint $R/final/checkpoints --eval-seed 7 \
 #       --episodes-per-task 10 --json $R/probe-final-pred.json             # predicted target: 15% (6/40)
 #   ... the same with --oracle --json $R/probe-final-oracle.json           # true target:      85% (34/40)
+#   ... the same with --hold-first --json $R/probe-final-hold.json         # first prediction held: 10% (4/40)
+# (probe-final-pred/oracle.json and probe-d1-oracle-a.json also hold last_chunk_grasp_error_m_median, a field
+#  since dropped from the probe: the prediction on frames after success, which no demo has, vs the cube's
+#  initial xy; not meaningful.)
