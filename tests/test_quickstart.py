@@ -61,12 +61,12 @@ def test_quickstart_refuses_a_bad_seed_before_running(tmp_path):
 
 
 def test_quickstart_rl_recipe_parses():
-    """The RL phase's flags give train-async GRPO at staleness 1 with decoupled PPO and the binary success
-    reward, whose all-equal groups the zero-variance filter drops (clip-higher from the preset)."""
+    """The RL phase's flags give train-async GRPO at staleness 1 with decoupled PPO, the preset's progress
+    reward, the zero-variance filter and clip-higher."""
     from vlajax.quickstart import RL_RECIPE
     from vlajax.train import parse
 
     cfg = parse("rl", ["--preset", "rl-grpo-tokens", *RL_RECIPE])
     assert cfg.pipeline.enabled and cfg.pipeline.staleness_threshold == 1 and not cfg.pipeline.use_rollout_log_probs
-    assert cfg.rl.algo == "grpo" and cfg.rl.reward == "success" and cfg.rl.filter_zero_advantage
+    assert cfg.rl.algo == "grpo" and cfg.rl.reward == "progress" and cfg.rl.filter_zero_advantage
     assert cfg.rl.clip_high > cfg.rl.clip_low

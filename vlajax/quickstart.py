@@ -13,10 +13,10 @@ Phases (each is the documented command, run as its own process):
             "Sample efficiency: the issue-21 protocol"); its closed-loop evaluations at update 0
             (= the SFT policy) and at the end give before/after. (Per-token ratios with 40
             updates lifted +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8, below this
-            recipe's +7.1: docs/results.md, Quickstart, "Twelfth session".) The reward is the binary
-            success bonus (`--rl.reward success`) instead of the preset's progress reward, so that
-            GRPO's zero-variance filter drops all-success / all-failure groups: under test
-            (docs/results/quickstart-success13/run.sh).
+            recipe's +7.1: docs/results.md, Quickstart, "Twelfth session". The binary success reward,
+            `--rl.reward success`, under which GRPO's zero-variance filter drops saturated groups,
+            was not kept: +7.5 / +20.0 / -8.8 on fresh seeds 13 / 14 / 15, mean +6.2 < 15:
+            "Thirteenth session".)
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
@@ -54,9 +54,6 @@ RL_RECIPE = [
     # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
     # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
-    # binary outcome reward: all-success / all-failure groups have equal returns and are dropped
-    # (rl.filter_zero_advantage); UNDER TEST (docs/results/quickstart-success13/run.sh)
-    "--rl.reward", "success",
 ]
 
 
