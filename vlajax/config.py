@@ -499,6 +499,13 @@ class RLConfig:
     advantage_eps: float = 1e-6  # GRPO: added to the group std before dividing
     group_std_normalize: bool = True  # GRPO: divide by the group std (False = Dr. GRPO, mean only)
     normalize_advantages: Literal["none", "batch", "minibatch"] = "minibatch"  # standardize over valid decisions
+    # weight on negative advantages in the policy loss, applied to the advantages the loss sees (after
+    # `normalize_advantages`): 1 = the usual policy gradient; 0 = positive-sample reinforcement only (raise the
+    # probability of better-than-baseline samples, never push mass off worse ones: sharpens the policy toward its
+    # successful modes, Zhu et al. 2025 "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning");
+    # in between, W-REINFORCE-style down-weighting. With normalize_advantages='none' and GRPO the sign is that of
+    # the return against its group's mean
+    negative_advantage_weight: float = 1.0
     target_kl: float = 0.0  # skip the remaining minibatch updates once approx KL exceeds this (0 = off)
     update_epochs: int = 2  # passes over each collected batch
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
@@ -537,6 +544,8 @@ class RLConfig:
                "rl.value_clip, rl.value_coef, rl.entropy_coef and rl.kl_coef must be >= 0")
         _check(self.behaviour_weight_cap >= 1.0, f"rl.behaviour_weight_cap must be >= 1: {self.behaviour_weight_cap}")
         _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
+        _check(0.0 <= self.negative_advantage_weight <= 1.0,
+               f"rl.negative_advantage_weight must be in [0, 1] (1 = off), got {self.negative_advantage_weight}")
         _check(self.critic_width >= 1, "rl.critic_width must be >= 1")
         _check(self.eval_seed >= -1, "rl.eval_seed must be >= 0, or -1 for the run's seed")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")

@@ -30,7 +30,7 @@ from vlajax.config import RLConfig
 
 __all__ = [
     "masked_mean", "clipped_surrogate", "ppo_policy_loss", "decoupled_ppo_policy_loss", "value_loss",
-    "entropy_bonus", "kl_penalty", "grpo_loss", "rl_loss",
+    "entropy_bonus", "kl_penalty", "grpo_loss", "rl_loss", "weight_negative_advantages",
 ]
 
 Metrics = dict[str, jax.Array]
@@ -223,6 +223,12 @@ def grpo_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array | None, 
     return loss, metrics
 
 
+def weight_negative_advantages(advantages: jax.Array, weight: float) -> jax.Array:
+    """[N] -> [N]: negative entries times `weight` (0 keeps only the positive ones), the rest unchanged."""
+    adv = jnp.asarray(advantages)
+    return jnp.where(adv < 0, weight * adv, adv)
+
+
 def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value: jax.Array | None,
             batch: dict[str, jax.Array], normalizer: Any = None) -> tuple[jax.Array, Metrics]:
     """The learner's total loss for one (micro-)batch.
@@ -231,9 +237,12 @@ def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value:
     batch keys ([N] each): `old_logp` (behaviour), `advantages`, `mask`; `returns` and
     `old_values` when `value` is given; `prox_logp` (optional: switches to decoupled PPO with
     `old_logp` as the behaviour policy); `ref_logp` (needed when `config.kl_coef > 0`).
-    `loss = policy + value_coef * value - entropy_coef * entropy + kl_coef * kl_ref`.
+    `loss = policy + value_coef * value - entropy_coef * entropy + kl_coef * kl_ref`; the policy term
+    sees the advantages with their negative entries scaled by `config.negative_advantage_weight`.
     """
     mask, adv = batch["mask"], batch["advantages"]
+    if config.negative_advantage_weight != 1.0:
+        adv = weight_negative_advantages(adv, config.negative_advantage_weight)
     clip = dict(clip_low=config.clip_low, clip_high=config.clip_high, dual_clip=config.dual_clip,
                 normalizer=normalizer, factor_mask=batch.get("logp_mask"))
     if "prox_logp" in batch:
