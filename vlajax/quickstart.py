@@ -54,6 +54,9 @@ RL_RECIPE = [
     # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
     # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
+    # positive-sample reinforcement (fourteenth session, on trial: docs/results/quickstart-s14/run.sh): only rollouts
+    # above their group's mean return push the policy (raw GRPO advantages, no re-centering per minibatch)
+    "--rl.negative-advantage-weight", "0", "--rl.normalize-advantages", "none",
 ]
 
 
