@@ -65,7 +65,7 @@ case "${1:-}" in
     for k in 16 17 18; do
       rm -rf runs/qs14-s$k
       echo "seed $k start $(date -u +%T) $(uptime)"
-      setsid bash -c "echo 12 > /proc/self/autogroup; VLAJAX_QUICKSTART_SEED=$k VLAJAX_QUICKSTART_DIR=runs/qs14-s$k \
+      setsid -w bash -c "echo 12 > /proc/self/autogroup; export VLAJAX_QUICKSTART_SEED=$k VLAJAX_QUICKSTART_DIR=runs/qs14-s$k; \
         exec /usr/bin/time -v $py -m vlajax.quickstart" > $logs/qs14_s$k.log 2>&1 &
       echo $! > $logs/qs14_s$k.pid
       sleep 20
