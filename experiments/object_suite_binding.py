@@ -17,8 +17,8 @@ cube (`nearest_ok`; 1/3 = chance).
     .venv/bin/python experiments/object_suite_binding.py --scenes 400 --steps 1500 --json runs/issue22/binding.json
 
 `--save-init DIR` makes the trained prefix the start of an SFT run (`--sft.init-from DIR`, with
-`--model.aux-target grasp_place` and the same `--model.[no-]use-state-token`): a grounding stage
-before behaviour cloning.
+`--model.aux-target grasp_place` and the same `--model.[no-]use-state-token` and
+`--model.[no-]target-conditioning`): a grounding stage before behaviour cloning.
 
 `--debug`: 12 scenes, 4 steps (a wiring check).
 """
@@ -88,6 +88,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cameras", nargs="+", default=["agentview", "wrist"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--state-token", action="store_true", help="the model has the state token (fed zeros here)")
+    ap.add_argument("--target-conditioning", action="store_true",
+                    help="build the model with `model.target_conditioning` (its `target_in` projection is "
+                         "initialized, not trained here), so that --save-init feeds an SFT run with "
+                         "--model.target-conditioning")
     ap.add_argument("--with-square", action="store_true",
                     help="also train the square's xy (aux dims 2-3, as grasp_place's place xy); reported: dims 0-1")
     ap.add_argument("--save-init", default="",
@@ -116,7 +120,8 @@ def main(argv=None) -> int:
     labels = lambda d: np.concatenate([norm(d["target"]), (d["zone"] - zmu) / zsd], 1)[:, :dims]
 
     mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
-                               aux_target="grasp_place", use_state_token=a.state_token)
+                               aux_target="grasp_place", use_state_token=a.state_token,
+                               target_conditioning=a.target_conditioning)
     model = VLA(mcfg)
     tmax = mcfg.max_text_len
 

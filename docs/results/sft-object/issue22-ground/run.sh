@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 22.4, fifth attempt: the fourth attempt's target-conditioned action head (85% on eval seed 7
+# with the TRUE target, 15% with its own prediction) started from the third attempt's grounding
+# stage (nearest_ok 0.81 on held-out scenes), so the prediction of WHICH cube starts bound to the
+# colour word instead of being learned from the ~3% of SFT frames where only the word decides.
+#
+# CRITERION (written 2026-11-26 06:45 UTC, before any SFT run of this attempt; not changed after):
+#   met  <=>  mean success >= 0.60 over the standard evaluation (`eval`, seed 0, 20 episodes per
+#             task = 80 episodes) of the policy from ONE recipe (demos + grounding + SFT) whose wall
+#             time, summed over its stages, is <= 60 minutes on this shared 2-core machine.
+#   Development uses eval seed 7 only (experiments/object_suite_target_probe.py, 10 episodes per task);
+#   seed 0 is evaluated once, on the final recipe's checkpoint, and reported as it falls.
+#   Development rule (fixed now): the dev run reuses the fourth attempt's demos (runs/i22t/demos-swap300,
+#   same command as stage 1 below) and its SFT settings; if its probe on seed 7 shows the first
+#   predicted grasp nearest the named cube in >= 60% of episodes (fourth attempt: 42.5%), the
+#   recipe below runs unchanged from fresh demos; otherwise one change may be made, stated here
+#   with the dev numbers that motivated it, before the recipe runs.
+set -euo pipefail
+cd "$(dirname "$0")/../../../.."
+R=runs/i22g
+stamp() { date -u +%H:%M:%S; uptime; }
+
+# Development (not part of the recipe):
+#   grounding on first frames (1000 scenes x 3 targets, held-out 100), state token fed 0, the
+#   target-conditioned model tree (target_in initialized, not trained):
+#   .venv/bin/python experiments/object_suite_binding.py --scenes 1000 --heldout-scenes 100 --steps 2000 \
+#       --state-token --target-conditioning --save-init $R/ground --json $R/ground.json
+#   SFT from it on the fourth attempt's demos:
+#   python -m vlajax.train sft --preset sft-small --env.suite object --data.dataset-dir runs/i22t/demos-swap300 \
+#       --output-dir $R/dev --sft.init-from $R/ground --model.aux-target grasp_place --model.target-conditioning \
+#       --sft.target-noise 0.1 --sft.aux-target-weight 5 --sft.num-steps 1800 --sft.eval-every -1
+#   .venv/bin/python experiments/object_suite_target_probe.py --checkpoint $R/dev/checkpoints --eval-seed 7 \
+#       --episodes-per-task 10 --json $R/probe-dev-pred.json
