@@ -38,6 +38,13 @@
 # After the three quickstarts, as time allows: the 128-episode greedy-vs-sampled diagnostic
 # (docs/results/quickstart-drgrpo/diag_sampled_eval.py) of each seed's SFT and RL checkpoints; it decides nothing.
 #
+# AMENDMENT, 06:44 UTC, before any RL result of the flag: stage 1 is dropped. The dev run (started 06:39 from
+# ccb146a) ran beside the lead's object-suite recipe (1.3 of the 2 cores, load 4.7) and got ~0.6 core: its update-0
+# evaluation gave 32.5% (= the known after-SFT figure) and its first update had not finished after 230 s. At that
+# share the dev run (~20 min) plus three fresh quickstarts (~4750 CPU-s) would end after the 08:55 limit. The dev
+# run was stopped before update 1 (its log: dev13-stopped.log; no RL update, no after-RL evaluation). Stage 2 runs
+# now, unchanged (seeds 16, 17, 18; criterion, rule for the default and the 08:55 rule as above, not re-read).
+#
 #   usage: bash docs/results/quickstart-s14/run.sh dev|fresh|diag     (from the clean worktree /work/s14)
 set -u
 cd "${VLAJAX_CHECKOUT:-/work/s14}"
