@@ -448,6 +448,10 @@ class SFTConfig:
     init_from: str = ""
     # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
     aux_target_weight: float = 1.0
+    # model.aux_target='grasp_place': weight of the auxiliary loss on an episode's start frames (before the
+    # fingertips moved 2 cm, gripper at home: only the instruction tells the target) relative to the other
+    # frames, which weigh 1 (the loss stays a weighted mean); 1 = every frame alike (issue 22.4)
+    aux_start_weight: float = 1.0
     # model.target_conditioning: std of the Gaussian noise added to the teacher-forced target (normalized
     # units, per dim) so the action head tolerates the prediction's error at inference (0 = exact targets)
     target_noise: float = 0.0
@@ -456,6 +460,7 @@ class SFTConfig:
         _check(self.target_noise >= 0, f"sft.target_noise must be >= 0, got {self.target_noise}")
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
         _check(self.aux_target_weight >= 0, f"sft.aux_target_weight must be >= 0, got {self.aux_target_weight}")
+        _check(self.aux_start_weight >= 1, f"sft.aux_start_weight must be >= 1, got {self.aux_start_weight}")
         _check(self.learning_rate > 0, "sft.learning_rate must be > 0")
         _check(0.0 <= self.ema_decay < 1.0, "sft.ema_decay must be in [0, 1)")
         _check(self.eval_every >= -1, "sft.eval_every must be >= -1 (0 = only at the end, -1 = never)")

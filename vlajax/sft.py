@@ -95,10 +95,10 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: b
 
 
 def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
-    """MSE of `model.aux_target`'s prediction from the prefix over the live sample slots whose
-    `aux_mask` is set. -> scalar."""
+    """MSE of `model.aux_target`'s prediction from the prefix over the live sample slots, each weighted
+    by its `aux_mask` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames). -> scalar."""
     pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_target)
-    live = (batch["sample_mask"] & batch["aux_mask"]).astype(jnp.float32)[:, None]
+    live = (batch["sample_mask"] * batch["aux_mask"]).astype(jnp.float32)[:, None]
     return jnp.sum(live * (pred - batch["aux_target"]) ** 2) / jnp.maximum(live.sum() * pred.shape[-1], 1.0)
 
 
@@ -205,6 +205,9 @@ def _check(cfg: TrainConfig, mesh) -> None:
     if cfg.sft.aux_target_weight != 1.0 and cfg.model.aux_target == "none":
         raise ConfigError(f"sft.aux_target_weight={cfg.sft.aux_target_weight} needs model.aux_target "
                           "(e.g. 'grasp_place'); without it there is no auxiliary loss to weight")
+    if cfg.sft.aux_start_weight != 1.0 and cfg.model.aux_target != "grasp_place":
+        raise ConfigError(f"sft.aux_start_weight={cfg.sft.aux_start_weight} needs model.aux_target='grasp_place' "
+                          f"(got {cfg.model.aux_target!r}): it weighs the start frames against the others")
     if cfg.sft.target_noise > 0 and not cfg.model.target_conditioning:
         raise ConfigError(f"sft.target_noise={cfg.sft.target_noise} needs model.target_conditioning "
                           "(it is the noise on the teacher-forced target)")

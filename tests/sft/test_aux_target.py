@@ -125,3 +125,35 @@ def test_token_head_adds_the_aux_loss_too(grasp_dataset, tmp_path):
     total, m = jax.jit(lambda p, b: loss_fn(p, model, b, jax.random.key(3), aux_weight=0.5))(params, fixed)
     assert float(m["aux_target_mse"]) > 0
     np.testing.assert_allclose(total, m["token_ce"] + 0.5 * m["aux_target_mse"], rtol=1e-6)
+
+
+def test_aux_start_weight_weighs_the_start_frames(grasp_dataset, tmp_path, capsys):
+    """`sft.aux_start_weight` W: the start frames (grasp_place_start's mask) weigh W in the aux loss, the
+    others 1, and the loss is the weighted mean; refused unless model.aux_target='grasp_place'."""
+    root = grasp_dataset[0]
+    cfg = _aux_config(root, str(tmp_path))
+    start = make_source(cfg.replace(model=dataclasses.replace(cfg.model, aux_target="grasp_place_start")))
+    want = np.where(start.aux_mask > 0, 7.0, 1.0)
+    src = make_source(cfg.replace(sft=dataclasses.replace(cfg.sft, aux_start_weight=7.0)))
+    np.testing.assert_array_equal(src.aux_mask, want)
+    assert 0 < (want == 7.0).sum() < len(want)
+    # the loss: a weighted mean of the per-slot squared errors
+    _, fixed, _, _ = _batches(cfg)
+    params = jax.jit(init_fn(cfg, ("agentview", "wrist")))(jax.random.key(0)).params
+    params = jax.tree.map(lambda x: getattr(x, "value", x), params, is_leaf=lambda x: hasattr(x, "value"))
+    model = VLA(cfg.model)
+    f = jax.jit(lambda p, b: loss_fn(p, model, b, jax.random.key(3))[1]["aux_target_mse"])
+    n = fixed["aux_mask"].shape[0]
+    per_slot = []
+    for k in range(n):  # each live slot alone: its own squared error
+        one = np.zeros(n, np.float32)
+        one[k] = 1.0
+        per_slot.append(float(f(params, {**fixed, "aux_mask": one})) if fixed["sample_mask"][k] else 0.0)
+    w = np.linspace(1.0, 5.0, n).astype(np.float32) * fixed["sample_mask"]
+    got = float(f(params, {**fixed, "aux_mask": w}))
+    np.testing.assert_allclose(got, np.sum(w * np.asarray(per_slot)) / np.sum(w), rtol=1e-5)
+    assert len(set(np.round(per_slot, 6))) > 1  # slots differ, so the weights matter
+    code = train_cli.main(["sft", "--preset", "sft-tiny", "--data.dataset-dir", root, "--output-dir",
+                           str(tmp_path / "b"), "--sft.aux-start-weight", "30", "--logging.progress", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: sft.aux_start_weight=30.0 needs"), err

@@ -80,6 +80,8 @@ def make_source(cfg: TrainConfig, data: LeRobotData | None = None) -> ActionChun
     if cfg.model.aux_target != "none":  # every record also carries its episode's target
         aux, before, start = grasp_place_targets(src)
         mask = {"grasp_place_pregrasp": before, "grasp_place_start": start}.get(cfg.model.aux_target)
+        if cfg.model.aux_target == "grasp_place" and cfg.sft.aux_start_weight != 1.0:  # start frames weigh more
+            mask = np.where(start, np.float32(cfg.sft.aux_start_weight), np.float32(1.0))
         src = ActionChunkSource(data, cfg.model.action_horizon, aux=aux, aux_mask=mask)
     return src
 

@@ -11,7 +11,7 @@ Record i is frame i of the dataset (global index). `source[i]` is a dict:
     task_index    int64 []
     episode_index, frame_index, index   int64 []
     aux_target    float32 [D]      only with `aux=`: the frame's auxiliary target (`grasp_place_targets`)
-    aux_mask      bool []          only with `aux=`: whether the auxiliary loss counts this frame
+    aux_mask      float32 []       only with `aux=`: the auxiliary loss's weight on this frame (0 = not counted)
 
 Access is random (O(1) per record), so grain shuffles are global and an iterator checkpoint is
 a few integers. Records are built on demand; images are decoded from PNG per access.
@@ -68,8 +68,8 @@ class ActionChunkSource:
         if aux is not None and len(aux) != len(data):
             raise ValueError(f"aux has {len(aux)} rows for {len(data)} frames")
         self.aux = None if aux is None else np.asarray(aux, np.float32)
-        self.aux_mask = None if aux is None else (np.ones(len(data), bool) if aux_mask is None
-                                                  else np.asarray(aux_mask, bool))
+        self.aux_mask = None if aux is None else (np.ones(len(data), np.float32) if aux_mask is None
+                                                  else np.asarray(aux_mask, np.float32))
 
     @property
     def action_dim(self) -> int:
