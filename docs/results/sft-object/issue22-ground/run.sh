@@ -45,6 +45,20 @@ stamp() { date -u +%H:%M:%S; uptime; }
 #   .venv/bin/python experiments/object_suite_target_probe.py --checkpoint $R/dev2/checkpoints --eval-seed 7 \
 #       --episodes-per-task 10 --json $R/probe-dev2-pred.json
 
+# dev2 result (07:14 UTC, eval seed 7, 40 episodes; probe-dev2-*.json): first-grasp nearest 72.5% (go rule met),
+#   median error 6.5 cm, place 2.7 cm; but success 7.5% (3/40), 5% with the first prediction held (--hold-first),
+#   75% with the true target (--oracle). The aux MSE over all frames rose to 0.51 (dev: 0.25): the later chunks'
+#   predictions got worse, and a first prediction 6.5 cm off is too coarse for a head trained on targets 1 cm off
+#   (noise 0.1 = 1.2 cm in x, 0.4 cm in y; grasp xy std 12.2 / 4.1 cm).
+# AMENDMENT (07:20 UTC, development only; seed 0 untouched; the criterion unchanged): the "one change" rule is
+#   replaced by two more dev runs in parallel (same demos and grounding, eval seed 7, 10 episodes per task):
+#     dev3: --sft.aux-start-weight 30 --sft.target-noise 0.5  (teacher-forcing noise ~ the first prediction's error,
+#           so the head learns to treat the target as a coarse hint and home in with its cameras)
+#     dev4: --sft.aux-start-weight 5 --sft.target-noise 0.1   (start frames 14% of the aux loss: the first choice
+#           better than dev, the later predictions better than dev2)
+#   The recipe then runs with the settings of the best of dev, dev2, dev3, dev4 by seed-7 success with the
+#   predicted target, if that is >= 20%; otherwise no recipe run and the dev numbers are published.
+
 # The recipe (written 06:55 UTC, before the dev SFT finished; stage 3's time limit keeps the sum
 # of the stages' wall times <= 60 min: 60 min minus the time stages 1-2 took, minus 4 min for
 # the SFT's start-up, compile and final checkpoint). Usage: bash run.sh recipe
@@ -60,8 +74,8 @@ if [ "${1:-}" = recipe ]; then
   echo "stages 1-2 took $(( $(date +%s) - T0 )) s; SFT time limit $left min"
   stamp; /usr/bin/time -v $py -m vlajax.train sft --preset sft-small --env.suite object \
       --data.dataset-dir $R/demos-swap300 --output-dir $R/final --sft.init-from $R/ground-final \
-      --model.aux-target grasp_place --model.target-conditioning --sft.target-noise 0.1 \
-      --sft.aux-target-weight 5 --sft.aux-start-weight 30 --sft.num-steps 1800 --sft.eval-every -1 \
+      --model.aux-target grasp_place --model.target-conditioning --sft.target-noise ${NOISE:-0.1} \
+      --sft.aux-target-weight 5 --sft.aux-start-weight ${W:-30} --sft.num-steps 1800 --sft.eval-every -1 \
       --sft.time-limit-minutes $left \
       > $R/recipe-sft.log 2>&1; stamp
   echo "recipe wall: $(( $(date +%s) - T0 )) s"
