@@ -59,26 +59,33 @@ stamp() { date -u +%H:%M:%S; uptime; }
 #   The recipe then runs with the settings of the best of dev, dev2, dev3, dev4 by seed-7 success with the
 #   predicted target, if that is >= 20%; otherwise no recipe run and the dev numbers are published.
 
-# The recipe (written 06:55 UTC, before the dev SFT finished; stage 3's time limit keeps the sum
-# of the stages' wall times <= 60 min: 60 min minus the time stages 1-2 took, minus 4 min for
-# the SFT's start-up, compile and final checkpoint). Usage: bash run.sh recipe
-if [ "${1:-}" = recipe ]; then
-  py=.venv/bin/python
+# The recipe (written 06:55 UTC, before the dev SFT finished; split in two at 07:22 UTC so that stages 1-2,
+# which do not depend on the SFT settings, run while dev3/dev4 decide them: `recipe-1` = demos + grounding
+# back to back, `recipe-2` = the SFT with W / NOISE from the dev runs. Stage 3's time limit keeps the sum of
+# the stages' wall times <= 60 min: 60 min minus stages 1-2's wall, minus 4 min for the SFT's start-up,
+# compile and final checkpoint; the wait between recipe-1 and recipe-2 is not part of the recipe).
+#   Usage: bash run.sh recipe-1; then W=.. NOISE=.. bash run.sh recipe-2
+py=.venv/bin/python
+if [ "${1:-}" = recipe-1 ]; then
   T0=$(date +%s)
   stamp; /usr/bin/time -v $py -m vlajax.train demos --preset sft-small --suite object --episodes-per-task 300 \
       --data.demo-target-swap --env.num-envs 48 --out $R/demos-swap300 > $R/recipe-demos.log 2>&1; stamp
   stamp; /usr/bin/time -v $py experiments/object_suite_binding.py --scenes 1000 --heldout-scenes 100 --steps 2000 \
       --state-token --target-conditioning --save-init $R/ground-final --json $R/ground-final.json \
       > $R/recipe-ground.log 2>&1; stamp
-  left=$(( (3600 - ($(date +%s) - T0)) / 60 - 4 ))
-  echo "stages 1-2 took $(( $(date +%s) - T0 )) s; SFT time limit $left min"
+  echo $(( $(date +%s) - T0 )) > $R/recipe-1.seconds
+  echo "stages 1-2 took $(cat $R/recipe-1.seconds) s"
+fi
+if [ "${1:-}" = recipe-2 ]; then
+  left=$(( (3600 - $(cat $R/recipe-1.seconds)) / 60 - 4 ))
+  echo "SFT: W=${W:?} NOISE=${NOISE:?}, time limit $left min"
+  T2=$(date +%s)
   stamp; /usr/bin/time -v $py -m vlajax.train sft --preset sft-small --env.suite object \
       --data.dataset-dir $R/demos-swap300 --output-dir $R/final --sft.init-from $R/ground-final \
-      --model.aux-target grasp_place --model.target-conditioning --sft.target-noise ${NOISE:-0.1} \
-      --sft.aux-target-weight 5 --sft.aux-start-weight ${W:-30} --sft.num-steps 1800 --sft.eval-every -1 \
-      --sft.time-limit-minutes $left \
-      > $R/recipe-sft.log 2>&1; stamp
-  echo "recipe wall: $(( $(date +%s) - T0 )) s"
+      --model.aux-target grasp_place --model.target-conditioning --sft.target-noise $NOISE \
+      --sft.aux-target-weight 5 --sft.aux-start-weight $W --sft.num-steps 1800 --sft.eval-every -1 \
+      --sft.time-limit-minutes $left > $R/recipe-sft.log 2>&1; stamp
+  echo "recipe wall (stages 1-2 + 3): $(( $(cat $R/recipe-1.seconds) + $(date +%s) - T2 )) s"
   # the standard evaluation (not part of the recipe's time): seed 0, 20 episodes per task
   stamp; $py -m vlajax.train eval --preset sft-small --checkpoint $R/final/checkpoints --suite object \
       --output-dir $R/final > $R/recipe-eval.log 2>&1; stamp
