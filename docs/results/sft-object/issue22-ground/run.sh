@@ -59,6 +59,11 @@ stamp() { date -u +%H:%M:%S; uptime; }
 #   The recipe then runs with the settings of the best of dev, dev2, dev3, dev4 by seed-7 success with the
 #   predicted target, if that is >= 20%; otherwise no recipe run and the dev numbers are published.
 
+# dev3 / dev4 results (07:37 UTC, eval seed 7, 40 episodes each, predicted target; probe-dev{3,4}-pred.json):
+#   dev3 (W 30, noise 0.5): success 5% (2/40), first-grasp nearest 77.5%, median error 5.4 cm, place 2.9 cm
+#   dev4 (W 5, noise 0.1):  success 20% (8/40), first-grasp nearest 65%, median error 6.5 cm, place 1.7 cm
+#   Best by the rule: dev4 (20% >= 20%), so recipe-2 runs with W=5 NOISE=0.1 (decided 07:38, before stage 3).
+
 # The recipe (written 06:55 UTC, before the dev SFT finished; split in two at 07:22 UTC so that stages 1-2,
 # which do not depend on the SFT settings, run while dev3/dev4 decide them: `recipe-1` = demos + grounding
 # back to back, `recipe-2` = the SFT with W / NOISE from the dev runs. Stage 3's time limit keeps the sum of
