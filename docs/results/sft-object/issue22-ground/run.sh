@@ -95,3 +95,18 @@ if [ "${1:-}" = recipe-2 ]; then
   stamp; $py -m vlajax.train eval --preset sft-small --checkpoint $R/final/checkpoints --suite object \
       --output-dir $R/final > $R/recipe-eval.log 2>&1; stamp
 fi
+
+# Measured (2026-11-26; 2 shared cores, a helper's four low-priority RL runs beside it, load 6-19):
+#   stage 1 demos      07:17:12-07:35:25  18 min 13 s wall (from the stamps: /usr/bin/time's report was lost, see below);
+#                      1200 episodes, 113,326 frames (the fourth attempt's count: the generator is deterministic)
+#   stage 2 grounding  07:35:25-07:46:44  11 min 19 s wall (651 s user + 227 s sys); held-out nearest_ok 0.883,
+#                      MSE 0.238 (identical to the dev grounding: deterministic)
+#   stage 3 SFT        07:46:48-07:55:21   8 min 33 s wall (549 s user + 210 s sys), all 1800 steps (limit 26 min
+#                      not hit); aux MSE 0.360, flow MSE 0.124 at the last step (identical to dev4)
+#   recipe total       2285 s = 38 min 05 s
+#   eval seed 0        07:55:21-07:56:18: 6.2% (5 of 80)  -> criterion NOT met
+#   the same checkpoint on eval seed 7: 20% with its prediction (= dev4), 77.5% with the true target (--oracle)
+# Incident: I edited this script (the dev3/dev4 lines above, 07:38) while `recipe-1` was running it. bash reads a
+#   script as it goes, so after stage 2 it resumed at a shifted offset and ran a fragment of the stage-1 line
+#   ("num-envs: command not found"), which overwrote recipe-demos.log (the demos' /usr/bin/time report). The
+#   stages themselves had finished (stamps in recipe-1.out; the dataset's meta/info.json written 07:35:20).
