@@ -96,10 +96,12 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: b
 
 def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
     """MSE of `model.aux_target`'s prediction from the prefix over the live sample slots, each weighted
-    by its `aux_mask` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames). -> scalar."""
+    by its `aux_mask` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames).
+    -> (scalar, the prediction f32 [N, D])."""
     pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_target)
     live = (batch["sample_mask"] * batch["aux_mask"]).astype(jnp.float32)[:, None]
-    return jnp.sum(live * (pred - batch["aux_target"]) ** 2) / jnp.maximum(live.sum() * pred.shape[-1], 1.0)
+    mse = jnp.sum(live * (pred - batch["aux_target"]) ** 2) / jnp.maximum(live.sum() * pred.shape[-1], 1.0)
+    return mse, pred
 
 
 def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,
@@ -126,7 +128,7 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
     aux_term = 0.0
     if aux:  # auxiliary target from the prefix (SFT only): added to the action loss with its weight
         cache, hidden = cache
-        extra["aux_target_mse"] = aux_target_loss(model, variables, hidden, cache, batch)
+        extra["aux_target_mse"], aux_pred = aux_target_loss(model, variables, hidden, cache, batch)
         aux_term = aux_weight * extra["aux_target_mse"]
     cond: dict = {}
     if model.cfg.target_conditioning:  # teacher forcing: the demo's own target (+ noise), not the prediction
@@ -134,7 +136,7 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
         if target_noise > 0:
             target = target + target_noise * jax.random.normal(jax.random.fold_in(rng, 1), target.shape)
         cond = {"target": target}
-        pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.predicted_target)
+        pred = jax.lax.stop_gradient(aux_pred)  # = VLA.predicted_target (model.target_conditioning needs aux_target)
         live = batch["sample_mask"].astype(jnp.float32)[:, None]
         extra["target_pred_mse"] = (jnp.sum(live * (pred - batch["aux_target"]) ** 2)
                                     / jnp.maximum(live.sum() * pred.shape[-1], 1.0))
