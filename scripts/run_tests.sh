@@ -4,7 +4,7 @@
 set -u
 py="$1"; shift
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
-"$py" -m pytest --timeout=900 "$@"
+"$py" -m pytest --timeout=900 --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests (exit code 5); the suite must not be empty" >&2
