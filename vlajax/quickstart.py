@@ -16,7 +16,9 @@ Phases (each is the documented command, run as its own process):
             recipe's +7.1: docs/results.md, Quickstart, "Twelfth session". The binary success reward,
             `--rl.reward success`, under which GRPO's zero-variance filter drops saturated groups,
             was not kept: +7.5 / +20.0 / -8.8 on fresh seeds 13 / 14 / 15, mean +6.2 < 15:
-            "Thirteenth session".)
+            "Thirteenth session". Positive-sample reinforcement, `--rl.negative-advantage-weight 0
+            --rl.normalize-advantages none`, was not kept either: -8.8 / +15.0 / +18.8 on fresh seeds 16 / 17 / 18,
+            mean +8.3 < 15: docs/results/quickstart-s14/README.md.)
   4. report `report/README.md` (success per task before and after RL, the commands to go
             further), `curves.png` (losses and success over training), GIFs of the episodes
 
@@ -54,9 +56,6 @@ RL_RECIPE = [
     # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), which
     # learned like sync over 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
-    # positive-sample reinforcement (fourteenth session, on trial: docs/results/quickstart-s14/run.sh): only rollouts
-    # above their group's mean return push the policy (raw GRPO advantages, no re-centering per minibatch)
-    "--rl.negative-advantage-weight", "0", "--rl.normalize-advantages", "none",
 ]
 
 
