@@ -94,14 +94,18 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: b
     return (kv, out[3]) if with_hidden else kv
 
 
+def weighted_mse(pred: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
+    """pred, target [N, D], weights [N] (0 = not counted) -> the weighted mean of the squared errors."""
+    w = weights.astype(jnp.float32)[:, None]
+    return jnp.sum(w * (pred - target) ** 2) / jnp.maximum(w.sum() * pred.shape[-1], 1.0)
+
+
 def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
     """MSE of `model.aux_target`'s prediction from the prefix over the live sample slots, each weighted
     by its `aux_mask` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames).
     -> (scalar, the prediction f32 [N, D])."""
     pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_target)
-    live = (batch["sample_mask"] * batch["aux_mask"]).astype(jnp.float32)[:, None]
-    mse = jnp.sum(live * (pred - batch["aux_target"]) ** 2) / jnp.maximum(live.sum() * pred.shape[-1], 1.0)
-    return mse, pred
+    return weighted_mse(pred, batch["aux_target"], batch["sample_mask"] * batch["aux_mask"]), pred
 
 
 def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,
@@ -136,10 +140,9 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
         if target_noise > 0:
             target = target + target_noise * jax.random.normal(jax.random.fold_in(rng, 1), target.shape)
         cond = {"target": target}
-        pred = jax.lax.stop_gradient(aux_pred)  # = VLA.predicted_target (model.target_conditioning needs aux_target)
-        live = batch["sample_mask"].astype(jnp.float32)[:, None]
-        extra["target_pred_mse"] = (jnp.sum(live * (pred - batch["aux_target"]) ** 2)
-                                    / jnp.maximum(live.sum() * pred.shape[-1], 1.0))
+        # what inference feeds the head (VLA.predicted_target; model.target_conditioning needs aux_target)
+        extra["target_pred_mse"] = weighted_mse(jax.lax.stop_gradient(aux_pred), batch["aux_target"],
+                                                batch["sample_mask"])
     actions = batch["actions"]
     mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
     m = jnp.broadcast_to(mask[..., None], actions.shape)
