@@ -94,6 +94,9 @@ def main(argv=None) -> int:
                          "--model.target-conditioning")
     ap.add_argument("--with-square", action="store_true",
                     help="also train the square's xy (aux dims 2-3, as grasp_place's place xy); reported: dims 0-1")
+    ap.add_argument("--aux-grasp-bins", type=int, default=0,
+                    help="`model.aux_grasp_bins`: the target xy as a K x K classification (cross-entropy, "
+                         "`vlajax.models.vla.aux_loss`) instead of a regression; 0 = MSE")
     ap.add_argument("--save-init", default="",
                     help="write an `sft.init_from` source here: config.json (sft-small, object suite, this "
                          "model), policy.json, and an Orbax step holding the trained params")
@@ -102,11 +105,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.debug:
         a.scenes, a.heldout_scenes, a.steps, a.every = 12, 12, 4, 2
+    if a.aux_grasp_bins == 1 or a.aux_grasp_bins < 0:
+        ap.error(f"--aux-grasp-bins must be 0 (off) or >= 2, got {a.aux_grasp_bins}")
     import optax
 
     from vlajax.models.observation import Observation
     from vlajax.models.tokenizer import encode_batch
-    from vlajax.models.vla import VLA
+    from vlajax.models.vla import VLA, aux_loss
     from vlajax.presets.sft import SMALL_CPU_MODEL
 
     t0 = time.time()
@@ -121,7 +126,7 @@ def main(argv=None) -> int:
 
     mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
                                aux_target="grasp_place", use_state_token=a.state_token,
-                               target_conditioning=a.target_conditioning)
+                               target_conditioning=a.target_conditioning, aux_grasp_bins=a.aux_grasp_bins)
     model = VLA(mcfg)
     tmax = mcfg.max_text_len
 
@@ -133,12 +138,15 @@ def main(argv=None) -> int:
                            image_masks={c: jnp.ones((b,), bool) for c in a.cameras},
                            tokens=jnp.asarray(ids), token_mask=jnp.asarray(mask), state=jnp.zeros((b, 8)))
 
-    def predict(params, obs):
+    def head(params, obs, method):
         hidden, cache = model.apply({"params": params}, obs, method=VLA.prefix)
-        return model.apply({"params": params}, hidden, cache.segment_ids > 0, method=VLA.aux_target)[:, :dims]
+        return model.apply({"params": params}, hidden, cache.segment_ids > 0, method=method)
 
-    def loss(params, obs, y):
-        return jnp.mean((predict(params, obs) - y) ** 2)
+    def predict(params, obs):
+        return head(params, obs, VLA.aux_target)[:, :dims]
+
+    def loss(params, obs, y):  # the MSE, or with --aux-grasp-bins the bins' cross-entropy (+ square MSE)
+        return aux_loss(mcfg, head(params, obs, VLA.aux_raw), y, jnp.ones(y.shape[0]))[0]
 
     params = model.init(jax.random.key(a.seed), to_obs(train, np.arange(2)))["params"]
     sched = optax.warmup_cosine_decay_schedule(0.0, a.lr, min(100, a.steps // 2), a.steps, a.lr * 0.05)
@@ -182,7 +190,8 @@ def main(argv=None) -> int:
         params, opt_state, lv = step(params, opt_state, to_obs(train, idx), jnp.asarray(labels(train)[idx]))
         losses.append(float(lv))
         if i % a.every == 0 or i == a.steps:
-            ev = {"step": i, "train_mse": float(np.mean(losses[-a.every:])), **evaluate(params),
+            name = "train_ce" if a.aux_grasp_bins else "train_mse"
+            ev = {"step": i, name: float(np.mean(losses[-a.every:])), **evaluate(params),
                   "seconds": round(time.time() - t1, 1)}
             history.append(ev)
             print(json.dumps(ev), flush=True)

@@ -215,6 +215,12 @@ class ModelConfig:
     # gripper's position in the images gives the grasp point away); 'grasp_place_start' = only on the
     # frames before the fingertips moved 2 cm from the episode's start (the gripper shows nothing yet)
     aux_target: Literal["none", "grasp_place", "grasp_place_pregrasp", "grasp_place_start"] = "none"
+    # K > 0: the aux head gives the grasp xy (aux dims 0-1) as a K x K classification over a grid of the
+    # normalized plane [-2.5, 2.5]^2 (cross-entropy against a Gaussian of std half a bin around the target;
+    # read back as the probability-weighted centre of the 3 x 3 bins around the most likely one), so a
+    # head unsure between two cubes picks one instead of regressing to their middle; the place xy stays
+    # a regression. 0 = the whole target is regressed (MSE)
+    aux_grasp_bins: int = 0
     # condition the action head on the aux target (issue 22.4): the D target numbers enter the flow
     # expert's action tokens (the token head's queries) through one projection. SFT teacher-forces the
     # episode's own target (+ `sft.target_noise`); sampling, log-probs and values (eval, RL, serving) use
@@ -243,6 +249,8 @@ class ModelConfig:
             _check(getattr(self, f) >= 1, f"model.{f} must be >= 1, got {getattr(self, f)}")
         _check(self.aux_target == "none" or self.family == "vla",
                f"model.aux_target={self.aux_target!r} is for model.family='vla' (not {self.family!r})")
+        _check(self.aux_grasp_bins == 0 or (self.aux_grasp_bins >= 2 and self.aux_target != "none"),
+               f"model.aux_grasp_bins={self.aux_grasp_bins} must be 0 (off) or >= 2 with model.aux_target set")
         _check(not self.target_conditioning or self.aux_target != "none",
                "model.target_conditioning needs model.aux_target (e.g. 'grasp_place'): the predicted target "
                "is what the action head is conditioned on")

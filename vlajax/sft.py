@@ -50,7 +50,7 @@ from vlajax.logging import MetricsLogger, Progress
 from vlajax.models import build_model, fp8, heads
 from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
-from vlajax.models.vla import VLA
+from vlajax.models.vla import VLA, aux_loss, weighted_mse
 from vlajax.policy import Bridge
 from vlajax.preemption import StopRequest
 from vlajax.run_files import (
@@ -94,26 +94,22 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: b
     return (kv, out[3]) if with_hidden else kv
 
 
-def weighted_mse(pred: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
-    """pred, target [N, D], weights [N] (0 = not counted) -> the weighted mean of the squared errors."""
-    w = weights.astype(jnp.float32)[:, None]
-    return jnp.sum(w * (pred - target) ** 2) / jnp.maximum(w.sum() * pred.shape[-1], 1.0)
-
-
 def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
-    """MSE of `model.aux_target`'s prediction from the prefix over the live sample slots, each weighted
+    """`vla.aux_loss` of `model.aux_target`'s head on the prefix over the live sample slots, each weighted
     by its `aux_mask` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames).
-    -> (scalar, the prediction f32 [N, D])."""
-    pred = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_target)
-    return weighted_mse(pred, batch["aux_target"], batch["sample_mask"] * batch["aux_mask"]), pred
+    -> (scalar, the decoded prediction f32 [N, D], metrics)."""
+    raw = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_raw)
+    return aux_loss(model.cfg, raw, batch["aux_target"], batch["sample_mask"] * batch["aux_mask"])
 
 
 def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,
             aux_weight: float = 1.0, target_noise: float = 0.0):
     """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics).
 
-    With `model.aux_target` set, the loss also holds `aux_weight` x the auxiliary target's MSE
-    (metrics: `aux_target_mse`; `flow_mse` / `token_ce` stay the action loss alone).
+    With `model.aux_target` set, the loss also holds `aux_weight` x the auxiliary target's loss
+    (`vla.aux_loss`: its MSE, or with `model.aux_grasp_bins` the grasp bins' cross-entropy plus the
+    place MSE; metrics `aux_target_mse` [, `aux_grasp_ce`]; `flow_mse` / `token_ce` stay the action
+    loss alone).
     With `model.target_conditioning` the action head is teacher-forced with the sample's own
     `batch['aux_target']` [N, D] plus N(0, target_noise^2) per dim (inference conditions on the
     prediction instead, `vlajax.models.heads`); metric `target_pred_mse`: the gradient-free
@@ -132,8 +128,9 @@ def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: 
     aux_term = 0.0
     if aux:  # auxiliary target from the prefix (SFT only): added to the action loss with its weight
         cache, hidden = cache
-        extra["aux_target_mse"], aux_pred = aux_target_loss(model, variables, hidden, cache, batch)
-        aux_term = aux_weight * extra["aux_target_mse"]
+        aux_value, aux_pred, aux_metrics = aux_target_loss(model, variables, hidden, cache, batch)
+        extra.update(aux_metrics)
+        aux_term = aux_weight * aux_value
     cond: dict = {}
     if model.cfg.target_conditioning:  # teacher forcing: the demo's own target (+ noise), not the prediction
         target = batch["aux_target"]

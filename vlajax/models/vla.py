@@ -15,7 +15,8 @@ Methods (call with `model.apply(variables, ..., method=VLA.<name>)`; the head fu
   velocity(cache, x_t, t, target=None) -> v [B, H, A], log_std [B, H, A] | None, hidden [B, H, We]
   action_logits(cache, target=None)    -> logits [B, H, A, bins], hidden [B, H*A, W]
   value(hidden_prefix, prefix_mask, cache) -> [B]
-  aux_target(hidden_prefix, prefix_mask) -> [B, D]   (`cfg.aux_target`; SFT's auxiliary loss)
+  aux_raw(hidden_prefix, prefix_mask) -> [B, aux_raw_dims]  (`cfg.aux_target`; what `aux_loss` trains)
+  aux_target(hidden_prefix, prefix_mask) -> [B, D]   aux_raw decoded (grasp bins -> xy, `cfg.aux_grasp_bins`)
   predicted_target(hidden_prefix, prefix_mask) -> [B, D]  aux_target, gradient-stopped: the action
                                        head's condition at inference (`cfg.target_conditioning`)
 
@@ -42,6 +43,66 @@ from vlajax.models.vision import ViT
 
 # `ModelConfig.aux_target` -> predicted dims
 AUX_TARGET_DIMS = {"grasp_place": 4, "grasp_place_pregrasp": 4, "grasp_place_start": 4}
+AUX_GRASP_RANGE = 2.5  # `cfg.aux_grasp_bins`: the grid spans [-R, R]^2 of the normalized grasp xy
+
+
+def aux_raw_dims(cfg: ModelConfig) -> int:
+    """Outputs of the aux head: D regressed numbers, or K*K grasp-bin logits + the D - 2 regressed rest."""
+    d, k = AUX_TARGET_DIMS[cfg.aux_target], cfg.aux_grasp_bins
+    return k * k + d - 2 if k else d
+
+
+def grasp_bin_centers(bins: int) -> jax.Array:
+    """Centres f32 [K*K, 2] of the K x K grid over [-R, R]^2; bin i*K + j has x index i, y index j."""
+    c = (jnp.arange(bins, dtype=jnp.float32) + 0.5) * (2 * AUX_GRASP_RANGE / bins) - AUX_GRASP_RANGE
+    return jnp.stack(jnp.meshgrid(c, c, indexing="ij"), -1).reshape(bins * bins, 2)
+
+
+def grasp_bin_labels(xy: jax.Array, bins: int) -> jax.Array:
+    """Soft labels f32 [N, K*K] for targets xy [N, 2]: a Gaussian of std half a bin's width around each
+    (clipped into the grid), normalized to sum 1 (its mass outside the 3 x 3 bins that
+    `decode_grasp_bins` reads is ~1%, so decoding the labels gives the target back)."""
+    sigma = AUX_GRASP_RANGE / bins
+    xy = jnp.clip(xy, -AUX_GRASP_RANGE, AUX_GRASP_RANGE)
+    d2 = jnp.sum((grasp_bin_centers(bins)[None] - xy[:, None]) ** 2, -1)
+    return jax.nn.softmax(-0.5 * d2 / sigma**2, axis=-1)
+
+
+def decode_grasp_bins(logits: jax.Array, bins: int) -> jax.Array:
+    """Logits [N, K*K] -> xy f32 [N, 2]: the probability-weighted centre of the 3 x 3 bins around the
+    most likely bin (sub-bin precision without averaging across distant modes)."""
+    best = jnp.argmax(logits, -1)
+    i, j = jnp.divmod(jnp.arange(bins * bins), bins)
+    near = (jnp.abs(i[None] - (best // bins)[:, None]) <= 1) & (jnp.abs(j[None] - (best % bins)[:, None]) <= 1)
+    w = jax.nn.softmax(jnp.where(near, logits.astype(jnp.float32), -jnp.inf), -1)
+    return w @ grasp_bin_centers(bins)
+
+
+def weighted_mse(pred: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
+    """pred, target [N, D], weights [N] (0 = not counted) -> the weighted mean of the squared errors."""
+    w = weights.astype(jnp.float32)[:, None]
+    return jnp.sum(w * (pred - target) ** 2) / jnp.maximum(w.sum() * pred.shape[-1], 1.0)
+
+
+def aux_loss(cfg: ModelConfig, raw: jax.Array, target: jax.Array, weights: jax.Array):
+    """The aux head's training loss. raw [N, aux_raw_dims] (`VLA.aux_raw`), target [N, D'] normalized
+    (D' = D, or 2 = the grasp xy alone), weights [N] (0 = not counted).
+    -> (scalar loss, decoded prediction f32 [N, D'], metrics). Regression: the weighted MSE (metric
+    `aux_target_mse`, the loss itself). `cfg.aux_grasp_bins`: the weighted cross-entropy of the grasp
+    bins (`aux_grasp_ce`) plus the MSE of the regressed rest; `aux_target_mse` is then the decoded
+    prediction's MSE (a metric, not the loss)."""
+    k = cfg.aux_grasp_bins
+    if not k:
+        mse = weighted_mse(raw[:, : target.shape[1]], target, weights)
+        return mse, raw[:, : target.shape[1]], {"aux_target_mse": mse}
+    logits, rest = raw[:, : k * k], raw[:, k * k:]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    ce_each = -jnp.sum(grasp_bin_labels(target[:, :2], k) * logp, -1)
+    w = weights.astype(jnp.float32)
+    ce = jnp.sum(w * ce_each) / jnp.maximum(w.sum(), 1.0)
+    pred = jnp.concatenate([decode_grasp_bins(logits, k), rest], -1)[:, : target.shape[1]]
+    loss = ce + (weighted_mse(rest, target[:, 2:], weights) if target.shape[1] > 2 else 0.0)
+    return loss, pred, {"aux_grasp_ce": ce, "aux_target_mse": weighted_mse(pred, target, weights)}
 
 
 def suffix_layout(cache: KVCache, length: int) -> tuple[jax.Array, jax.Array]:
@@ -91,7 +152,7 @@ class VLA(nn.Module):
         if c.aux_target != "none":
             self.aux_score = dense(1, ("embed", None), use_bias=True, **kw)
             self.aux_hidden = dense(c.width, ("embed", "mlp"), use_bias=True, **kw)
-            self.aux_out = dense(AUX_TARGET_DIMS[c.aux_target], ("mlp", None), use_bias=True, **kw)
+            self.aux_out = dense(aux_raw_dims(c), ("mlp", None), use_bias=True, **kw)
         if c.value_head != "none":
             self.value_hidden = dense(c.width, ("embed", "mlp"), use_bias=True, **kw)
             self.value_out = dense(1, ("mlp", None), use_bias=True, **kw)
@@ -211,12 +272,21 @@ class VLA(nn.Module):
 
     # ---------------------------------------------------------------- auxiliary target
 
-    def aux_target(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
-        """Attention pooling (one learned score per token) of hidden [B,T,W] over mask [B,T], MLP -> f32 [B, D]."""
+    def aux_raw(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
+        """Attention pooling (one learned score per token) of hidden [B,T,W] over mask [B,T], MLP
+        -> f32 [B, aux_raw_dims(cfg)] (what `aux_loss` trains)."""
         score = self.aux_score(hidden)[..., 0].astype(jnp.float32)
         w = jax.nn.softmax(jnp.where(mask, score, -1e9), axis=-1) * mask
         pooled = jnp.einsum("bt,btw->bw", w.astype(hidden.dtype), hidden)
         return self.aux_out(nn.gelu(self.aux_hidden(pooled))).astype(jnp.float32)
+
+    def aux_target(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
+        """The aux prediction f32 [B, D] (normalized like the aux target): `aux_raw`, with the grasp bins
+        decoded to xy (`decode_grasp_bins`) under `cfg.aux_grasp_bins`."""
+        raw, k = self.aux_raw(hidden, mask), self.cfg.aux_grasp_bins
+        if not k:
+            return raw
+        return jnp.concatenate([decode_grasp_bins(raw[:, : k * k], k), raw[:, k * k:]], -1)
 
     def __call__(self, obs: Observation, actions: jax.Array | None = None, t: jax.Array | None = None):
         """Touches every parameter (used by `init`). -> dict of outputs."""
