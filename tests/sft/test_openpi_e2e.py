@@ -42,6 +42,11 @@ def _run(*args: str, timeout: int = 900) -> dict:
     return json.loads(lines[-1]) if lines else {}
 
 
+# slow (five processes, 2-3 minutes on 2 cores); each phase has a fast default test: the import
+# (tests/models/test_openpi_import.py), SFT / RL updates of the pi tree and what they train
+# (tests/sft/test_openpi_trainable.py), the pi inputs and bridge (tests/sft/test_openpi_inputs.py),
+# the async RL CLI (tests/pipeline/test_fault_exit.py)
+@pytest.mark.slow
 @pytest.mark.entry
 @pytest.mark.skipif(not os.path.isdir(FIXTURE), reason="../shared/fixtures/openpi is absent (a user's clone)")
 def test_pi05_dummy_import_sft_rl_eval(tmp_path):
