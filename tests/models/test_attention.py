@@ -7,6 +7,9 @@ import pytest
 
 from vlajax.models import attention
 
+# jitted: a handful of compiles instead of one per op and shape (op-by-op dispatch was most of the time)
+_attend = jax.jit(attention.attend, static_argnames=("causal", "backend"))
+
 
 def _naive(q, k, v, mask):
     """Per-head softmax attention with kv heads repeated (GQA by repetition)."""
@@ -18,14 +21,12 @@ def _naive(q, k, v, mask):
 
 
 def test_gqa_matches_repeated_heads():
-    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(kq, (2, 5, 8, 4))
-    k = jax.random.normal(kk, (2, 7, 2, 4))
-    v = jax.random.normal(kv, (2, 7, 2, 4))
-    qs = jnp.ones((2, 5), jnp.int32)
-    ks = jnp.array([[1] * 7, [1] * 4 + [0] * 3], jnp.int32)
-    out = attention.attend(q, k, v, qs, ks)
-    ref = _naive(q, k, v, attention.make_mask(qs, ks))
+    rng = np.random.default_rng(0)  # numpy inputs: an eager jax.random.normal compiles per shape
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 5, 8, 4), (2, 7, 2, 4), (2, 7, 2, 4)))
+    qs = np.ones((2, 5), np.int32)
+    ks = np.array([[1] * 7, [1] * 4 + [0] * 3], np.int32)
+    out = _attend(q, k, v, qs, ks)
+    ref = jax.jit(lambda *a: _naive(*a[:3], attention.make_mask(*a[3:])))(q, k, v, qs, ks)
     np.testing.assert_allclose(out, ref, atol=1e-5)
 
 
@@ -34,23 +35,20 @@ def test_packed_equals_one_by_one(causal):
     """Three sequences (lengths 5, 3, 4) packed into one row of 14 (2 padding) == each run alone."""
     lengths = [5, 3, 4]
     h, kvh, d = 4, 2, 8
-    keys = jax.random.split(jax.random.key(1), 3 * len(lengths))
-    seqs = [
-        tuple(jax.random.normal(keys[3 * i + j], (1, n, hh, d)) for j, hh in enumerate((h, kvh, kvh)))
-        for i, n in enumerate(lengths)
-    ]
+    rng = np.random.default_rng(1)  # numpy inputs: an eager jax.random.normal compiles per shape
+    seqs = [tuple(rng.standard_normal((1, n, hh, d)).astype(np.float32) for hh in (h, kvh, kvh)) for n in lengths]
     pad = 2
-    q = jnp.concatenate([s[0] for s in seqs] + [jnp.ones((1, pad, h, d))], axis=1)
-    k = jnp.concatenate([s[1] for s in seqs] + [jnp.ones((1, pad, kvh, d))], axis=1)
-    v = jnp.concatenate([s[2] for s in seqs] + [jnp.ones((1, pad, kvh, d))], axis=1)
-    seg = jnp.array([sum(([i + 1] * n for i, n in enumerate(lengths)), []) + [0] * pad], jnp.int32)
-    pos = jnp.array([sum((list(range(n)) for n in lengths), []) + [0] * pad], jnp.int32)
-    packed = attention.attend(q, k, v, seg, seg, pos, pos, causal=causal, backend="xla")
+    q = np.concatenate([s[0] for s in seqs] + [np.ones((1, pad, h, d), np.float32)], axis=1)
+    k = np.concatenate([s[1] for s in seqs] + [np.ones((1, pad, kvh, d), np.float32)], axis=1)
+    v = np.concatenate([s[2] for s in seqs] + [np.ones((1, pad, kvh, d), np.float32)], axis=1)
+    seg = np.array([sum(([i + 1] * n for i, n in enumerate(lengths)), []) + [0] * pad], np.int32)
+    pos = np.array([sum((list(range(n)) for n in lengths), []) + [0] * pad], np.int32)
+    packed = np.asarray(_attend(q, k, v, seg, seg, pos, pos, causal=causal, backend="xla"))
     start = 0
     for n, (qi, ki, vi) in zip(lengths, seqs):
-        s1 = jnp.ones((1, n), jnp.int32)
-        p1 = jnp.arange(n, dtype=jnp.int32)[None]
-        alone = attention.attend(qi, ki, vi, s1, s1, p1, p1, causal=causal, backend="xla")
+        s1 = np.ones((1, n), np.int32)
+        p1 = np.arange(n, dtype=np.int32)[None]
+        alone = _attend(qi, ki, vi, s1, s1, p1, p1, causal=causal, backend="xla")
         np.testing.assert_allclose(packed[:, start:start + n], alone, atol=1e-5, rtol=1e-5)
         start += n
     assert np.all(np.asarray(packed[:, start:]) == 0.0)  # padding queries give zeros
