@@ -143,7 +143,7 @@ def test_packed_and_dynamic_prefix_equal_padded_per_sample_through_the_model():
     from vlajax.models.tokenizer import encode
     from vlajax.models.vla import VLA
 
-    cfg = ModelConfig()
+    cfg = ModelConfig(vit_depth=1)  # one ViT block: the image tower runs before packing (less to compile)
     spec = PrefixSpec.from_model(cfg, ("wrist", "agentview"))
     assert spec.cameras == ("agentview", "wrist") and spec.length == cfg.prefix_len
     rng = np.random.default_rng(1)
@@ -210,7 +210,7 @@ def test_packed_flow_velocity_equals_padded_per_sample_through_the_model():
     from vlajax.models.transformer import KVCache
     from vlajax.models.vla import VLA
 
-    cfg = ModelConfig()
+    cfg = ModelConfig(vit_depth=1)  # one ViT block: the image tower runs before packing (less to compile)
     spec = PrefixSpec.from_model(cfg, ("agentview", "wrist"))
     rng = np.random.default_rng(3)
     samples = []
