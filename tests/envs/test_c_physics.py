@@ -85,7 +85,7 @@ def test_c_follows_mjx_on_the_same_task():
     # model's default pose while C MuJoCo moves it along (mujoco_warp fixed the same in PR #858)
     from mujoco import mjx
     m = envs["c"].mj_model
-    kin = jax.vmap(lambda d: mjx.kinematics(envs["c"].mjx_model, d))(s_c.data)
+    kin = jax.jit(jax.vmap(lambda d: mjx.kinematics(envs["c"].mjx_model, d)))(s_c.data)  # one compile, not op by op
     under_mocap = [m.body_mocapid[m.body_parentid[b]] >= 0 for b in m.geom_bodyid]
     keep = ~np.asarray(under_mocap)
     assert keep.sum() >= m.ngeom - 1
@@ -122,6 +122,10 @@ def test_config_accepts_c_and_rejects_unknown():
         c_physics.CPhysics(_c_env().mj_model, 0)
 
 
+# slow (the RL workload compiled for both simulators); fast default tests cover its parts: the async
+# slots stepping C MuJoCo (tests/pipeline/test_bench_async_loops.py::test_cpu_regimes_through_the_production_loops)
+# and C following MJX on the same resets and actions (test_c_follows_mjx_on_the_same_task above)
+@pytest.mark.slow
 def test_rl_workload_slots_step_with_c_physics():
     """The async pipeline's slots (the bench's CPU-bound regime) run the RL core's decision on C
     MuJoCo: same sample, and rewards / next observations as the MJX slot to within 2e-3."""
