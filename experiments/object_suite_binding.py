@@ -105,15 +105,20 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.debug:
         a.scenes, a.heldout_scenes, a.steps, a.every = 12, 12, 4, 2
-    if a.aux_grasp_bins == 1 or a.aux_grasp_bins < 0:
-        ap.error(f"--aux-grasp-bins must be 0 (off) or >= 2, got {a.aux_grasp_bins}")
     import optax
 
+    from vlajax.config import ConfigError
     from vlajax.models.observation import Observation
     from vlajax.models.tokenizer import encode_batch
     from vlajax.models.vla import VLA, aux_loss
     from vlajax.presets.sft import SMALL_CPU_MODEL
 
+    try:  # ModelConfig's own checks (e.g. --aux-grasp-bins 1), before any data is made
+        mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
+                                   aux_target="grasp_place", use_state_token=a.state_token,
+                                   target_conditioning=a.target_conditioning, aux_grasp_bins=a.aux_grasp_bins)
+    except ConfigError as e:
+        ap.error(str(e))
     t0 = time.time()
     train = first_frames(a.scenes, 1000 + a.seed, a.image_size)
     held = first_frames(a.heldout_scenes, 5000 + a.seed, a.image_size)
@@ -124,9 +129,6 @@ def main(argv=None) -> int:
     dims = 4 if a.with_square else 2
     labels = lambda d: np.concatenate([norm(d["target"]), (d["zone"] - zmu) / zsd], 1)[:, :dims]
 
-    mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
-                               aux_target="grasp_place", use_state_token=a.state_token,
-                               target_conditioning=a.target_conditioning, aux_grasp_bins=a.aux_grasp_bins)
     model = VLA(mcfg)
     tmax = mcfg.max_text_len
 

@@ -78,6 +78,15 @@ def decode_grasp_bins(logits: jax.Array, bins: int) -> jax.Array:
     return w @ grasp_bin_centers(bins)
 
 
+def decode_aux(cfg: ModelConfig, raw: jax.Array) -> jax.Array:
+    """raw [N, aux_raw_dims] -> the aux prediction f32 [N, D] (normalized like the aux target): raw
+    itself, or with `cfg.aux_grasp_bins` the grasp bins decoded to xy (`decode_grasp_bins`) + the rest."""
+    k = cfg.aux_grasp_bins
+    if not k:
+        return raw
+    return jnp.concatenate([decode_grasp_bins(raw[:, : k * k], k), raw[:, k * k:]], -1)
+
+
 def weighted_mse(pred: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
     """pred, target [N, D], weights [N] (0 = not counted) -> the weighted mean of the squared errors."""
     w = weights.astype(jnp.float32)[:, None]
@@ -92,15 +101,15 @@ def aux_loss(cfg: ModelConfig, raw: jax.Array, target: jax.Array, weights: jax.A
     bins (`aux_grasp_ce`) plus the MSE of the regressed rest; `aux_target_mse` is then the decoded
     prediction's MSE (a metric, not the loss)."""
     k = cfg.aux_grasp_bins
+    pred = decode_aux(cfg, raw)[:, : target.shape[1]]
     if not k:
-        mse = weighted_mse(raw[:, : target.shape[1]], target, weights)
-        return mse, raw[:, : target.shape[1]], {"aux_target_mse": mse}
-    logits, rest = raw[:, : k * k], raw[:, k * k:]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+        mse = weighted_mse(pred, target, weights)
+        return mse, pred, {"aux_target_mse": mse}
+    rest = raw[:, k * k:]
+    logp = jax.nn.log_softmax(raw[:, : k * k].astype(jnp.float32), -1)
     ce_each = -jnp.sum(grasp_bin_labels(target[:, :2], k) * logp, -1)
     w = weights.astype(jnp.float32)
     ce = jnp.sum(w * ce_each) / jnp.maximum(w.sum(), 1.0)
-    pred = jnp.concatenate([decode_grasp_bins(logits, k), rest], -1)[:, : target.shape[1]]
     loss = ce + (weighted_mse(rest, target[:, 2:], weights) if target.shape[1] > 2 else 0.0)
     return loss, pred, {"aux_grasp_ce": ce, "aux_target_mse": weighted_mse(pred, target, weights)}
 
@@ -281,12 +290,8 @@ class VLA(nn.Module):
         return self.aux_out(nn.gelu(self.aux_hidden(pooled))).astype(jnp.float32)
 
     def aux_target(self, hidden: jax.Array, mask: jax.Array) -> jax.Array:
-        """The aux prediction f32 [B, D] (normalized like the aux target): `aux_raw`, with the grasp bins
-        decoded to xy (`decode_grasp_bins`) under `cfg.aux_grasp_bins`."""
-        raw, k = self.aux_raw(hidden, mask), self.cfg.aux_grasp_bins
-        if not k:
-            return raw
-        return jnp.concatenate([decode_grasp_bins(raw[:, : k * k], k), raw[:, k * k:]], -1)
+        """The aux prediction f32 [B, D] (normalized like the aux target): `decode_aux` of `aux_raw`."""
+        return decode_aux(self.cfg, self.aux_raw(hidden, mask))
 
     def __call__(self, obs: Observation, actions: jax.Array | None = None, t: jax.Array | None = None):
         """Touches every parameter (used by `init`). -> dict of outputs."""
