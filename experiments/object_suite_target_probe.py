@@ -9,6 +9,9 @@ xy and the zone centre, normalized like the training targets): the gap between t
 the prediction's error costs, the oracle's own failures what the action head cannot do.
 `--hold-first` conditions every chunk on the prediction made at the first chunk (gripper at home)
 instead of re-predicting at each chunk: whether re-predicting drifts along the gripper's path.
+`--target-from CKPT` conditions the action head on another checkpoint's predicted target (its prefix and
+aux head, same demos' normalization), re-predicted at each chunk: what the checkpoint's action head
+achieves with a separate target predictor (e.g. one whose VLM stayed the grounding's).
 
     .venv/bin/python experiments/object_suite_target_probe.py --checkpoint runs/i22t/d1/checkpoints \
         --eval-seed 7 --episodes-per-task 10 --json out.json [--oracle]
@@ -42,7 +45,8 @@ def raw_targets(cfg) -> tuple[np.ndarray, np.ndarray]:
     return out.mean(0), np.maximum(out.std(0), 1e-6)
 
 
-def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_first: bool = False) -> dict:
+def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_first: bool = False,
+          target_from: str = "") -> dict:
     from vlajax.config import TrainConfig
     from vlajax.demos import make_env
     from vlajax.envs import registry
@@ -54,6 +58,15 @@ def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_f
     if not model.cfg.target_conditioning:
         raise SystemExit("error: the checkpoint's model has no target_conditioning")
     mean, std = (jnp.asarray(x, jnp.float32) for x in raw_targets(tcfg))
+    if target_from:
+        if oracle:
+            raise SystemExit("error: --target-from and --oracle exclude each other")
+        t_bridge, t_model, t_params, t_cfg, _ = load_policy(target_from, TrainConfig())
+        same = t_model.cfg.aux_target == model.cfg.aux_target and all(
+            np.allclose(x, y) for x, y in zip(raw_targets(t_cfg), (mean, std)))
+        if not same:
+            raise SystemExit("error: --target-from needs a checkpoint with the same aux_target, trained on demos with "
+                             "the same target statistics")
     cfg = dataclasses.replace(tcfg, env=dataclasses.replace(tcfg.env, suite="object", task=""))
     names = registry.tasks_for(cfg.env)
     env = make_env(cfg, names[0])
@@ -67,6 +80,10 @@ def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_f
         obs = bridge.observation_from_state(state)
         hidden, cache = model.apply(v, obs, method=VLA.prefix)
         pred = model.apply(v, hidden, cache.segment_ids > 0, method=VLA.predicted_target)
+        if target_from:
+            tv = {"params": t_params}
+            t_hidden, t_cache = t_model.apply(tv, t_bridge.observation_from_state(state), method=VLA.prefix)
+            pred = t_model.apply(tv, t_hidden, t_cache.segment_ids > 0, method=VLA.predicted_target)
         target = (true_target - mean) / std if oracle else pred
         if hold_first and not oracle:
             target = jnp.where(first, pred, held)
@@ -110,7 +127,7 @@ def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_f
     n = len(done)
     return {
         "step": step, "eval_seed": seed, "episodes": n, "replan": replan, "oracle": oracle, "hold_first": hold_first,
-        "success": float(done.mean()),
+        "target_from": target_from, "success": float(done.mean()),
         "per_task_success": {nm: float(done[i * episodes:(i + 1) * episodes].mean()) for i, nm in enumerate(names)},
         "first_chunk_grasp_nearest_is_target": float((nearest == 0).mean()),
         "first_chunk_grasp_error_m_median": float(np.median(d[:, 0])),
@@ -130,9 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--oracle", action="store_true", help="condition on the true target instead of the prediction")
     p.add_argument("--hold-first", action="store_true",
                    help="condition every chunk on the first chunk's prediction (not with --oracle)")
+    p.add_argument("--target-from", default="", help="checkpoint whose predicted target conditions the action head")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
-    out = probe(a.checkpoint, a.eval_seed, a.episodes_per_task, a.replan, a.oracle, a.hold_first)
+    out = probe(a.checkpoint, a.eval_seed, a.episodes_per_task, a.replan, a.oracle, a.hold_first, a.target_from)
     out["command"] = "experiments/object_suite_target_probe.py " + " ".join(argv or __import__("sys").argv[1:])
     print(json.dumps(out, indent=1))
     if a.json:
