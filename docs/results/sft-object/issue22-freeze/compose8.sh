@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22.4, eighth attempt, dev probe after devC (written 2026-11-26 13:15 UTC, before its run).
+# Issue 22.4, eighth attempt, dev probe after devC (written 2026-11-26 13:09 UTC, before its run).
 # devC (VLM frozen at the grounding's) kept the cube choice (70% on seed 7) and the grasp precision (median
 # 1.4 cm, devB: 4.8 cm) but its action head failed (2.5% success): the frozen prefix does not carry what the
 # expert needs to act. This probe asks what the two parts give together: devB's action head (full SFT)
