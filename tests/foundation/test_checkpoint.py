@@ -131,16 +131,20 @@ def test_grain_iterator_resumes_at_the_next_batch(tmp_path):
 
 _KILL_SCRIPT = textwrap.dedent(
     """
-    import os, signal, sys
+    import os, signal, sys, time
     import jax, jax.numpy as jnp
     from vlajax import checkpoint
     d = sys.argv[1]
     ckpt = checkpoint.Checkpointer(d, async_save=True)
     ckpt.save(1, {"w": jnp.full((1024, 1024), 1.0)}, extra={"step": 1})
     ckpt.wait()
-    # A large second save (~400 MB); the process is killed while its background write runs.
+    # A large second save (~400 MB); the process is killed while its background write runs, once the
+    # write's temporary directory exists (on a loaded machine it can appear after save() returns).
     big = {"w": jnp.full((1024, 1024), 2.0), "big": jnp.ones((100, 1024, 1024), jnp.float32)}
     ckpt.save(2, big, extra={"step": 2})
+    deadline = time.monotonic() + 120
+    while not any("tmp" in n for n in os.listdir(d)) and "2" not in os.listdir(d) and time.monotonic() < deadline:
+        time.sleep(0.001)
     print("SAVE_STARTED", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
     """
