@@ -66,7 +66,7 @@ def input_probe(ckpt: str, dataset: str, batches: int, aux_frames: str = "") -> 
         if "aux_target_mse" in m:  # per target dim (grasp_place: grasp x, y, place x, y)
             cache, hidden = sample_cache(model, {"params": p}, b, info.groups, with_hidden=True)
             pred = model.apply({"params": p}, hidden, cache.segment_ids > 0, method=VLA.aux_target)
-            live = (b["sample_mask"] & b["aux_mask"])[:, None]
+            live = ((b["sample_mask"] > 0) & (b["aux_frame_weight"] > 0))[:, None]  # counted frames, once each
             out["aux_per_dim"] = jnp.sum(live * (pred - b["aux_target"]) ** 2, 0) / jnp.maximum(live.sum(), 1)
         return out
 

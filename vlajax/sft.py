@@ -96,10 +96,10 @@ def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: b
 
 def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
     """`vla.aux_loss` of `model.aux_target`'s head on the prefix over the live sample slots, each weighted
-    by its `aux_mask` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames).
+    by its `aux_frame_weight` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames).
     -> (scalar, the decoded prediction f32 [N, D], metrics)."""
     raw = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_raw)
-    return aux_loss(model.cfg, raw, batch["aux_target"], batch["sample_mask"] * batch["aux_mask"])
+    return aux_loss(model.cfg, raw, batch["aux_target"], batch["sample_mask"] * batch["aux_frame_weight"])
 
 
 def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,

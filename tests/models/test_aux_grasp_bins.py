@@ -101,7 +101,7 @@ def test_sft_loss_with_bins_packed_equals_padded(grasp_dataset, tmp_path):  # no
     assert float(m_ref["aux_grasp_ce"]) > np.log(K * K) * 0.5  # untrained: near the uniform's entropy
     # loss = flow + 2 x (ce + place mse)
     fixed_t = jnp.asarray(fixed["aux_target"])
-    wts = jnp.asarray(fixed["sample_mask"] * fixed["aux_mask"], jnp.float32)
+    wts = jnp.asarray(fixed["sample_mask"] * fixed["aux_frame_weight"], jnp.float32)
     hidden, cache = model.apply({"params": params}, _obs(fixed), method=VLA.prefix)
     raw = model.apply({"params": params}, hidden, cache.segment_ids > 0, method=VLA.aux_raw)
     place = weighted_mse(raw[:, K * K:], fixed_t[:, 2:], wts)

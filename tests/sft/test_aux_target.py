@@ -59,19 +59,19 @@ def test_grasp_place_targets_are_the_grasp_and_last_state(grasp_dataset, tmp_pat
     want = (raw - raw.mean(0)) / raw.std(0)
     got = np.stack([src[i]["aux_target"] for i in range(len(src))])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    assert all(src[i]["aux_mask"] for i in range(len(src)))  # 'grasp_place': every frame counts
+    assert all(src[i]["aux_frame_weight"] for i in range(len(src)))  # 'grasp_place': every frame counts
     assert "aux_target" not in make_source(tiny_config(root, str(tmp_path)))[0]  # off by default
     # 'grasp_place_pregrasp': the same targets, the loss only on the frames before the grasp
     cfg = _aux_config(root, str(tmp_path))
     pre = make_source(cfg.replace(model=dataclasses.replace(cfg.model, aux_target="grasp_place_pregrasp")))
     want_mask = np.concatenate([np.arange(12) < g for g in (3, 5, 2, 7, 4, 6, 1, 8)])
-    np.testing.assert_array_equal([pre[i]["aux_mask"] for i in range(len(pre))], want_mask)
+    np.testing.assert_array_equal([pre[i]["aux_frame_weight"] for i in range(len(pre))], want_mask)
     np.testing.assert_allclose(np.stack([pre[i]["aux_target"] for i in range(len(pre))]), want, rtol=1e-5, atol=1e-5)
     # 'grasp_place_start': before the grasp and within 2 cm (xy) of the episode's first frame
     st = make_source(cfg.replace(model=dataclasses.replace(cfg.model, aux_target="grasp_place_start")))
     xy = np.stack([st[i]["state"][:2] for i in range(len(st))]).reshape(8, 12, 2)
     near = (np.linalg.norm(xy - xy[:, :1], axis=-1) < 0.02).reshape(-1)
-    got_mask = np.asarray([st[i]["aux_mask"] for i in range(len(st))])
+    got_mask = np.asarray([st[i]["aux_frame_weight"] for i in range(len(st))])
     np.testing.assert_array_equal(got_mask, near & want_mask)
     assert got_mask.sum() >= 8  # every episode's first frame at least
 
@@ -96,7 +96,8 @@ def test_aux_loss_packed_equals_padded_and_trains_the_vision_tower(grasp_dataset
     np.testing.assert_allclose(m["aux_target_mse"], m_ref["aux_target_mse"], rtol=1e-5, atol=1e-6)
     assert float(m_ref["aux_target_mse"]) > 0
     np.testing.assert_allclose(ref, m_ref["flow_mse"] + 2.0 * m_ref["aux_target_mse"], rtol=1e-6)
-    _, m_off = f(params, {**fixed, "aux_mask": np.zeros_like(fixed["aux_mask"])}, 2.0)  # masked frames: no loss
+    zero = np.zeros_like(fixed["aux_frame_weight"])
+    _, m_off = f(params, {**fixed, "aux_frame_weight": zero}, 2.0)  # frames of weight 0: no loss
     assert float(m_off["aux_target_mse"]) == 0.0 and float(m_off["flow_mse"]) == float(m_ref["flow_mse"])
     # The auxiliary loss alone moves the vision tower and the text embedding (it reads the prefix).
     g = jax.grad(lambda p: loss_fn(p, model, fixed, jax.random.key(3), aux_weight=1.0)[1]["aux_target_mse"])(params)
@@ -133,9 +134,9 @@ def test_aux_start_weight_weighs_the_start_frames(grasp_dataset, tmp_path, capsy
     root = grasp_dataset[0]
     cfg = _aux_config(root, str(tmp_path))
     start = make_source(cfg.replace(model=dataclasses.replace(cfg.model, aux_target="grasp_place_start")))
-    want = np.where(start.aux_mask > 0, 7.0, 1.0)
+    want = np.where(start.aux_frame_weight > 0, 7.0, 1.0)
     src = make_source(cfg.replace(sft=dataclasses.replace(cfg.sft, aux_start_weight=7.0)))
-    np.testing.assert_array_equal(src.aux_mask, want)
+    np.testing.assert_array_equal(src.aux_frame_weight, want)
     assert 0 < (want == 7.0).sum() < len(want)
     # the loss: a weighted mean of the per-slot squared errors
     _, fixed, _, _ = _batches(cfg)
@@ -143,14 +144,14 @@ def test_aux_start_weight_weighs_the_start_frames(grasp_dataset, tmp_path, capsy
     params = jax.tree.map(lambda x: getattr(x, "value", x), params, is_leaf=lambda x: hasattr(x, "value"))
     model = VLA(cfg.model)
     f = jax.jit(lambda p, b: loss_fn(p, model, b, jax.random.key(3))[1]["aux_target_mse"])
-    n = fixed["aux_mask"].shape[0]
+    n = fixed["aux_frame_weight"].shape[0]
     per_slot = []
     for k in range(n):  # each live slot alone: its own squared error
         one = np.zeros(n, np.float32)
         one[k] = 1.0
-        per_slot.append(float(f(params, {**fixed, "aux_mask": one})) if fixed["sample_mask"][k] else 0.0)
+        per_slot.append(float(f(params, {**fixed, "aux_frame_weight": one})) if fixed["sample_mask"][k] else 0.0)
     w = np.linspace(1.0, 5.0, n).astype(np.float32) * fixed["sample_mask"]
-    got = float(f(params, {**fixed, "aux_mask": w}))
+    got = float(f(params, {**fixed, "aux_frame_weight": w}))
     np.testing.assert_allclose(got, np.sum(w * np.asarray(per_slot)) / np.sum(w), rtol=1e-5)
     assert len(set(np.round(per_slot, 6))) > 1  # slots differ, so the weights matter
     code = train_cli.main(["sft", "--preset", "sft-tiny", "--data.dataset-dir", root, "--output-dir",

@@ -79,10 +79,10 @@ def make_source(cfg: TrainConfig, data: LeRobotData | None = None) -> ActionChun
         raise DatasetError(f"{info}: state has {src.state_dim} dims > model.state_dim={cfg.model.state_dim}")
     if cfg.model.aux_target != "none":  # every record also carries its episode's target
         aux, before, start = grasp_place_targets(src)
-        mask = {"grasp_place_pregrasp": before, "grasp_place_start": start}.get(cfg.model.aux_target)
+        weight = {"grasp_place_pregrasp": before, "grasp_place_start": start}.get(cfg.model.aux_target)
         if cfg.model.aux_target == "grasp_place" and cfg.sft.aux_start_weight != 1.0:  # start frames weigh more
-            mask = np.where(start, np.float32(cfg.sft.aux_start_weight), np.float32(1.0))
-        src = ActionChunkSource(data, cfg.model.action_horizon, aux=aux, aux_mask=mask)
+            weight = np.where(start, np.float32(cfg.sft.aux_start_weight), np.float32(1.0))
+        src = ActionChunkSource(data, cfg.model.action_horizon, aux=aux, aux_frame_weight=weight)
     return src
 
 
@@ -142,7 +142,7 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     cams = _cameras(cfg, src)
     # decode only the cameras used
     src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams, aux=src.aux,
-                            aux_mask=src.aux_mask)
+                            aux_frame_weight=src.aux_frame_weight)
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}

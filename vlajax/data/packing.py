@@ -10,7 +10,7 @@ text slots are holes. Every mode emits the same keys; only the layout arrays dif
     images {cam: uint8 [N, h, w, 3]}, image_masks {cam: bool [N]}, tokens int32 [N, text_len],
     token_mask bool [N, text_len], state float32 [N, S], actions float32 [N, H, A],
     action_mask bool [N, H], task_index int32 [N], index int32 [N] (record; -1 = empty slot),
-    sample_mask bool [N] (False = empty slot), aux_target float32 [N, D] and aux_mask
+    sample_mask bool [N] (False = empty slot), aux_target float32 [N, D] and aux_frame_weight
     float32 [N] (the auxiliary loss's weight; only when the samples have them)
   layout of the prefix transformer's input rows (R rows of T tokens):
     prefix_index int32 [R, T]   source of each token in the flattened per-sample prefix [N * length]
@@ -138,7 +138,7 @@ def collate(samples: Sequence[dict], spec: PrefixSpec, slots: int) -> dict[str, 
         "index": np.concatenate([np.asarray([smp["index"] for smp in samples], np.int32),
                                  np.full(pad, -1, np.int32)]),
         "sample_mask": np.arange(slots) < len(samples),
-        **({"aux_target": stack("aux_target", np.float32), "aux_mask": stack("aux_mask", np.float32)}
+        **({"aux_target": stack("aux_target", np.float32), "aux_frame_weight": stack("aux_frame_weight", np.float32)}
            if "aux_target" in samples[0] else {}),
     }
 

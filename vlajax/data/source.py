@@ -11,7 +11,7 @@ Record i is frame i of the dataset (global index). `source[i]` is a dict:
     task_index    int64 []
     episode_index, frame_index, index   int64 []
     aux_target    float32 [D]      only with `aux=`: the frame's auxiliary target (`grasp_place_targets`)
-    aux_mask      float32 []       only with `aux=`: the auxiliary loss's weight on this frame (0 = not counted)
+    aux_frame_weight float32 []    only with `aux=`: the auxiliary loss's weight on this frame (0 = not counted)
 
 Access is random (O(1) per record), so grain shuffles are global and an iterator checkpoint is
 a few integers. Records are built on demand; images are decoded from PNG per access.
@@ -45,7 +45,7 @@ class ActionChunkSource:
         state_key: str = "observation.state",
         cameras: tuple[str, ...] | None = None,
         aux: np.ndarray | None = None,
-        aux_mask: np.ndarray | None = None,
+        aux_frame_weight: np.ndarray | None = None,
     ):
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -68,8 +68,8 @@ class ActionChunkSource:
         if aux is not None and len(aux) != len(data):
             raise ValueError(f"aux has {len(aux)} rows for {len(data)} frames")
         self.aux = None if aux is None else np.asarray(aux, np.float32)
-        self.aux_mask = None if aux is None else (np.ones(len(data), np.float32) if aux_mask is None
-                                                  else np.asarray(aux_mask, np.float32))
+        weight = np.ones(len(data), np.float32) if aux_frame_weight is None else aux_frame_weight
+        self.aux_frame_weight = None if aux is None else np.asarray(weight, np.float32)
 
     @property
     def action_dim(self) -> int:
@@ -90,7 +90,7 @@ class ActionChunkSource:
         end = int(self._episode_end[i])
         mask = idx < end
         cols = self.data.columns
-        extra = {} if self.aux is None else {"aux_target": self.aux[i], "aux_mask": self.aux_mask[i]}
+        extra = {} if self.aux is None else {"aux_target": self.aux[i], "aux_frame_weight": self.aux_frame_weight[i]}
         return {
             "actions": self._actions[np.minimum(idx, end - 1)],
             "action_mask": mask,
