@@ -3,6 +3,8 @@
 # pytest's exit code 5 ("no tests collected") is a failure here, never a silent pass.
 # VLAJAX_TEST_WORKERS (default 2, the CI machine's cores) pytest-xdist worker processes; each test module
 # runs on one worker (--dist loadscope: module fixtures are built once); 0 = no workers, one process.
+# With workers, a -m expression that deselects every test ends in xdist's INTERNALERROR (exit code 3,
+# pytest-xdist#204) instead of exit code 5: a failure too, never a silent pass.
 set -u
 py="$1"; shift
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
