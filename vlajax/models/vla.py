@@ -87,10 +87,16 @@ def decode_aux(cfg: ModelConfig, raw: jax.Array) -> jax.Array:
     return jnp.concatenate([decode_grasp_bins(raw[:, : k * k], k), raw[:, k * k:]], -1)
 
 
+def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
+    """x [N, ...], weights [N] (0 = not counted; every element of row n weighs weights[n]) -> the weighted
+    mean over all elements (0 when no weight)."""
+    w = jnp.broadcast_to(weights.astype(jnp.float32).reshape(weights.shape + (1,) * (x.ndim - 1)), x.shape)
+    return jnp.sum(w * x) / jnp.maximum(w.sum(), 1.0)
+
+
 def weighted_mse(pred: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
     """pred, target [N, D], weights [N] (0 = not counted) -> the weighted mean of the squared errors."""
-    w = weights.astype(jnp.float32)[:, None]
-    return jnp.sum(w * (pred - target) ** 2) / jnp.maximum(w.sum() * pred.shape[-1], 1.0)
+    return weighted_mean((pred - target) ** 2, weights)
 
 
 def aux_loss(cfg: ModelConfig, raw: jax.Array, target: jax.Array, weights: jax.Array):
@@ -108,8 +114,7 @@ def aux_loss(cfg: ModelConfig, raw: jax.Array, target: jax.Array, weights: jax.A
     rest = raw[:, k * k:]
     logp = jax.nn.log_softmax(raw[:, : k * k].astype(jnp.float32), -1)
     ce_each = -jnp.sum(grasp_bin_labels(target[:, :2], k) * logp, -1)
-    w = weights.astype(jnp.float32)
-    ce = jnp.sum(w * ce_each) / jnp.maximum(w.sum(), 1.0)
+    ce = weighted_mean(ce_each, weights)
     loss = ce + (weighted_mse(rest, target[:, 2:], weights) if target.shape[1] > 2 else 0.0)
     return loss, pred, {"aux_grasp_ce": ce, "aux_target_mse": weighted_mse(pred, target, weights)}
 
