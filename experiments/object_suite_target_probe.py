@@ -75,19 +75,20 @@ def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_f
     length, K = cfg.env.episode_length, model.cfg.num_denoise_steps
     mc = model.cfg
 
+    def prefix_and_target(m, v, br, state):
+        """The prefix's KV cache and the model's predicted target [B, 4] (normalized) for env `state`."""
+        hidden, cache = m.apply(v, br.observation_from_state(state), method=VLA.prefix)
+        return cache, m.apply(v, hidden, cache.segment_ids > 0, method=VLA.predicted_target)
+
     def act(params, state, true_target, held, first, rng):
         v = {"params": params}
-        obs = bridge.observation_from_state(state)
-        hidden, cache = model.apply(v, obs, method=VLA.prefix)
-        pred = model.apply(v, hidden, cache.segment_ids > 0, method=VLA.predicted_target)
+        cache, pred = prefix_and_target(model, v, bridge, state)
         if target_from:
-            tv = {"params": t_params}
-            t_hidden, t_cache = t_model.apply(tv, t_bridge.observation_from_state(state), method=VLA.prefix)
-            pred = t_model.apply(tv, t_hidden, t_cache.segment_ids > 0, method=VLA.predicted_target)
+            pred = prefix_and_target(t_model, {"params": t_params}, t_bridge, state)[1]
+        b = true_target.shape[0]
         target = (true_target - mean) / std if oracle else pred
         if hold_first and not oracle:
             target = jnp.where(first, pred, held)
-        b = obs.batch_size
         x = jax.random.normal(rng, (b, mc.action_horizon, mc.action_dim)) if mc.flow_x1 == "normal" else \
             jnp.zeros((b, mc.action_horizon, mc.action_dim))
         for k in range(K):  # the ODE sampler of heads.flow_sample (x_{t-d} = x_t - d v)
