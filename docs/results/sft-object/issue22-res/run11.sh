@@ -12,7 +12,7 @@
 # The only other difference: stages 1 (demos) and 2 (grounding) are independent and run at the same time (each
 # used < 1 core in the sixth recipe: 645 s CPU in 20 min, 892 s in 19 min).
 #
-# CRITERION (written 2026-11-26 16:13 UTC, before any run of this attempt; not changed after): met <=> mean
+# CRITERION (written 2026-11-26 16:12 UTC, before any run of this attempt; not changed after): met <=> mean
 #   success >= 0.60 on the standard evaluation (`eval`, seed 0, 20 episodes per task = 80) of the policy from
 #   this ONE recipe, whose wall time (start of stage 1 to end of stage 3, as a user waits for it) is <= 60 min
 #   on this 2-core machine. Seed 0 is evaluated once. The summed stage walls are reported too.
