@@ -230,6 +230,10 @@ class RLConfig:
     # in between, W-REINFORCE-style down-weighting. With normalize_advantages='none' and GRPO the sign is that of
     # the return against its group's mean
     negative_advantage_weight: float = 1.0
+    # token head: sampling temperature of the rollouts' bins (logits / T); the learner scores the stored tokens at
+    # the same T, so fresh-data ratios stay 1. Evaluation stays greedy whatever T is. T < 1 draws rollouts closer
+    # to the greedy policy that evaluation measures; T > 1 explores more. Other heads refuse T != 1
+    temperature: float = 1.0
     target_kl: float = 0.0  # skip the remaining minibatch updates once approx KL exceeds this (0 = off)
     update_epochs: int = 2  # passes over each collected batch
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
@@ -270,6 +274,7 @@ class RLConfig:
         _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
         _check(0.0 <= self.negative_advantage_weight <= 1.0,
                f"rl.negative_advantage_weight must be in [0, 1] (1 = off), got {self.negative_advantage_weight}")
+        _check(self.temperature > 0, f"rl.temperature must be > 0 (greedy evaluation needs no flag), got {self.temperature}")
         _check(self.critic_width >= 1, "rl.critic_width must be >= 1")
         _check(self.eval_seed >= -1, "rl.eval_seed must be >= 0, or -1 for the run's seed")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")

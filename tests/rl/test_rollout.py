@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.rl import rollout_toy as toy
-from vlajax.config import EnvConfig, ModelConfig, RLConfig, TrainConfig
+from vlajax.config import ConfigError, EnvConfig, ModelConfig, RLConfig, TrainConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models import heads
 from vlajax.models.vla import VLA
@@ -205,13 +205,13 @@ def test_evaluate_pins_tasks_and_is_deterministic():
 # ------------------------------------------------------------------------------------------
 
 
-def _vla(head, per_factor=False):
+def _vla(head, per_factor=False, temperature=1.0):
     model, bridge = _model_and_bridge(head)
     env = toy.make_env(B, H, episode_length=6, pixels=True)
     obs0 = bridge.observation(jax.tree.map(lambda x: x[:1], jax.jit(
         lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0)).obs), jnp.zeros((1,), jnp.int32))
     params = jax.jit(model.init)(jax.random.key(1), obs0)["params"]
-    return actors.vla_actor(model, bridge, per_factor=per_factor), params, env
+    return actors.vla_actor(model, bridge, temperature=temperature, per_factor=per_factor), params, env
 
 
 _HEADS = {  # the ModelConfig fields of each tested head
@@ -232,19 +232,21 @@ def _model_and_bridge(head):
     return model, Bridge(mcfg, ("agentview",), {"actions": ident(4), "state": ident(8)})
 
 
-@pytest.mark.parametrize("head", ["mlp", "flow_sde", "flow_sde_last", "tokens"])
+@pytest.mark.parametrize("head", ["mlp", "flow_sde", "flow_sde_last", "tokens", "tokens_t0.5"])
 def test_first_update_on_fresh_data_has_ratio_exactly_one(head):
     """`rl_setup.collect` (rollout + advantages + learner batch), then `learner.update`: the first
     update's importance ratio is 1. The MLP's is exactly 1 (recorded with the learner's own
     `logp_value`). The VLA heads record the log-densities their sampling pass computed
     (`Actor.act` / `score`, one forward per decision), which the learner recomputes from the
     stored chain / tokens in another XLA program (inside grad and three nested scans) that may
-    round differently: measured |ratio - 1| <= 5e-7, approx KL ~1e-12, no clipping."""
+    round differently: measured |ratio - 1| <= 5e-7, approx KL ~1e-12, no clipping. 'tokens_t0.5':
+    rollouts drawn at rl.temperature 0.5, which the learner's recomputation uses too."""
+    head, _, t_arg = head.partition("_t")
     algo = "grpo" if head == "tokens" else "ppo"
     if head == "mlp":
         (actor, params), env = mlp(), toy.make_env(B, H, episode_length=6)
     else:
-        actor, params, env = _vla(head)
+        actor, params, env = _vla(head, temperature=float(t_arg or 1.0))
     t = 3 if algo == "grpo" else 4  # GRPO plays the 6-step episode: 3 decisions
     rl = RLConfig(algo=algo, group_size=4, rollout_length=4, update_epochs=1, num_minibatches=1, micro_batches=t,
                   learning_rate=1e-3, filter_zero_advantage=False)
@@ -305,6 +307,40 @@ def test_per_entry_log_probs_sum_to_the_decisions_and_start_at_ratio_one(head):
     m = jax.device_get(m)
     learner.check_finite(m)
     assert m["clip_frac"] == 0.0 and abs(m["ratio_mean"] - 1.0) <= 2e-6 and m["approx_kl"] <= 1e-10
+
+
+def test_token_temperature_scores_the_draws_at_that_temperature():
+    """rl.temperature: the recorded log-prob of each decision is its tokens' log-prob under logits / T (the executed
+    step's, as at T = 1), not under the untempered logits; the greedy draw ignores T."""
+    model, bridge = _model_and_bridge("tokens")
+    _, params, env = _vla("tokens")
+    obs = jax.jit(lambda k: ro.reset(env, ro.group_keys(k, B)))(jax.random.key(0)).obs
+    task = jnp.zeros((B,), jnp.int32)
+    o = bridge.observation(obs, task)
+    for t in (0.5, 2.0):
+        actor = actors.vla_actor(model, bridge, temperature=t)
+        _, record, scores = jax.jit(actor.act)(params, obs, task, jax.random.key(3))
+        logp, _ = actor.score(scores, None)
+        tempered = heads.token_chunk_log_prob(model, {"params": params}, o, record["tokens"], temperature=t)
+        plain = heads.token_chunk_log_prob(model, {"params": params}, o, record["tokens"])
+        np.testing.assert_allclose(np.asarray(logp), np.asarray(tempered["log_prob"]), rtol=1e-5, atol=1e-5)
+        assert not np.allclose(np.asarray(logp), np.asarray(plain["log_prob"]), rtol=1e-3, atol=1e-3)
+        greedy = jax.jit(functools.partial(actor.sample, deterministic=True))(params, obs, task, jax.random.key(3))
+        greedy_t1 = jax.jit(functools.partial(actors.vla_actor(model, bridge).sample, deterministic=True))(
+            params, obs, task, jax.random.key(3))
+        np.testing.assert_array_equal(np.asarray(greedy[1]["tokens"]), np.asarray(greedy_t1[1]["tokens"]))
+
+
+def test_temperature_is_refused_for_heads_without_bins():
+    with pytest.raises(ConfigError, match="rl.temperature"):
+        RLConfig(temperature=0.0)
+    state_cfg = TrainConfig(env=EnvConfig(obs_mode="state"), rl=RLConfig(temperature=0.5))
+    with pytest.raises(ConfigError, match="state MLP"):
+        rl_setup.build(state_cfg)
+    flow_cfg = TrainConfig(env=EnvConfig(obs_mode="pixels"), model=ModelConfig(**_HEADS["flow_sde_last"]),
+                           rl=RLConfig(temperature=0.5))
+    with pytest.raises(ConfigError, match="head is 'flow'"):
+        rl_setup.build(flow_cfg)
 
 
 def test_vla_executes_the_first_k_actions_and_scores_only_them():

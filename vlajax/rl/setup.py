@@ -131,6 +131,9 @@ def build(cfg: TrainConfig, mesh=None) -> Setup:
 
 
 def _build_mlp(cfg: TrainConfig) -> Setup:
+    if cfg.rl.temperature != 1.0:
+        raise ConfigError(f"rl.temperature={cfg.rl.temperature} is the token head's sampling temperature: the state "
+                          "MLP's Gaussian policy has none (use 1)")
     if cfg.rl.critic == "privileged":
         raise ConfigError("rl.critic='privileged' is for pixel policies (env.obs_mode='pixels'): the state MLP's "
                           "own critic already reads the privileged state")
@@ -190,12 +193,15 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     if privileged:  # the critic is its own MLP: the VLA needs no value head
         model_cfg = dataclasses.replace(model_cfg, value_head="none")
         bridge = dataclasses.replace(bridge, model=model_cfg)
+    if cfg.rl.temperature != 1.0 and model_cfg.action_head != "tokens":
+        raise ConfigError(f"rl.temperature={cfg.rl.temperature} is the token head's sampling temperature; this "
+                          f"model's head is {model_cfg.action_head!r} (use 1)")
     model = build_model(model_cfg)  # our VLA or openpi's pi0 / pi0.5
     h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
     env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
     critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
-    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", execute=cfg.rl.chunk_steps,
-                             critic=critic, per_factor=cfg.rl.ratio_level == "factor")
+    actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", temperature=cfg.rl.temperature,
+                             execute=cfg.rl.chunk_steps, critic=critic, per_factor=cfg.rl.ratio_level == "factor")
 
     def init_params(rng):
         obs = fake_observation(rng, 1, model_cfg, cameras=bridge.cameras)
