@@ -2,7 +2,7 @@
 # Seventeenth session, issue 21.3: the quickstart's GRPO rollouts drawn at temperature 0.5 (`--rl.temperature 0.5`,
 # flag added in 0a04248; the candidate's RL_RECIPE is on branch s17-quickstart-t05, commit 2ffa068).
 #
-# Hypothesis (written 2026-11-26 16:18 UTC, before any run with the flag). Fourteen sessions of evidence
+# Hypothesis (written 2026-11-26 16:16 UTC = its commit de89a55, before any run with the flag). Fourteen sessions of evidence
 # (docs/results.md, Quickstart): the sampled policy GRPO trains gains a few points over 20 updates, while the greedy
 # (per-token argmax) policy the quickstart evaluates swings -30..+29 points per seed. At T = 1 a large share of the
 # sampled tokens are not the argmax bin, so most of each update moves mass among non-argmax bins; that can flip an
