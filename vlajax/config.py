@@ -274,7 +274,8 @@ class RLConfig:
         _check(self.advantage_eps > 0, "rl.advantage_eps must be > 0")
         _check(0.0 <= self.negative_advantage_weight <= 1.0,
                f"rl.negative_advantage_weight must be in [0, 1] (1 = off), got {self.negative_advantage_weight}")
-        _check(self.temperature > 0, f"rl.temperature must be > 0 (greedy evaluation needs no flag), got {self.temperature}")
+        _check(self.temperature > 0,
+               f"rl.temperature must be > 0 (greedy evaluation needs no flag), got {self.temperature}")
         _check(self.critic_width >= 1, "rl.critic_width must be >= 1")
         _check(self.eval_seed >= -1, "rl.eval_seed must be >= 0, or -1 for the run's seed")
         _check(self.target_kl >= 0, "rl.target_kl must be >= 0 (0 = off)")

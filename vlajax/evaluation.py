@@ -35,11 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax import compile_cache
+from vlajax.atomic_files import write_json, write_text
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import write_gif
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
-from vlajax.run_files import load_policy, write_json
+from vlajax.run_files import load_policy
 
 log = logging.getLogger(__name__)
 
@@ -180,11 +181,7 @@ def write_report(out_dir: str, stem: str, result: dict[str, Any], markdown: str)
     """`<out_dir>/<stem>.json` (the result) and `<stem>.md` (its table), each written atomically."""
     os.makedirs(out_dir, exist_ok=True)
     write_json(os.path.join(out_dir, f"{stem}.json"), result)
-    path = os.path.join(out_dir, f"{stem}.md")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(markdown)
-    os.replace(tmp, path)
+    write_text(os.path.join(out_dir, f"{stem}.md"), markdown)
 
 
 def run(cfg: TrainConfig) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from vlajax.atomic_files import write_bytes
+
 __all__ = ["MetricsLogger", "Progress", "to_uint8", "gif_bytes", "write_gif"]
 
 log = _pylogging.getLogger(__name__)
@@ -53,12 +55,7 @@ def write_gif(path: str, frames: Any, fps: int = 10) -> str:
     frames = np.asarray(frames)
     if frames.ndim == 5:
         frames = _tile(frames)
-    data = gif_bytes(frames, fps)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    return path
+    return write_bytes(path, gif_bytes(frames, fps))
 
 
 class MetricsLogger:

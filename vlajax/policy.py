@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vlajax.atomic_files import write_json
 from vlajax.config import ModelConfig, action_norm
 from vlajax.data.normalize import NormStats, unnormalize
 from vlajax.models import heads
@@ -143,12 +144,7 @@ class Bridge:
     def save(self, directory: str) -> str:
         """Write `<directory>/policy.json` atomically. -> its path."""
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, POLICY_FILE)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
-        os.replace(tmp, path)
-        return path
+        return write_json(os.path.join(directory, POLICY_FILE), self.to_json())
 
     @classmethod
     def load(cls, directory: str) -> Bridge:

@@ -31,10 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax import compile_cache
+from vlajax.atomic_files import write_json
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, write_report
 from vlajax.logging import write_gif
-from vlajax.run_files import load_policy, write_json
+from vlajax.run_files import load_policy
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ import jax
 import optax
 
 from vlajax import checkpoint, sharding, trainable
+from vlajax.atomic_files import write_json
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.models.build import build_model
 from vlajax.models.observation import fake_observation
@@ -31,7 +32,7 @@ from vlajax.train_state import TrainState
 
 __all__ = ["CONFIG_FILE", "POLICY_SOURCES", "abstract_train_state", "config_from_dict", "config_to_dict", "eval_params",
            "init_fn", "load_config", "load_policy", "make_optimizer", "make_schedule", "policy_source",
-           "restore_eval_params", "write_json", "write_policy"]
+           "restore_eval_params", "write_policy"]
 
 CONFIG_FILE = "config.json"
 # policy.json 'source': which run wrote the checkpoint (where its state keeps the policy's params)
@@ -75,14 +76,6 @@ def load_config(directory: str) -> TrainConfig:
         raise FileNotFoundError(f"{path}: missing (a checkpoint directory written by `vlajax.train sft` has it)")
     with open(path) as f:
         return config_from_dict(json.load(f))
-
-
-def write_json(path: str, obj: Any) -> None:
-    """`obj` as JSON at `path`, atomically (a temporary file renamed over it)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import numpy as np
 import optax
 
 from vlajax import checkpoint, compile_cache, distributed, init_from, sharding, trainable
+from vlajax.atomic_files import write_json
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.openpi import is_pi
@@ -60,7 +61,6 @@ from vlajax.run_files import (
     inference_model,
     init_fn,
     make_schedule,
-    write_json,
 )
 from vlajax.train_state import TrainState, step_rng
 

@@ -23,9 +23,9 @@ def write_result(path, result: dict) -> None:
     `path` None or '' writes nothing."""
     if not path:
         return
-    from vlajax import run_files  # the bench registry above stays import-light
+    from vlajax.atomic_files import write_json
 
     path = os.path.abspath(os.fspath(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    run_files.write_json(path, result)
+    write_json(path, result)
     print(f"wrote {path}")

@@ -51,6 +51,7 @@ def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
     import jax
 
     from vlajax import checkpoint, run_files
+    from vlajax.atomic_files import write_json
     from vlajax.data.normalize import NormStats
     from vlajax.policy import Bridge
 
@@ -65,7 +66,7 @@ def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
     state = jax.jit(run_files.init_fn(cfg, cameras))(jax.random.key(seed))
     state = jax.tree.map(lambda x: x.value if hasattr(x, "value") else x, state, is_leaf=lambda x: hasattr(x, "value"))
     os.makedirs(directory, exist_ok=True)
-    run_files.write_json(os.path.join(directory, run_files.CONFIG_FILE), run_files.config_to_dict(cfg))
+    write_json(os.path.join(directory, run_files.CONFIG_FILE), run_files.config_to_dict(cfg))
     bridge.save(directory)
     with checkpoint.Checkpointer(directory, async_save=False) as ckpt:
         ckpt.save(0, state, extra={"step": 0, "config": cfg.name}, force=True)
