@@ -16,24 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from vlajax.stats import percentile_bootstrap
+
 CONFIDENCE = 0.95
 RESAMPLES = 10_000
 BOOT_SEED = 2126  # the bootstrap generator's seed (issue 21, fixed)
 
 
-def bootstrap_mean(values, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-                   seed: int = BOOT_SEED) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of `values` [n] and its percentile-bootstrap interval.
-    One value gives (v, v, v); an empty list is an error."""
-    x = np.asarray(values, np.float64)
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"bootstrap_mean needs a non-empty 1-d list of values, got shape {x.shape}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(resamples, x.size))
-    means = x[idx].mean(axis=1)  # [resamples]
-    alpha = (1.0 - confidence) / 2
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(x.mean()), float(lo), float(hi)
+def bootstrap_mean(values) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of `values` [n] and its 95% percentile-bootstrap interval
+    (`vlajax.stats.percentile_bootstrap` with this protocol's resamples and generator seed)."""
+    return percentile_bootstrap(values, np.mean, resamples=RESAMPLES, confidence=CONFIDENCE, seed=BOOT_SEED)
 
 
 def paired(sync: dict[int, float], other: dict[int, float]) -> tuple[list[int], np.ndarray]:

@@ -119,27 +119,15 @@ def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations,
     )
 
 
-def bootstrap_median(values, resamples: int = BOOTSTRAP, confidence: float = CONFIDENCE,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """(median, low, high): the median of `values` and its percentile-bootstrap interval (values
-    resampled with replacement `resamples` times; the interval's bounds are the (1 -/+ confidence)/2
-    quantiles of the resampled medians). With n values the interval can only span observed values."""
-    import numpy as np
-
-    v = np.asarray(values, float)
-    if v.size == 0:
-        raise ValueError("bootstrap_median needs at least one value")
-    draws = np.random.default_rng(seed).choice(v, size=(resamples, v.size), replace=True)
-    meds = np.median(draws, axis=1)
-    a = (1.0 - confidence) / 2
-    return float(np.median(v)), float(np.quantile(meds, a)), float(np.quantile(meds, 1 - a))
-
-
 def round_stats(runs: dict[str, list[dict]]) -> dict:
     """Per-round ratios vlajax / brax (each system's median post-compile env steps/s in that
     round), their median and its 95% bootstrap interval."""
+    import numpy as np
+
+    from vlajax.stats import percentile_bootstrap
+
     ratios = [v["steps_per_s"] / b["steps_per_s"] for v, b in zip(runs["vlajax"], runs["brax"], strict=True)]
-    med, lo, hi = bootstrap_median(ratios)
+    med, lo, hi = percentile_bootstrap(ratios, np.median, resamples=BOOTSTRAP, confidence=CONFIDENCE, seed=0)
     return {"round_ratios": ratios, "median_round_ratio": med, "ci95_round_ratio": [lo, hi],
             "bootstrap": {"resamples": BOOTSTRAP, "confidence": CONFIDENCE, "statistic": "median of rounds",
                           "seed": 0},
