@@ -109,20 +109,26 @@ def ppo_policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
     `dual_clip_frac`, `ratio_mean`.
     """
     ratio_mask, reduce = _factor_masks(logp, mask, factor_mask)
-    log_ratio = _log_ratio(logp, old_logp, ratio_mask)
+    mean = lambda x: masked_mean(reduce(x), mask, normalizer)
+    return _clipped_loss(logp, old_logp, advantages, ratio_mask, mean, None, clip_low, clip_high, dual_clip)
+
+
+def _clipped_loss(logp, anchor_logp, advantages, ratio_mask, mean, weights, clip_low, clip_high, dual_clip
+                  ) -> tuple[jax.Array, Metrics]:
+    """The clipped surrogate of r = pi_theta / pi_anchor, times `weights` (None = 1), reduced by `mean`,
+    and the metrics both PPO losses report."""
+    log_ratio = _log_ratio(logp, anchor_logp, ratio_mask)
     ratio = jnp.exp(log_ratio)
     per, is_clipped, is_dual = clipped_surrogate(ratio, _per_entry(advantages, logp), clip_low, clip_high,
                                                  dual_clip)
-    mean = lambda x: masked_mean(reduce(x), mask, normalizer)
-    loss = mean(per)
-    metrics = {
+    loss = mean(per if weights is None else weights * per)
+    return loss, {
         "policy_loss": loss,
         "approx_kl": mean(jax.lax.stop_gradient(_approx_kl(log_ratio))),
         "clip_frac": mean(is_clipped.astype(jnp.float32)),
         "dual_clip_frac": mean(is_dual.astype(jnp.float32)),
         "ratio_mean": mean(jax.lax.stop_gradient(ratio)),
     }
-    return loss, metrics
 
 
 def decoupled_ppo_policy_loss(logp: jax.Array, prox_logp: jax.Array, behaviour_logp: jax.Array,
@@ -150,18 +156,10 @@ def decoupled_ppo_policy_loss(logp: jax.Array, prox_logp: jax.Array, behaviour_l
     w = jnp.exp(log_w)
     over = w > weight_cap
     w_used = jnp.where(over, 0.0 if weight_mode == "drop" else weight_cap, w)
-    log_ratio = _log_ratio(logp, prox_logp, ratio_mask)
-    ratio = jnp.exp(log_ratio)
-    per, is_clipped, is_dual = clipped_surrogate(ratio, _per_entry(advantages, logp), clip_low, clip_high,
-                                                 dual_clip)
     mean = lambda x: masked_mean(reduce(x), mask, normalizer)
-    loss = mean(w_used * per)
-    metrics = {
-        "policy_loss": loss,
-        "approx_kl": mean(jax.lax.stop_gradient(_approx_kl(log_ratio))),
-        "clip_frac": mean(is_clipped.astype(jnp.float32)),
-        "dual_clip_frac": mean(is_dual.astype(jnp.float32)),
-        "ratio_mean": mean(jax.lax.stop_gradient(ratio)),
+    loss, metrics = _clipped_loss(logp, prox_logp, advantages, ratio_mask, mean, w_used, clip_low, clip_high,
+                                  dual_clip)
+    metrics = metrics | {
         "behaviour_weight_mean": mean(w),
         "behaviour_weight_max": jnp.max(jnp.where(m, w, 0.0)),
         "behaviour_capped_frac": mean(over.astype(jnp.float32)),
