@@ -178,6 +178,8 @@ class SFTConfig:
     def __post_init__(self):
         _check(self.target_noise >= 0, f"sft.target_noise must be >= 0, got {self.target_noise}")
         _check(self.num_steps >= 0, "sft.num_steps must be >= 0")
+        _check(self.time_limit_minutes >= 0,
+               f"sft.time_limit_minutes must be >= 0 (0 = no limit), got {self.time_limit_minutes}")
         _check(self.aux_target_weight >= 0, f"sft.aux_target_weight must be >= 0, got {self.aux_target_weight}")
         _check(self.aux_start_weight >= 1, f"sft.aux_start_weight must be >= 1, got {self.aux_start_weight}")
         _check(self.learning_rate > 0, "sft.learning_rate must be > 0")

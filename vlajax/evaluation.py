@@ -40,7 +40,7 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.logging import write_gif
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
-from vlajax.run_files import load_policy
+from vlajax.run_files import checkpoint_dir, load_run_policy
 
 log = logging.getLogger(__name__)
 
@@ -186,14 +186,10 @@ def write_report(out_dir: str, stem: str, result: dict[str, Any], markdown: str)
 
 def run(cfg: TrainConfig) -> int:
     compile_cache.enable(cfg.compilation_cache_dir)
-    ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
-    try:
-        bridge, model, params, train_cfg, step = load_policy(ckpt_dir, cfg)
-    except FileNotFoundError as e:
-        raise ConfigError(str(e)) from None
+    bridge, model, params, train_cfg, step = load_run_policy(cfg)
     out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
     result = evaluate(cfg, bridge, model, params, out_dir=out_dir)
-    result["checkpoint"] = {"dir": os.path.abspath(ckpt_dir), "step": step, "preset": train_cfg.name}
+    result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
     write_json(os.path.join(out_dir, "eval.json"), result)
     print(table_markdown(result), flush=True)
     print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],

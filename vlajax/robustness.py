@@ -35,7 +35,7 @@ from vlajax.atomic_files import write_json
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, write_report
 from vlajax.logging import write_gif
-from vlajax.run_files import load_policy
+from vlajax.run_files import checkpoint_dir, load_run_policy
 
 log = logging.getLogger(__name__)
 
@@ -194,15 +194,11 @@ def run(cfg: TrainConfig) -> int:
     """The `eval` command with `env.robustness` set."""
     plan(cfg.env.robustness)  # a bad spec fails before the checkpoint loads or anything compiles
     compile_cache.enable(cfg.compilation_cache_dir)
-    ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
-    try:
-        bridge, model, params, train_cfg, step = load_policy(ckpt_dir, cfg)
-    except FileNotFoundError as e:
-        raise ConfigError(str(e)) from None
+    bridge, model, params, train_cfg, step = load_run_policy(cfg)
     name = (cfg.env.task or cfg.env.suite).replace("/", "__")
     out_dir = os.path.join(cfg.output_dir, "eval", f"robustness-{name}-step-{step}")
     result = evaluate_robustness(cfg, bridge, model, params, out_dir=out_dir)
-    result["checkpoint"] = {"dir": os.path.abspath(ckpt_dir), "step": step, "preset": train_cfg.name}
+    result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
     write_json(os.path.join(out_dir, "robustness.json"), result)
     print(table_markdown(result), flush=True)
     print(json.dumps({"baseline": result["baseline"], "drop_at_max": {a: s["drop_at_max"] for a, s in

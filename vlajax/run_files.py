@@ -32,7 +32,8 @@ from vlajax.train_state import TrainState
 
 __all__ = ["CONFIG_FILE", "POLICY_SOURCES", "abstract_train_state", "config_from_dict", "config_to_dict", "eval_params",
            "init_fn", "load_config", "load_policy", "make_optimizer", "make_schedule", "policy_source",
-           "restore_eval_params", "write_policy"]
+           "restore_eval_params", "write_policy", "checkpoint_dir", "run_checkpointer",
+           "load_run_policy"]
 
 CONFIG_FILE = "config.json"
 # policy.json 'source': which run wrote the checkpoint (where its state keeps the policy's params)
@@ -162,6 +163,29 @@ def policy_source(directory: str) -> str:
     """The `"source"` recorded in `<directory>/policy.json` ('sft' when absent)."""
     with open(os.path.join(directory, POLICY_FILE)) as f:
         return json.load(f).get("source", "sft")
+
+
+def checkpoint_dir(cfg: TrainConfig) -> str:
+    """The run's checkpoint directory, absolute: `checkpoint.dir`, or `<output_dir>/checkpoints`."""
+    return os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+
+
+def run_checkpointer(cfg: TrainConfig) -> tuple[str, checkpoint.Checkpointer]:
+    """(`checkpoint_dir(cfg)`, a Checkpointer there with the config's retention, cadence and async saving):
+    the one every training command writes its steps with."""
+    directory = checkpoint_dir(cfg)
+    return directory, checkpoint.Checkpointer(directory, max_to_keep=cfg.checkpoint.max_to_keep,
+                                              save_every=cfg.checkpoint.every_steps,
+                                              async_save=cfg.checkpoint.async_save)
+
+
+def load_run_policy(cfg: TrainConfig):
+    """`load_policy(checkpoint_dir(cfg), cfg)` for the commands that read a run's policy (eval,
+    robustness); a missing checkpoint is a ConfigError (one `error:` line)."""
+    try:
+        return load_policy(checkpoint_dir(cfg), cfg)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
 
 
 def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):

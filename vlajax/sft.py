@@ -61,6 +61,7 @@ from vlajax.run_files import (
     inference_model,
     init_fn,
     make_schedule,
+    run_checkpointer,
 )
 from vlajax.train_state import TrainState, step_rng
 
@@ -251,9 +252,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                               cfg.sft.target_noise)
 
     # ---- Checkpoints, config and policy files, resume -------------------------------------
-    ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
-    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
-                                   save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
+    ckpt_dir, ckpt = run_checkpointer(cfg)
     if distributed.is_main_process():
         write_json(os.path.join(ckpt_dir, CONFIG_FILE), config_to_dict(cfg))
         bridge.save(ckpt_dir)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vlajax import checkpoint, compile_cache, distributed, sharding
+from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger, Progress
 from vlajax.train_state import TrainState
@@ -111,13 +111,7 @@ def run(cfg: TrainConfig) -> int:
     )
 
     # ---- Checkpoints and resume -----------------------------------------------------------
-    ckpt_dir = cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints")
-    ckpt = checkpoint.Checkpointer(
-        ckpt_dir,
-        max_to_keep=cfg.checkpoint.max_to_keep,
-        save_every=cfg.checkpoint.every_steps,
-        async_save=cfg.checkpoint.async_save,
-    )
+    _, ckpt = run_files.run_checkpointer(cfg)
     start = 0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
         state, extra = ckpt.restore(checkpoint.abstract_state(state))

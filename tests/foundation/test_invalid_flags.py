@@ -20,6 +20,9 @@ CASES = [  # (command and flags, words the error line must contain)
     (("rl", "--preset", "rl-async-debug", "--pipeline.streaming", "true", "--rl.normalize-advantages", "batch"),
      "rl.normalize_advantages='batch'"),
     (("rl", "--preset", "rl-debug", "--rl.ratio-level", "factor"), "state-observation MLP"),
+    (("sft", "--preset", "sft-tiny", "--sft.time-limit-minutes", "-1"), "sft.time_limit_minutes must be >= 0"),
+    (("rl", "--preset", "rl-debug", "--rl.temperature", "0"), "rl.temperature must be > 0"),
+    (("rl", "--preset", "rl-debug", "--rl.temperature", "0.5"), "state MLP's Gaussian policy"),
     (("smoke", "--mesh.dp", "3"), "is not divisible by mesh.dp=3"),  # a contradiction found by tyro's parse
 ]
 

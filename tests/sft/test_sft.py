@@ -74,6 +74,18 @@ def test_resume_is_exact(synthetic_dataset, tmp_path):
     assert any(f.startswith("events") for f in os.listdir(tmp_path / "a" / "tb"))
 
 
+def test_time_limit_stops_with_a_checkpoint_of_the_last_step(synthetic_dataset, tmp_path):
+    """sft.time_limit_minutes: once training has run that long, the run stops after the current step and saves
+    it (status 'done', steps < num_steps); a later run with the limit off resumes from it."""
+    cfg = tiny_config(synthetic_dataset, str(tmp_path / "a"), num_steps=40, time_limit_minutes=1e-5)
+    out = train(cfg)
+    ckpt = tmp_path / "a" / "checkpoints"
+    saved = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit())
+    assert out["status"] == "done" and 1 <= out["steps"] < 40 and saved[-1] == out["steps"]
+    resumed = train(tiny_config(synthetic_dataset, str(tmp_path / "a"), num_steps=out["steps"] + 2))
+    assert resumed["start_step"] == out["steps"] and resumed["steps"] == out["steps"] + 2
+
+
 def test_config_json_round_trip():
     from vlajax.config import get_config
 

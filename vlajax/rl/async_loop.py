@@ -215,11 +215,9 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
             jax.jit(functools.partial(rl_setup.initial_env_state, roll_cfg, setup.env))(), roll_mesh)
 
     # ---- Checkpoint and resume -------------------------------------------------------------
-    ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
     if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
         run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
-    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
-                                   save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
     env_rows = rl_setup.env_leaves if hosts is None else (lambda e: hosts.stack(rl_setup.env_leaves(e)))
     pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_rows(e)})  # multi-host: a row per process
     counters, env_steps = RunnerCounters(), 0.0

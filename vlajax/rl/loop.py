@@ -99,11 +99,9 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
         env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
 
     # ---- Checkpoints and resume ----------------------------------------------------------
-    ckpt_dir = os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
     if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
         run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl")
-    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=cfg.checkpoint.max_to_keep,
-                                   save_every=cfg.checkpoint.every_steps, async_save=cfg.checkpoint.async_save)
     pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})
     start, env_steps = 0, 0.0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
