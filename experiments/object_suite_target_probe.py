@@ -61,9 +61,16 @@ def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_f
     if target_from:
         if oracle:
             raise SystemExit("error: --target-from and --oracle exclude each other")
+        from vlajax.data.lerobot import DatasetError
+
         t_bridge, t_model, t_params, t_cfg, _ = load_policy(target_from, TrainConfig())
+        try:
+            t_stats = raw_targets(t_cfg)
+        except DatasetError as e:  # e.g. a grounding's directory: its config names no demos
+            raise SystemExit(f"error: --target-from {target_from}: its training demos are not readable ({e}); "
+                             "it needs a checkpoint trained on demos (an SFT run)") from None
         same = t_model.cfg.aux_target == model.cfg.aux_target and all(
-            np.allclose(x, y) for x, y in zip(raw_targets(t_cfg), (mean, std)))
+            np.allclose(x, y) for x, y in zip(t_stats, (mean, std)))
         if not same:
             raise SystemExit("error: --target-from needs a checkpoint with the same aux_target, trained on demos with "
                              "the same target statistics")
