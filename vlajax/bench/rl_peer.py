@@ -16,7 +16,7 @@ first iteration of each run (compilation) dropped; the two systems run in altern
 (vlajax, brax, vlajax, brax, ...) so that both see the shared machine's load alike. The figure is
 per round: `round_ratios[r]` = vlajax's median env steps/s in round r / brax's in round r (the two
 runs next to each other in time), reported with their median and a 95% percentile-bootstrap
-interval of that median (rounds resampled with replacement, `BOOTSTRAP` resamples, fixed seed);
+interval of that median (`vlajax.stats.percentile_bootstrap`: rounds resampled with replacement, fixed seed);
 the load average after each run is recorded beside it. The pooled medians over all measured
 iterations (and the best iterations) are reported too. brax 0.14.2 calls
 `jax.device_put_replicated`, removed in jax 0.12: the bench supplies jax's documented drop-in
@@ -37,13 +37,13 @@ import tempfile
 import time
 
 import jax
+import numpy as np
 
-from vlajax import cli
+from vlajax import cli, stats
 from vlajax.bench import write_result
 from vlajax.config import CheckpointConfig, LoggingConfig, get_config
 
 NUM_ENVS, UNROLL, MINIBATCHES, EPOCHS, HIDDEN = 64, 20, 4, 4, (64, 64)
-BOOTSTRAP, CONFIDENCE = 10_000, 0.95
 
 
 def _config(iterations: int, debug: bool):
@@ -72,8 +72,6 @@ def run_vlajax(cfg) -> dict:
 
 def _device_put_replicated(x, devices):
     """jax's documented drop-in for `jax.device_put_replicated` (removed in jax 0.12; brax 0.14.2 calls it)."""
-    import numpy as np
-
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
     return jax.tree.map(lambda a: jax.device_put(jax.numpy.stack([a] * len(devices)), sharding), x)
@@ -122,14 +120,10 @@ def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations,
 def round_stats(runs: dict[str, list[dict]]) -> dict:
     """Per-round ratios vlajax / brax (each system's median post-compile env steps/s in that
     round), their median and its 95% bootstrap interval."""
-    import numpy as np
-
-    from vlajax.stats import percentile_bootstrap
-
     ratios = [v["steps_per_s"] / b["steps_per_s"] for v, b in zip(runs["vlajax"], runs["brax"], strict=True)]
-    med, lo, hi = percentile_bootstrap(ratios, np.median, resamples=BOOTSTRAP, confidence=CONFIDENCE, seed=0)
+    med, lo, hi = stats.percentile_bootstrap(ratios, np.median, seed=0)
     return {"round_ratios": ratios, "median_round_ratio": med, "ci95_round_ratio": [lo, hi],
-            "bootstrap": {"resamples": BOOTSTRAP, "confidence": CONFIDENCE, "statistic": "median of rounds",
+            "bootstrap": {"resamples": stats.RESAMPLES, "confidence": stats.CONFIDENCE, "statistic": "median of rounds",
                           "seed": 0},
             "rounds_ratio_above_1": sum(r > 1 for r in ratios)}
 
