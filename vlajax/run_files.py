@@ -151,7 +151,7 @@ def restore_eval_params(directory: str, target: TrainState, flag: str) -> tuple[
 
 def write_policy(directory: str, cfg: TrainConfig, bridge: Bridge, source: str) -> None:
     """Make a run's checkpoint directory self-describing: `config.json` (the run's config) and
-    `policy.json` (the bridge plus `"source"`, one of `POLICY_SOURCES`). RL runs call it."""
+    `policy.json` (the bridge plus `"source"`, one of `POLICY_SOURCES`). SFT and RL runs call it."""
     if source not in POLICY_SOURCES:
         raise ValueError(f"source {source!r} is not one of {POLICY_SOURCES}")
     os.makedirs(directory, exist_ok=True)

@@ -23,7 +23,7 @@ evaluation then uses the EMA). Closed-loop evaluation (`vlajax.evaluation.evalua
 `sft.eval_every` steps and at the end (`-1` = never).
 
 Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `policy.json`
-(the `vlajax.policy.Bridge`: cameras and normalization statistics), which is all
+(the `vlajax.policy.Bridge`: cameras and normalization statistics, `"source": "sft"`), which is all
 `python -m vlajax.train eval --checkpoint DIR` needs besides the checkpoint.
 """
 
@@ -42,7 +42,6 @@ import numpy as np
 import optax
 
 from vlajax import checkpoint, compile_cache, distributed, init_from, sharding, trainable
-from vlajax.atomic_files import write_json
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.openpi import is_pi
@@ -55,13 +54,12 @@ from vlajax.models.vla import VLA, aux_loss, weighted_mse
 from vlajax.policy import Bridge
 from vlajax.preemption import StopRequest
 from vlajax.run_files import (
-    CONFIG_FILE,
-    config_to_dict,
     eval_params,
     inference_model,
     init_fn,
     make_schedule,
     run_checkpointer,
+    write_policy,
 )
 from vlajax.train_state import TrainState, step_rng
 
@@ -254,8 +252,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     # ---- Checkpoints, config and policy files, resume -------------------------------------
     ckpt_dir, ckpt = run_checkpointer(cfg)
     if distributed.is_main_process():
-        write_json(os.path.join(ckpt_dir, CONFIG_FILE), config_to_dict(cfg))
-        bridge.save(ckpt_dir)
+        write_policy(ckpt_dir, cfg, bridge, "sft")
     start = 0
     if cfg.checkpoint.resume and ckpt.latest_step() is not None:
         state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)

@@ -73,7 +73,7 @@ def test_eval_checkpoint_and_serve_to_openpi_client(checkpoints, tmp_path, kind)
 
     ckpt = checkpoints[kind]
     with open(os.path.join(ckpt, POLICY_FILE)) as f:
-        assert json.load(f).get("source", "sft") == kind
+        assert json.load(f)["source"] == kind  # every run writes its source (SFT too)
     cfg = _eval_cfg(str(tmp_path)).replace(checkpoint=dataclasses.replace(get_config("sft-tiny").checkpoint, dir=ckpt))
     assert evaluate.run(cfg) == 0
     [name] = os.listdir(os.path.join(str(tmp_path), "eval"))

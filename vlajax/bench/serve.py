@@ -51,7 +51,6 @@ def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
     import jax
 
     from vlajax import checkpoint, run_files
-    from vlajax.atomic_files import write_json
     from vlajax.data.normalize import NormStats
     from vlajax.policy import Bridge
 
@@ -65,9 +64,7 @@ def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
                     env_action_dim=min(cfg.model.action_dim, 4))
     state = jax.jit(run_files.init_fn(cfg, cameras))(jax.random.key(seed))
     state = jax.tree.map(lambda x: x.value if hasattr(x, "value") else x, state, is_leaf=lambda x: hasattr(x, "value"))
-    os.makedirs(directory, exist_ok=True)
-    write_json(os.path.join(directory, run_files.CONFIG_FILE), run_files.config_to_dict(cfg))
-    bridge.save(directory)
+    run_files.write_policy(directory, cfg, bridge, "sft")
     with checkpoint.Checkpointer(directory, async_save=False) as ckpt:
         ckpt.save(0, state, extra={"step": 0, "config": cfg.name}, force=True)
     return directory
