@@ -46,8 +46,10 @@ def main(names):
             continue
         rows = _jsonl(os.path.join(d, "async_metrics.jsonl"))
         tr = [r["train"] for r in rows if "train" in r]
-        for key in ("success", "entropy", "approx_kl", "clip_frac", "advantage_mean"):
-            xs = [t[key] for t in tr]
+        for key in ("success", "entropy", "approx_kl", "clip_frac", "advantage_mean", "kl_ref"):
+            xs = [t[key] for t in tr if key in t]  # kl_ref: only with rl.kl_coef > 0 (eighteenth session)
+            if not xs:
+                continue
             a, b = quarter_means(xs)
             print(f"  {key:15s} first vs last quarter {a:.3f} -> {b:.3f};  per update: "
                   + " ".join(f"{x:.2f}" for x in xs))
