@@ -211,7 +211,9 @@ class RLConfig:
     value_coef: float = 0.5  # value-loss weight (PPO)
     value_clip: float = 0.0  # clip the value around the old value (0 = off)
     entropy_coef: float = 0.0  # entropy bonus weight
-    kl_coef: float = 0.0  # KL penalty to the reference policy: the run's initial params (init_from or fresh), frozen
+    # KL penalty to the reference policy: the run's initial params (init_from or fresh), frozen. VLA policies estimate
+    # a decision's KL as the sum of its scored entries' k3 (tokens, flow-chain dims); the state MLP per decision
+    kl_coef: float = 0.0
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
     # above the cap: 'truncate' to the cap (verl's truncated IS; beat 'drop' at 6/6 paired points on the
     # goal suite at staleness 1, docs/async.md) or 'drop' the sample (AReaL)

@@ -1,5 +1,6 @@
 """Every loss on a small example worked by hand (arithmetic in the comments)."""
 
+import dataclasses
 import math
 
 import jax
@@ -238,13 +239,74 @@ def test_per_entry_with_one_entry_equals_decision_level_and_truncates_per_entry(
     assert float(me["behaviour_capped_frac"]) == 0.5 and float(md["behaviour_capped_frac"]) == 0.0
 
 
-def test_rl_loss_reads_logp_mask_and_sums_entries_for_the_kl_penalty():
-    rl = RLConfig(kl_coef=0.1)
+def test_rl_loss_reads_logp_mask_and_sums_per_entry_kl_for_the_penalty():
+    rl = RLConfig(kl_coef=0.1, ratio_level="factor")
     old = jnp.log(jnp.array([[0.5, 0.2], [0.3, 0.1]]))
-    ref = old - 0.1
+    ref = old - jnp.array([[0.1, 0.3], [-0.2, 0.0]])
     batch = {"old_logp": old, "advantages": jnp.array([1.0, -1.0]), "mask": jnp.ones(2), "ref_logp": ref,
              "logp_mask": jnp.ones((2, 2))}
     loss, m = L.rl_loss(rl, old, None, None, batch)
-    kl, _ = L.kl_penalty(old.sum(-1), ref.sum(-1), jnp.ones(2))
-    np.testing.assert_allclose(m["kl_ref"], kl, rtol=1e-6)
-    np.testing.assert_allclose(loss, m["policy_loss"] + 0.1 * kl, rtol=1e-6)
+    d = np.asarray(ref - old)
+    by_hand = np.mean(np.sum(np.expm1(d) - d, -1))  # each decision's KL: the sum of its entries' k3
+    np.testing.assert_allclose(m["kl_ref"], by_hand, rtol=1e-6)
+    np.testing.assert_allclose(loss, m["policy_loss"] + 0.1 * by_hand, rtol=1e-6)
+    whole, _ = L.kl_penalty(old.sum(-1), ref.sum(-1), jnp.ones(2))  # k3 of the summed log-ratio: another number
+    assert abs(float(whole) - by_hand) > 1e-3
+
+
+def test_per_entry_kl_stays_finite_where_the_decision_level_k3_explodes():
+    """30 entries that each drifted 0.3 nats: the decision-level k3 is exp(9) - 10 ~ 8000, the per-entry sum
+    30 * (exp(0.3) - 1.3) ~ 1.5, and its gradient per entry is exp(0.3) - 1, not exp(9) - 1."""
+    logp, ref, fm, mask = jnp.zeros((1, 30)), jnp.full((1, 30), 0.3), jnp.ones((1, 30)), jnp.ones(1)
+    per, _ = L.kl_penalty(logp, ref, mask, factor_mask=fm)
+    whole, _ = L.kl_penalty(logp.sum(-1), ref.sum(-1), mask)
+    np.testing.assert_allclose(per, 30 * (np.exp(0.3) - 1.3), rtol=1e-5)
+    np.testing.assert_allclose(whole, np.exp(9.0) - 10.0, rtol=1e-5)
+    g = jax.grad(lambda lp: L.kl_penalty(lp, ref, mask, factor_mask=fm)[0])(logp)
+    np.testing.assert_allclose(g, -(np.exp(0.3) - 1.0) * np.ones((1, 30)), rtol=1e-5)
+    unscored = fm.at[0, 10:].set(0.0)  # unscored entries (garbage there) do not count
+    part, _ = L.kl_penalty(logp.at[0, 10:].set(-50.0), ref, mask, factor_mask=unscored)
+    np.testing.assert_allclose(part, 10 * (np.exp(0.3) - 1.3), rtol=1e-5)
+    with pytest.raises(ValueError, match="factor_mask"):
+        L.kl_penalty(logp, ref, mask)
+
+
+def test_per_entry_kl_estimates_the_kl_of_a_factorized_policy():
+    """Tokens drawn from a factorized categorical pi (3 independent entries of 5 bins): the mean over draws of
+    the per-entry k3 sum is KL(pi || ref) = the sum of the entries' exact KLs (Monte Carlo, 20000 draws)."""
+    rng = np.random.default_rng(0)
+    lp = jax.nn.log_softmax(jnp.asarray(rng.normal(0, 1.0, (3, 5)), jnp.float32))
+    lr = jax.nn.log_softmax(jnp.asarray(rng.normal(0, 1.0, (3, 5)), jnp.float32))
+    exact = float(jnp.sum(jnp.exp(lp) * (lp - lr)))
+    n = 20000
+    tok = jax.random.categorical(jax.random.key(0), lp, shape=(n, 3))  # [n, 3]
+    pick = lambda table: jnp.take_along_axis(jnp.broadcast_to(table, (n, 3, 5)), tok[..., None], -1)[..., 0]
+    est, _ = L.kl_penalty(pick(lp), pick(lr), jnp.ones(n), factor_mask=jnp.ones((n, 3)))
+    assert exact > 0.1
+    np.testing.assert_allclose(float(est), exact, rtol=0.05)
+
+
+def test_decision_ratios_with_per_entry_log_probs_equal_the_decision_level_loss():
+    """rl.kl_coef > 0 with rl.ratio_level='decision' gives the loss per-entry log-probs (for the KL): its policy
+    terms are those of the decision-level log-probs (the entries' sums), the plain and the decoupled PPO alike."""
+    rng = np.random.default_rng(3)
+    n, f = 16, 6
+    g = lambda *s: jnp.asarray(rng.normal(0, 0.3, s), jnp.float32)
+    fm = jnp.asarray(rng.random((n, f)) < 0.8, jnp.float32)
+    old, ref, behav = (-1.0 + g(n, f)) * fm, (-1.0 + g(n, f)) * fm, (-1.0 + g(n, f)) * fm
+    logp = (old + g(n, f)) * fm
+    batch = {"old_logp": old, "advantages": g(n) * 3, "mask": jnp.asarray(rng.random(n) < 0.8, jnp.float32),
+             "ref_logp": ref, "logp_mask": fm}
+    cfg = RLConfig(kl_coef=0.1, ratio_level="decision")
+    for extra in ({}, {"prox_logp": behav}):
+        b = batch | extra
+        _, m = L.rl_loss(cfg, logp, None, None, b)
+        summed = {k: (jnp.sum(v, -1) if k in ("old_logp", "prox_logp") else v) for k, v in b.items()
+                  if k != "logp_mask"}
+        _, m_dec = L.rl_loss(dataclasses.replace(cfg, kl_coef=0.0), jnp.sum(logp, -1), None, None, summed)
+        for k in m_dec:
+            if k != "loss":
+                np.testing.assert_allclose(m[k], m_dec[k], rtol=1e-5, atol=1e-7, err_msg=k)
+        per, _ = L.kl_penalty(logp, ref, b["mask"], factor_mask=fm)
+        np.testing.assert_allclose(m["kl_ref"], per, rtol=1e-6)
+        np.testing.assert_allclose(m["loss"], m_dec["loss"] + 0.1 * per, rtol=1e-5)

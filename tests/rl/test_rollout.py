@@ -2,6 +2,7 @@
 trace, and ratio == 1 at the first update on freshly collected data for the MLP and both VLA
 heads (flow_sde and tokens) through the policy bridge."""
 
+import dataclasses
 import functools
 
 import chex
@@ -307,6 +308,23 @@ def test_per_entry_log_probs_sum_to_the_decisions_and_start_at_ratio_one(head):
     m = jax.device_get(m)
     learner.check_finite(m)
     assert m["clip_frac"] == 0.0 and abs(m["ratio_mean"] - 1.0) <= 2e-6 and m["approx_kl"] <= 1e-10
+    # rl.kl_coef > 0 at ratio_level 'decision' (per-entry log-probs for the KL only): the reference is the policy
+    # itself here, so the penalty starts at 0 and the ratios are the decisions' (1 on fresh data)
+    rl_kl = dataclasses.replace(rl, ratio_level="decision", kl_coef=0.1)
+    with_ref = jax.jit(functools.partial(learner.with_reference, actor.logp_value))(params, per, jax.random.key(0))
+    _, m = jax.jit(functools.partial(learner.update, rl_kl, actor.logp_value))(jax.random.key(3), state, with_ref)
+    m = jax.device_get(m)
+    learner.check_finite(m)
+    assert m["kl_ref"] <= 1e-6 and abs(m["ratio_mean"] - 1.0) <= 2e-6 and m["clip_frac"] == 0.0
+
+
+def test_kl_coef_gives_the_vla_actor_per_entry_log_probs():
+    """rl.kl_coef > 0: the VLA actor records per-entry log-probs (`logp_mask`), whatever rl.ratio_level is, so the
+    KL penalty can be estimated per entry; without it the log-probs stay per decision."""
+    for kl_coef, per_entry in ((0.0, False), (0.1, True)):
+        cfg = TrainConfig(env=EnvConfig(obs_mode="pixels"), model=ModelConfig(**_HEADS["tokens"]),
+                          rl=RLConfig(algo="grpo", kl_coef=kl_coef))
+        assert (rl_setup.build(cfg).actor.logp_mask is not None) == per_entry
 
 
 def test_token_temperature_scores_the_draws_at_that_temperature():

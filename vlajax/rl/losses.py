@@ -197,14 +197,29 @@ def entropy_bonus(entropy: jax.Array, mask: jax.Array, normalizer: Any = None) -
 
 
 def kl_penalty(logp: jax.Array, ref_logp: jax.Array, mask: jax.Array,
-               normalizer: Any = None) -> tuple[jax.Array, Metrics]:
-    """KL(pi_theta || pi_ref) by the k3 estimator: `mean(exp(d) - d - 1)`, `d = ref_logp - logp`.
+               normalizer: Any = None, factor_mask: jax.Array | None = None) -> tuple[jax.Array, Metrics]:
+    """KL(pi_theta || pi_ref) by the k3 estimator `exp(d) - d - 1`, `d = ref_logp - logp`.
 
-    logp (current), ref_logp (reference policy, no gradient), mask: [N]. Unbiased (for the
-    samples' policy), non-negative, and with gradient pushing pi_theta toward pi_ref.
+    logp (current), ref_logp (reference policy, no gradient): [N] per decision, or [N, F] per
+    scored entry with `factor_mask` [N, F]; mask: [N]. Per entry, a decision's KL is the sum of
+    its entries' k3 (the chunk's entries are independent given the observation -- the token
+    head's bins, a flow-chain step's Gaussian dims -- so its KL is the sum of theirs). k3 of
+    the decision's summed log-ratio estimates the same KL, but exp of a sum over ~30 entries
+    explodes: a drift of 0.3 nats per entry is a d of ~9, k3 ~ 8000, and a gradient of
+    `kl_coef * (exp(d) - 1)` on that one decision (measured: `kl_ref` 240 in a quickstart,
+    docs/results.md). Unbiased (for the samples' policy), non-negative, and with gradient
+    pushing pi_theta toward pi_ref.
     """
-    d = jnp.where(jnp.asarray(mask) > 0, jax.lax.stop_gradient(ref_logp) - logp, 0.0)
-    kl = masked_mean(jnp.expm1(d) - d, mask, normalizer)
+    m = jnp.asarray(mask) > 0
+    if logp.ndim == 2:
+        if factor_mask is None:
+            raise ValueError(f"per-entry log-probs {logp.shape} need factor_mask [N, F] (batch['logp_mask'])")
+        m = m[:, None] & (jnp.asarray(factor_mask) > 0)
+    d = jnp.where(m, jax.lax.stop_gradient(ref_logp) - logp, 0.0)
+    k3 = jnp.expm1(d) - d
+    if logp.ndim == 2:
+        k3 = jnp.sum(k3, axis=-1)  # [N]: the decision's KL
+    kl = masked_mean(k3, mask, normalizer)
     return kl, {"kl_ref": kl}
 
 
@@ -231,7 +246,10 @@ def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value:
             batch: dict[str, jax.Array], normalizer: Any = None) -> tuple[jax.Array, Metrics]:
     """The learner's total loss for one (micro-)batch.
 
-    logp, entropy, value: [N] under the current params (entropy / value may be None).
+    logp, entropy, value: [N] under the current params (entropy / value may be None); logp may be
+    [N, F] per scored entry (VLA actors with `ratio_level='factor'` or `kl_coef > 0`), with the
+    batch's log-probs [N, F] too and `logp_mask` [N, F]: the ratios are then per entry for
+    `ratio_level='factor'`, else per decision (the entries' sums); the KL penalty is per entry.
     batch keys ([N] each): `old_logp` (behaviour), `advantages`, `mask`; `returns` and
     `old_values` when `value` is given; `prox_logp` (optional: switches to decoupled PPO with
     `old_logp` as the behaviour policy); `ref_logp` (needed when `config.kl_coef > 0`).
@@ -241,14 +259,20 @@ def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value:
     mask, adv = batch["mask"], batch["advantages"]
     if config.negative_advantage_weight != 1.0:
         adv = weight_negative_advantages(adv, config.negative_advantage_weight)
+    entries, factor_mask = logp, batch.get("logp_mask")
+    policy = {k: batch[k] for k in ("old_logp", "prox_logp") if k in batch}
+    if logp.ndim == 2 and config.ratio_level == "decision":
+        # per-entry log-probs kept for the KL penalty only (rl.kl_coef > 0): the ratios are per decision,
+        # the sums of the scored entries (unscored entries are 0)
+        logp, policy, factor_mask = jnp.sum(logp, -1), {k: jnp.sum(v, -1) for k, v in policy.items()}, None
     clip = dict(clip_low=config.clip_low, clip_high=config.clip_high, dual_clip=config.dual_clip,
-                normalizer=normalizer, factor_mask=batch.get("logp_mask"))
-    if "prox_logp" in batch:
+                normalizer=normalizer, factor_mask=factor_mask)
+    if "prox_logp" in policy:
         loss, metrics = decoupled_ppo_policy_loss(
-            logp, batch["prox_logp"], batch["old_logp"], adv, mask, weight_cap=config.behaviour_weight_cap,
+            logp, policy["prox_logp"], policy["old_logp"], adv, mask, weight_cap=config.behaviour_weight_cap,
             weight_mode=config.behaviour_weight_mode, **clip)
     else:
-        loss, metrics = ppo_policy_loss(logp, batch["old_logp"], adv, mask, **clip)
+        loss, metrics = ppo_policy_loss(logp, policy["old_logp"], adv, mask, **clip)
     if value is not None:
         vl, m = value_loss(value, batch["old_values"], batch["returns"], mask, clip=config.value_clip,
                            normalizer=normalizer)
@@ -259,10 +283,7 @@ def rl_loss(config: RLConfig, logp: jax.Array, entropy: jax.Array | None, value:
     if config.kl_coef > 0:
         if "ref_logp" not in batch:
             raise ValueError("rl.kl_coef > 0 needs batch['ref_logp'] (reference-policy log-probs)")
-        ref = batch["ref_logp"]
-        if logp.ndim == 2:  # per-entry log-probs (0 where unscored): the KL of whole decisions
-            logp, ref = jnp.sum(logp, axis=-1), jnp.sum(ref, axis=-1)
-        kl, m = kl_penalty(logp, ref, mask, normalizer)
+        kl, m = kl_penalty(entries, batch["ref_logp"], mask, normalizer, batch.get("logp_mask"))
         loss, metrics = loss + config.kl_coef * kl, metrics | m
     metrics["loss"] = loss
     return loss, metrics

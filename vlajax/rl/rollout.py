@@ -16,8 +16,8 @@ any step ended the episode (success or instability: `terminated`; time limit: `t
   action_mask [T, B, H] bool      chunk steps the env executed (False after the episode ended)
   old_logp [T, B]                 the actor's `score` of its own sample (one prefix pass per
                                   decision), else its `logp_value` on the record (the learner's formula);
-                                  [T, B, F] per scored entry with `rl.ratio_level='factor'`, beside
-  logp_mask [T, B, F] float       which entries count (that mode only; `Actor.logp_mask`)
+                                  [T, B, F] per scored entry with `rl.ratio_level='factor'` or `rl.kl_coef > 0`
+  logp_mask [T, B, F] float       which entries count (those modes only; `Actor.logp_mask`)
   old_values, final_values [T, B] V(s_k); V(final observation) on truncated decisions (PPO)
   last_value [B]                  V(s_T), in `traj["last_value"]` (no time axis)
   rewards, done, terminated, truncated, valid, success [T, B]

@@ -201,7 +201,9 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
     critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
     actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", temperature=cfg.rl.temperature,
-                             execute=cfg.rl.chunk_steps, critic=critic, per_factor=cfg.rl.ratio_level == "factor")
+                             execute=cfg.rl.chunk_steps, critic=critic,
+                             # per-entry log-probs for per-entry ratios, and for the KL penalty's per-entry estimator
+                             per_factor=cfg.rl.ratio_level == "factor" or cfg.rl.kl_coef > 0)
 
     def init_params(rng):
         obs = fake_observation(rng, 1, model_cfg, cameras=bridge.cameras)
