@@ -62,7 +62,7 @@ def test_quickstart_refuses_a_bad_seed_before_running(tmp_path):
 
 def test_quickstart_rl_recipe_parses():
     """The RL phase's flags give train-async GRPO at staleness 1 with decoupled PPO, the preset's progress
-    reward, the zero-variance filter and clip-higher."""
+    reward, the zero-variance filter and clip-higher, rollouts at temperature 0.5 and a KL penalty to the SFT policy."""
     from vlajax.quickstart import RL_RECIPE
     from vlajax.train import parse
 
@@ -70,3 +70,4 @@ def test_quickstart_rl_recipe_parses():
     assert cfg.pipeline.enabled and cfg.pipeline.staleness_threshold == 1 and not cfg.pipeline.use_rollout_log_probs
     assert cfg.rl.algo == "grpo" and cfg.rl.reward == "progress" and cfg.rl.filter_zero_advantage
     assert cfg.rl.clip_high > cfg.rl.clip_low
+    assert cfg.rl.temperature == 0.5 and cfg.rl.kl_coef == 0.04
