@@ -4,8 +4,8 @@ The policy enters only through `logp_value_fn(params, batch, rng) -> (logp [N], 
 None, value [N] | None)` (logp [N, F] per scored entry with `rl.ratio_level='factor'` or, for a
 VLA, `rl.kl_coef > 0`, the batch then holding `logp_mask` [N, F]), evaluated on a (micro-)batch
 of N decisions: the flow head recomputes its log-probs from the stored denoising chain, the
-token head from the stored tokens, the MLP policy from the stored action chunk. Everything else (advantages, old
-log-probs, masks) is batch data.
+token head from the stored tokens, the MLP policy from the stored action chunk. Everything
+else (advantages, old log-probs, masks) is batch data.
 
 Batch: a dict of arrays with a leading decision axis `[N]` (see `flatten_decisions`), holding
 what `vlajax.rl.losses.rl_loss` reads (`old_logp`, `advantages`, `mask`, `returns`,

@@ -210,12 +210,8 @@ def kl_penalty(logp: jax.Array, ref_logp: jax.Array, mask: jax.Array,
     docs/results.md). Unbiased (for the samples' policy), non-negative, and with gradient
     pushing pi_theta toward pi_ref.
     """
-    m = jnp.asarray(mask) > 0
-    if logp.ndim == 2:
-        if factor_mask is None:
-            raise ValueError(f"per-entry log-probs {logp.shape} need factor_mask [N, F] (batch['logp_mask'])")
-        m = m[:, None] & (jnp.asarray(factor_mask) > 0)
-    d = jnp.where(m, jax.lax.stop_gradient(ref_logp) - logp, 0.0)
+    full, _ = _factor_masks(logp, mask, factor_mask)  # [N] or [N, F]: what counts
+    d = jnp.where(full > 0, jax.lax.stop_gradient(ref_logp) - logp, 0.0)
     k3 = jnp.expm1(d) - d
     if logp.ndim == 2:
         k3 = jnp.sum(k3, axis=-1)  # [N]: the decision's KL
