@@ -85,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--image-size", type=int, default=32)
     ap.add_argument("--patch-size", type=int, default=8)
+    ap.add_argument("--vision-stem", choices=["patch", "conv"], default="patch",
+                    help="model.vision_stem: the ViT's linear patch embedding or a convolutional stem")
     ap.add_argument("--cameras", nargs="+", default=["agentview", "wrist"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--state-token", action="store_true", help="the model has the state token (fed zeros here)")
@@ -115,6 +117,7 @@ def main(argv=None) -> int:
 
     try:  # ModelConfig's own checks (e.g. --aux-grasp-bins 1), before any data is made
         mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
+                                   vision_stem=a.vision_stem,
                                    aux_target="grasp_place", use_state_token=a.state_token,
                                    target_conditioning=a.target_conditioning, aux_grasp_bins=a.aux_grasp_bins)
     except ConfigError as e:

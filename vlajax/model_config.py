@@ -47,6 +47,10 @@ class ModelConfig:
     # Vision tower.
     image_size: int = 32  # square input image side in pixels (images are resized to it)
     patch_size: int = 8  # ViT patch side in pixels
+    # how the ViT makes its patch tokens: 'patch' = a linear embedding of each patch's pixels; 'conv' =
+    # log2(patch_size) 3x3 stride-2 convolutions with GELU, then the same linear map (a non-linear filter
+    # sees objects of a few pixels before a patch mixes them; patch_size must be a power of 2)
+    vision_stem: Literal["patch", "conv"] = "patch"
     num_cameras: int = 2  # cameras the prefix has room for (each gives (image_size/patch_size)^2 tokens)
     vit_width: int = 64  # ViT embedding width
     vit_depth: int = 2  # ViT blocks
@@ -138,6 +142,8 @@ class ModelConfig:
                 self.image_size % self.patch_size == 0,
                 f"model.patch_size={self.patch_size} must divide model.image_size={self.image_size}",
             )
+            _check(self.vision_stem == "patch" or self.patch_size & (self.patch_size - 1) == 0,
+                   f"model.vision_stem='conv' needs a power-of-2 model.patch_size, got {self.patch_size}")
             _check(self.lora_rank == 0 and self.expert_lora_rank == 0,
                    "model.lora_rank / model.expert_lora_rank are for the pi families (model.family='pi0' / 'pi05')")
         else:
@@ -176,6 +182,8 @@ class ModelConfig:
         _check(self.action_head == "flow", f"model.action_head={self.action_head!r} is not available for {fam} "
                "(the pi families have the flow action expert only)")
         _check(self.fp8 == "none", f"model.fp8={self.fp8!r} is not available for {fam}")
+        _check(self.vision_stem == "patch", f"model.vision_stem={self.vision_stem!r} is not available for {fam} "
+               "(SigLIP's own patch embedding)")
         _check(self.attention in ("auto", "xla"),
                f"model.attention={self.attention!r} is not available for {fam} (use 'auto' or 'xla')")
         a, b = GEMMA_VARIANTS[self.paligemma_variant], GEMMA_VARIANTS[self.action_expert_variant]

@@ -1,7 +1,11 @@
 """The vision tower: a ViT over non-overlapping patches, shared by all cameras.
 
 Images float32 [N, H, W, 3] in [0, 1] (resized to `image_size` if needed) -> tokens
-[N, (image_size / patch_size)^2, out_width]. Fixed 2-D sine-cosine position embeddings
+[N, (image_size / patch_size)^2, out_width]. The patch tokens come from a linear embedding of
+each patch's pixels (`stem='patch'`), or from a convolutional stem (`stem='conv'`: log2(patch_size)
+3x3 stride-2 convolutions with GELU, channels doubling up to `width`, then a linear map; Xiao et
+al. 2021, "Early convolutions help transformers see better"), which sees objects of a few pixels
+through a non-linear filter before they are mixed into a patch. Fixed 2-D sine-cosine position embeddings
 (big_vision's `posemb_sincos_2d`), pre-LayerNorm blocks, GELU MLP, a final LayerNorm and a
 linear projection to the prefix width. The tower lives under `params["vision"]`, which is
 what block-wise PTQ leaves untouched.
@@ -52,6 +56,7 @@ class ViT(nn.Module):
     mlp_dim: int
     out_width: int
     backend: str = "xla"
+    stem: str = "patch"  # 'patch': linear patch embedding; 'conv': stride-2 3x3 convolutions (patch_size = 2^k)
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -63,8 +68,12 @@ class ViT(nn.Module):
             images = jax.image.resize(images, (n, s, s, c), "bilinear")
         x = images.astype(self.dtype) * 2.0 - 1.0
         g = s // p
-        x = x.reshape(n, g, p, g, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, g * g, p * p * c)
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        if self.stem == "conv":
+            x = self._conv_stem(x)  # [n, g, g, width]
+            x = x.reshape(n, g * g, x.shape[-1])
+        else:
+            x = x.reshape(n, g, p, g, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, g * g, p * p * c)
         x = dense(self.width, ("patch", "embed"), use_bias=True, name="patch_embed", **kw)(x)
         x = x + sincos_2d(g, g, self.width).astype(x.dtype)[None]
         x = constrain(x, ("act_batch", "act_len", "act_embed"))
@@ -80,3 +89,19 @@ class ViT(nn.Module):
             x = constrain(x + _MLP(self.mlp_dim, name=f"block_{i}_mlp", **kw)(y), ("act_batch", "act_len", "act_embed"))
         x = _layer_norm("final_ln", self.param_dtype)(x)
         return dense(self.out_width, (None, "embed"), use_bias=True, name="project", **kw)(x)
+
+    def _conv_stem(self, x: jax.Array) -> jax.Array:
+        """[N, S, S, 3] -> [N, S / patch_size, S / patch_size, width]: k = log2(patch_size) 3x3 stride-2
+        convolutions, channels width / 2^(k-1), ..., width, GELU after each (the kernels are small and
+        replicated: no logical axis)."""
+        k = self.patch_size.bit_length() - 1
+        if self.patch_size != 1 << k:
+            raise ValueError(f"vision stem 'conv' needs a power-of-2 patch_size, got {self.patch_size}")
+        init = nn.with_logical_partitioning(nn.initializers.lecun_normal(), (None, None, None, None))
+        bias = nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,))
+        for i in range(k):
+            ch = max(self.width >> (k - 1 - i), 8)
+            x = nn.Conv(ch, (3, 3), strides=(2, 2), padding="SAME", kernel_init=init, bias_init=bias,
+                        dtype=self.dtype, param_dtype=self.param_dtype, name=f"stem_conv_{i}")(x)
+            x = nn.gelu(x)
+        return x

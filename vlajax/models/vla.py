@@ -138,7 +138,7 @@ class VLA(nn.Module):
         backend = resolve_backend(c.attention)
         kw = dict(dtype=dt, param_dtype=pdt)
         self.vision = ViT(c.image_size, c.patch_size, c.vit_width, c.vit_depth, c.vit_heads, c.vit_mlp_dim,
-                          c.width, backend=backend, **kw)
+                          c.width, backend=backend, stem=c.vision_stem, **kw)
         self.embed = nn.Embed(c.vocab_size, c.width, embedding_init=nn.with_logical_partitioning(
             nn.initializers.normal(1.0), ("vocab", "embed")), **kw)
         if c.use_state_token:
