@@ -40,6 +40,7 @@ VARIANTS = {
     **{n: presets.get_model_config(n) for n in presets.PRESETS},
     "tiny+tokens+value": presets.get_model_config("tiny", action_head="tokens", value_head="prefix"),
     "tiny+flow_noise+value": presets.get_model_config("tiny", flow_sampler="flow_noise", value_head="expert"),
+    "tiny+conv_stem": presets.get_model_config("tiny", vision_stem="conv"),
 }
 
 
