@@ -48,8 +48,8 @@ class ModelConfig:
     image_size: int = 32  # square input image side in pixels (images are resized to it)
     patch_size: int = 8  # ViT patch side in pixels
     # how the ViT makes its patch tokens: 'patch' = a linear embedding of each patch's pixels; 'conv' =
-    # log2(patch_size) 3x3 stride-2 convolutions with GELU, then the same linear map (a non-linear filter
-    # sees objects of a few pixels before a patch mixes them; patch_size must be a power of 2)
+    # log2(patch_size) 3x3 stride-2 convolutions, each with LayerNorm and GELU, then the same linear map
+    # (a non-linear filter sees objects of a few pixels before a patch mixes them; patch_size = 2^k)
     vision_stem: Literal["patch", "conv"] = "patch"
     num_cameras: int = 2  # cameras the prefix has room for (each gives (image_size/patch_size)^2 tokens)
     vit_width: int = 64  # ViT embedding width

@@ -21,17 +21,34 @@ def _vit(stem: str, depth: int = 0) -> ViT:
 
 
 def test_conv_stem_shapes_and_params():
-    """Three stride-2 convs (12 -> 24 -> 48 channels) for 8x8 patches, then the linear patch map."""
+    """Three stride-2 convs (12 -> 24 -> 48 channels, each with a LayerNorm) for 8x8 patches, then the
+    linear patch map."""
     images = jnp.zeros((3, IMAGE, IMAGE, 3))
     vit = _vit("conv", depth=1)
     variables = jax.eval_shape(lambda: nn.unbox(vit.init(jax.random.key(0), images)))
     params = variables["params"]
     assert [params[f"stem_conv_{i}"]["kernel"].shape for i in range(3)] == [
         (3, 3, 3, 12), (3, 3, 12, 24), (3, 3, 24, 48)]
+    assert [params[f"stem_ln_{i}"]["scale"].shape for i in range(3)] == [(12,), (24,), (48,)]
     assert params["patch_embed"]["kernel"].shape == (WIDTH, WIDTH)
     assert not any(k.startswith("stem") for k in jax.eval_shape(
         lambda: _vit("patch").init(jax.random.key(0), images))["params"])
     assert jax.eval_shape(vit.apply, variables, images).shape == (3, (IMAGE // PATCH) ** 2, 40)
+
+
+def test_conv_stem_tokens_start_at_the_patch_stems_scale():
+    """At init the stem's tokens (before the position embedding) vary across images about as much as the
+    linear patch embedding's; without the stem's LayerNorms they were ~7x smaller, under the position
+    embedding's scale, and a grounding run did not learn (docs/results.md, twelfth attempt)."""
+    images = jax.random.uniform(jax.random.key(0), (8, IMAGE, IMAGE, 3))
+    spread = {}
+    for stem in ("patch", "conv"):
+        vit = _vit(stem)
+        _, inter = vit.apply(vit.init(jax.random.key(1), images), images, capture_intermediates=True,
+                             mutable=["intermediates"])
+        tokens = inter["intermediates"]["patch_embed"]["__call__"][0]  # [8, 16, WIDTH]
+        spread[stem] = float(tokens.std(0).mean())
+    assert 0.5 < spread["conv"] / spread["patch"] < 2.0, spread
 
 
 @pytest.mark.parametrize("stem", ["patch", "conv"])

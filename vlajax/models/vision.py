@@ -3,7 +3,7 @@
 Images float32 [N, H, W, 3] in [0, 1] (resized to `image_size` if needed) -> tokens
 [N, (image_size / patch_size)^2, out_width]. The patch tokens come from a linear embedding of
 each patch's pixels (`stem='patch'`), or from a convolutional stem (`stem='conv'`: log2(patch_size)
-3x3 stride-2 convolutions with GELU, channels doubling up to `width`, then a linear map; Xiao et
+3x3 stride-2 convolutions with LayerNorm and GELU, channels doubling up to `width`, then a linear map; Xiao et
 al. 2021, "Early convolutions help transformers see better"), which sees objects of a few pixels
 through a non-linear filter before they are mixed into a patch. Fixed 2-D sine-cosine position embeddings
 (big_vision's `posemb_sincos_2d`), pre-LayerNorm blocks, GELU MLP, a final LayerNorm and a
@@ -92,8 +92,10 @@ class ViT(nn.Module):
 
     def _conv_stem(self, x: jax.Array) -> jax.Array:
         """[N, S, S, 3] -> [N, S / patch_size, S / patch_size, width]: k = log2(patch_size) 3x3 stride-2
-        convolutions, channels width / 2^(k-1), ..., width, GELU after each (the kernels are small and
-        replicated: no logical axis)."""
+        convolutions, channels width / 2^(k-1), ..., width, each followed by a LayerNorm over its channels
+        and GELU (the kernels are small and replicated: no logical axis). Without the norms the stem's
+        tokens start ~7x smaller than the linear patch embedding's, below the position embedding's scale,
+        and a grounding run stayed at chance for 2000 steps (docs/results.md, twelfth attempt)."""
         k = self.patch_size.bit_length() - 1
         if self.patch_size != 1 << k:
             raise ValueError(f"vision stem 'conv' needs a power-of-2 patch_size, got {self.patch_size}")
@@ -103,5 +105,5 @@ class ViT(nn.Module):
             ch = max(self.width >> (k - 1 - i), 8)
             x = nn.Conv(ch, (3, 3), strides=(2, 2), padding="SAME", kernel_init=init, bias_init=bias,
                         dtype=self.dtype, param_dtype=self.param_dtype, name=f"stem_conv_{i}")(x)
-            x = nn.gelu(x)
+            x = nn.gelu(_layer_norm(f"stem_ln_{i}", self.param_dtype)(x))
         return x
