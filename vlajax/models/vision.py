@@ -2,12 +2,12 @@
 
 Images float32 [N, H, W, 3] in [0, 1] (resized to `image_size` if needed) -> tokens
 [N, (image_size / patch_size)^2, out_width]. The patch tokens come from a linear embedding of
-each patch's pixels (`stem='patch'`), or from a convolutional stem (`stem='conv'`: log2(patch_size)
-3x3 stride-2 convolutions with LayerNorm and GELU, channels doubling up to `width`, then a linear map; Xiao et
-al. 2021, "Early convolutions help transformers see better"), which sees objects of a few pixels
-through a non-linear filter before they are mixed into a patch. Fixed 2-D sine-cosine position embeddings
-(big_vision's `posemb_sincos_2d`), pre-LayerNorm blocks, GELU MLP, a final LayerNorm and a
-linear projection to the prefix width. The tower lives under `params["vision"]`, which is
+each patch's pixels (`stem='patch'`), or from a convolutional stem (`stem='conv'`:
+log2(patch_size) 3x3 stride-2 convolutions with LayerNorm and GELU, channels doubling up to
+`width`, then a linear map; Xiao et al. 2021, "Early convolutions help transformers see better"),
+which sees objects of a few pixels through a non-linear filter before a patch mixes them.
+Fixed 2-D sine-cosine position embeddings (big_vision's `posemb_sincos_2d`), pre-LayerNorm
+blocks, GELU MLP, a final LayerNorm and a linear projection to the prefix width. The tower lives under `params["vision"]`, which is
 what block-wise PTQ leaves untouched.
 """
 
@@ -95,7 +95,7 @@ class ViT(nn.Module):
         convolutions, channels width / 2^(k-1), ..., width, each followed by a LayerNorm over its channels
         and GELU (the kernels are small and replicated: no logical axis). Without the norms the stem's
         tokens start ~7x smaller than the linear patch embedding's, below the position embedding's scale,
-        and a grounding run stayed at chance for 2000 steps (docs/results.md, twelfth attempt)."""
+        and a grounding run stayed at chance for the 1250 steps it ran (docs/results.md, twelfth attempt)."""
         k = self.patch_size.bit_length() - 1
         if self.patch_size != 1 << k:
             raise ValueError(f"vision stem 'conv' needs a power-of-2 patch_size, got {self.patch_size}")
