@@ -67,7 +67,7 @@ def test_token_order_follows_the_image_grid(stem):
 
 
 def test_vla_with_conv_stem_trains_its_stem():
-    """A tiny VLA with the conv stem: finite prefix, and the prefix's output depends on every stem kernel."""
+    """A tiny VLA with the conv stem: the prefix's gradient reaches every stem kernel, finite and non-zero."""
     cfg = ModelConfig(vision_stem="conv")
     model = VLA(cfg)
     obs = fake_observation(jax.random.key(0), 2, cfg)
