@@ -37,42 +37,16 @@ import numpy as np
 
 
 def first_frames(num_scenes: int, seed: int, image_size: int, batch: int = 48) -> dict[str, np.ndarray]:
-    """num_scenes x 3 first frames: images {camera: uint8 [M, H, W, 3]}, texts [M], target xy [M, 2],
-    cube xy [M, 3, 2] (cube 0 = the target), square xy [M, 2], scene index [M]; M = 3 * num_scenes."""
-    from vlajax.demos import swap_target
+    """num_scenes x 3 first frames (`vlajax.demos.first_frames`, scene s from `fold_in(key(seed), s)`):
+    images {camera: uint8 [M, H, W, 3]} as top-level keys, texts [M], target xy [M, 2], cube xy [M, 3, 2]
+    (cube 0 = the target), square xy [M, 2], scene index [M]; M = 3 * num_scenes."""
+    from vlajax.demos import first_frames as render
     from vlajax.envs import registry
-    from vlajax.envs.tabletop import tasks
 
     env = registry.load("object/pick_red", {"image_size": image_size, "cameras": ("agentview", "wrist")})
-    names = registry.SUITES["object"]
-    tids = np.asarray([registry.ALL_ENVS.index(n) for n in names], np.int32)
-
-    @jax.jit
-    def make(keys, task_ids, ks):
-        st = jax.vmap(lambda k, t: env.reset_task(k, t, observe=False))(keys, task_ids)  # swap_target renders
-        st = jax.vmap(lambda s, k: swap_target(env, s, k))(st, ks)
-        cubes = jnp.stack([st.data.qpos[:, a:a + 2] for a in env.idx.cube_qpos], 1)
-        return st.obs, st.info["episode"]["instruction_id"], cubes, st.data.mocap_pos[:, env.idx.zone_mocap, :2]
-
-    root = jax.random.key(seed)
-    out: dict[str, list] = {"agentview": [], "wrist": [], "texts": [], "cubes": [], "zone": [], "scene": []}
-    m = 3 * num_scenes
-    for start in range(0, m, batch):
-        i = np.arange(start, start + batch)  # padded to a whole batch (one compile), cut below
-        scene_i = i // 3
-        keys = jax.vmap(lambda j: jax.random.fold_in(root, j))(jnp.asarray(scene_i))
-        task_ids = tids[scene_i % len(tids)]
-        obs, iid, cubes, zone = jax.device_get(make(keys, jnp.asarray(task_ids), jnp.asarray(i % 3, jnp.int32)))
-        n = min(batch, m - start)
-        out["agentview"].append(obs["pixels/agentview"][:n])
-        out["wrist"].append(obs["pixels/wrist"][:n])
-        out["texts"] += [tasks.TASKS[int(t)].instructions()[int(k)] for t, k in zip(task_ids[:n], iid[:n])]
-        out["cubes"].append(cubes[:n])
-        out["zone"].append(zone[:n])
-        out["scene"].append(scene_i[:n])
-    res = {k: np.concatenate(v) if k != "texts" else v for k, v in out.items()}
-    res["target"] = res["cubes"][:, 0]
-    return res
+    d = render(env, num_scenes, jax.random.key(seed), batch)
+    return {**d["images"], "texts": d["instructions"], "cubes": d["cubes"], "zone": d["zone"],
+            "scene": d["scene"], "target": d["cubes"][:, 0]}
 
 
 def main(argv=None) -> int:

@@ -130,6 +130,12 @@ class DataConfig:
     # instruction names that cube's colour), so the scene alone never tells the target (vlajax.demos.swap_target)
     demo_target_swap: bool = False
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
+    # SFT, object suite, model.aux_target='grasp_place': this fraction of each epoch's samples are rendered
+    # first frames (gripper at home, each scene three times with each cube the named target) that train only
+    # the aux head (no actions: the action loss skips them; aux weight sft.aux_start_weight), so the colour
+    # word's binding to a place is learned on many more scenes than the demos hold (0 = off; issue 22.4)
+    grounding_fraction: float = 0.0
+    grounding_scenes: int = 1000  # data.grounding_fraction: scenes rendered for it when SFT starts (3 frames each)
     # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
     # (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb; a slot without a camera is masked)
     camera_map: tuple[str, ...] = ("agentview=base_0_rgb", "wrist=left_wrist_0_rgb")
@@ -143,6 +149,11 @@ class DataConfig:
         _check(min(self.pack_rows, self.pack_row_len, self.max_segments_per_row) >= 0,
                "data.pack_rows, data.pack_row_len and data.max_segments_per_row must be >= 0 (0 = automatic)")
         _check(0.0 <= self.camera_dropout < 1.0, f"data.camera_dropout must be in [0, 1), got {self.camera_dropout}")
+        _check(0.0 <= self.grounding_fraction < 1.0,
+               f"data.grounding_fraction must be in [0, 1), got {self.grounding_fraction}")
+        _check(self.grounding_scenes >= 1, f"data.grounding_scenes must be >= 1, got {self.grounding_scenes}")
+        _check(self.grounding_fraction > 0 or self.grounding_scenes == 1000,
+               f"data.grounding_scenes={self.grounding_scenes} needs data.grounding_fraction > 0 (it sizes that mix)")
 
 
 @dataclasses.dataclass(frozen=True)

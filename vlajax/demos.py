@@ -151,6 +151,73 @@ def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, e
     return obs, actions, success
 
 
+GROUNDING_STREAM = 3000  # rng stream offset of `grounding_frames` scenes (demos: DEMO_STREAM, eval: EVAL_STREAM)
+
+
+def first_frames(env, num_scenes: int, root: jax.Array, batch: int = 48) -> dict:
+    """First frames of `num_scenes` object-suite scenes, each three times with each of its cubes the
+    named target (`swap_target`: the same picture, another colour word). Scene s has reset key
+    `fold_in(root, s)` and task `SUITES['object'][s % 4]`. M = 3 * num_scenes frames, frame i = scene
+    i // 3 with cube i % 3 swapped in:
+
+        images       {camera: uint8 [M, h, w, 3]}   the env's cameras (gripper at home)
+        state        float32 [M, S]                  the env's proprioception at reset
+        instructions list[str] [M]                   naming the target's colour
+        cubes        float32 [M, 3, 2]                cube xy, cube 0 = the named target
+        zone         float32 [M, 2]                   the square's xy (where the target goes)
+        scene        int64 [M]
+    """
+    from vlajax.envs import registry
+    from vlajax.envs.tabletop import tasks as tasks_lib
+
+    tids = np.asarray([registry.ALL_ENVS.index(n) for n in registry.SUITES["object"]], np.int32)
+    cams = tuple(env.config.cameras)
+
+    @jax.jit
+    def make(keys, task_ids, ks):
+        st = jax.vmap(lambda k, t: env.reset_task(k, t, observe=False))(keys, task_ids)  # swap_target renders
+        st = jax.vmap(lambda s, k: swap_target(env, s, k))(st, ks)
+        cubes = jnp.stack([st.data.qpos[:, a:a + 2] for a in env.idx.cube_qpos], 1)
+        return (st.obs, st.info["episode"]["instruction_id"], cubes,
+                st.data.mocap_pos[:, env.idx.zone_mocap, :2])
+
+    out: dict[str, list] = {"state": [], "instructions": [], "cubes": [], "zone": [], "scene": [],
+                            **{c: [] for c in cams}}
+    m = 3 * num_scenes
+    for start in range(0, m, batch):
+        i = np.arange(start, start + batch)  # padded to a whole batch (one compile), cut below
+        scene_i = i // 3
+        keys = jax.vmap(lambda j: jax.random.fold_in(root, j))(jnp.asarray(scene_i))
+        task_ids = tids[scene_i % len(tids)]
+        obs, iid, cubes, zone = jax.device_get(make(keys, jnp.asarray(task_ids), jnp.asarray(i % 3, jnp.int32)))
+        n = min(batch, m - start)
+        for c in cams:
+            out[c].append(obs[f"pixels/{c}"][:n])
+        out["state"].append(np.asarray(obs["state"][:n], np.float32))
+        out["instructions"] += [tasks_lib.TASKS[int(t)].instructions()[int(k)] for t, k in zip(task_ids[:n], iid[:n])]
+        out["cubes"].append(cubes[:n])
+        out["zone"].append(zone[:n])
+        out["scene"].append(scene_i[:n].astype(np.int64))
+    cat = {k: (v if k == "instructions" else np.concatenate(v)) for k, v in out.items()}
+    return {"images": {c: cat.pop(c) for c in cams}, **cat}
+
+
+def grounding_frames(cfg: TrainConfig) -> dict:
+    """`data.grounding_fraction`'s frames: `first_frames` of `data.grounding_scenes` object-suite scenes
+    in the config's env (cameras, image size), scene s from key `fold_in(fold_in(key(seed),
+    GROUNDING_STREAM), s)` -- never a demonstration's or an evaluation episode's layout."""
+    if cfg.env.suite != "object" and not cfg.env.task.startswith("object/"):
+        raise ConfigError(f"data.grounding_fraction renders object-suite scenes (the colour-named cube); "
+                          f"env.suite={cfg.env.suite!r}, env.task={cfg.env.task!r}")
+    env = make_env(cfg, "object/pick_red")
+    root = jax.random.fold_in(jax.random.key(cfg.seed), GROUNDING_STREAM)
+    t0 = time.perf_counter()
+    frames = first_frames(env, cfg.data.grounding_scenes, root)
+    log.info("grounding frames: %d scenes x 3 rendered in %.1f s", cfg.data.grounding_scenes,
+             time.perf_counter() - t0)
+    return frames
+
+
 def episode_lengths(success: np.ndarray) -> np.ndarray:
     """success bool [T, N] -> frames to keep per episode [N]: up to the first success (0 = failed)."""
     hit = success.any(axis=0)

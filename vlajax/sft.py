@@ -212,6 +212,13 @@ def _check(cfg: TrainConfig, mesh) -> None:
     if cfg.sft.target_noise > 0 and not cfg.model.target_conditioning:
         raise ConfigError(f"sft.target_noise={cfg.sft.target_noise} needs model.target_conditioning "
                           "(it is the noise on the teacher-forced target)")
+    if cfg.data.grounding_fraction > 0:
+        if cfg.model.aux_target != "grasp_place":
+            raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} needs model.aux_target="
+                              f"'grasp_place' (its frames train only that head), got {cfg.model.aux_target!r}")
+        if cfg.env.suite != "object" and not cfg.env.task.startswith("object/"):
+            raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} renders object-suite scenes "
+                              f"(a colour-named cube); env.suite={cfg.env.suite!r}")
     if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
         raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
 
@@ -233,7 +240,13 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
     # ---- Data first: bad data fails before anything compiles ------------------------------
-    loader, info = make_loader(cfg, mesh)
+    frames = None
+    if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head
+        from vlajax.demos import grounding_frames
+
+        frames = grounding_frames(cfg)
+    loader, info = make_loader(cfg, mesh, aux_frames=frames)
+    del frames
     bridge = Bridge.from_data(cfg, info)
     log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
              cfg.data.batching, info.slots, info.rows, info.row_len)

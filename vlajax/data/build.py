@@ -24,11 +24,12 @@ import numpy as np
 
 from vlajax.config import TrainConfig, action_norm
 from vlajax.data import openpi
+from vlajax.data.aux_frames import AuxFrameSource, MixedSource, grasp_place_frame_targets
 from vlajax.data.lerobot import DatasetError, LeRobotData
 from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.normalize import NormStats, load_norm_stats
 from vlajax.data.packing import PrefixSpec
-from vlajax.data.source import ActionChunkSource, grasp_place_targets
+from vlajax.data.source import ActionChunkSource, grasp_place_raw, grasp_place_targets
 from vlajax.data.transforms import (
     AugmentImages,
     Compose,
@@ -42,7 +43,7 @@ from vlajax.data.transforms import (
 )
 
 __all__ = ["DataInfo", "auto_packed_layout", "dataset_dir", "make_source", "make_transform", "packed_rows",
-           "packing_groups", "make_loader"]
+           "packing_groups", "make_loader", "mix_aux_frames"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,14 +136,31 @@ def packing_groups(slots: int, shards: int, min_slots: int = 8) -> int:
     return shards if shards > 1 and slots % shards == 0 and slots // shards >= min_slots else 1
 
 
+def mix_aux_frames(cfg: TrainConfig, src: ActionChunkSource, frames: dict) -> MixedSource:
+    """`src` with `data.grounding_fraction` of aux-only records from `frames` (`vlajax.demos.grounding_frames`):
+    grasp target = the named cube's xy, place target = the square's, normalized like `src`'s own
+    `grasp_place` targets; aux weight `sft.aux_start_weight` (they are start frames: gripper at home)."""
+    if cfg.model.aux_target != "grasp_place":
+        raise DatasetError(f"data.grounding_fraction needs model.aux_target='grasp_place', got {cfg.model.aux_target!r}")
+    raw, _, _ = grasp_place_raw(src)
+    target = grasp_place_frame_targets(raw, frames["cubes"][:, 0], frames["zone"])
+    extra = AuxFrameSource(frames["images"], frames["state"], frames["instructions"], target,
+                           cfg.sft.aux_start_weight, horizon=src.horizon, action_dim=src.action_dim)
+    return MixedSource(src, extra, cfg.data.grounding_fraction)
+
+
 def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
-                train: bool = True) -> tuple[Loader, DataInfo]:
-    """This process's loader of global batches over `mesh` (None: process-local numpy)."""
+                train: bool = True, aux_frames: dict | None = None) -> tuple[Loader, DataInfo]:
+    """This process's loader of global batches over `mesh` (None: process-local numpy).
+
+    `aux_frames` (`vlajax.demos.grounding_frames`, with `data.grounding_fraction` > 0): mixed into the
+    records as aux-only samples (`mix_aux_frames`)."""
     src = make_source(cfg)
     cams = _cameras(cfg, src)
     # decode only the cameras used
     src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams, aux=src.aux,
                             aux_frame_weight=src.aux_frame_weight)
+    records = src if aux_frames is None else mix_aux_frames(cfg, src, aux_frames)
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
@@ -173,7 +191,7 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     groups = packing_groups(d.batch_size // pc, dp // pc if dp % pc == 0 else 1) if d.batching == "packed" else 1
     if d.batching == "packed" and (rows // pc) % groups:
         raise ValueError(f"data.pack_rows={rows} is not divisible by {groups * pc} packing groups")
-    ds = make_dataset(src, transform, spec, d.batching, d.batch_size // pc, seed=d.shuffle_seed,
+    ds = make_dataset(records, transform, spec, d.batching, d.batch_size // pc, seed=d.shuffle_seed,
                       rows=rows // pc if d.batching == "packed" else 0, row_len=row_len,
                       max_segments=d.max_segments_per_row, num_epochs=num_epochs, num_threads=d.num_threads,
                       groups=groups)

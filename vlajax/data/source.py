@@ -23,7 +23,7 @@ import numpy as np
 
 from vlajax.data.lerobot import DatasetError, LeRobotData
 
-__all__ = ["ActionChunkSource", "camera_name", "grasp_place_targets", "IMAGE_PREFIX"]
+__all__ = ["ActionChunkSource", "camera_name", "grasp_place_raw", "grasp_place_targets", "IMAGE_PREFIX"]
 
 IMAGE_PREFIX = "observation.images."
 
@@ -114,7 +114,14 @@ START_RADIUS = 0.02  # m: 'grasp_place_start' trains on frames whose fingertip x
 def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`model.aux_target='grasp_place'` of every frame -> (float32 [N, 4] normalized per dim over the
     frames, bool [N] True before the episode's grasp frame, bool [N] True while the fingertip xy is
-    within `START_RADIUS` of the episode's first frame and before the grasp).
+    within `START_RADIUS` of the episode's first frame and before the grasp). The raw targets:
+    `grasp_place_raw`."""
+    raw, before, start = grasp_place_raw(source)
+    return (raw - raw.mean(0)) / np.maximum(raw.std(0), 1e-6), before, start
+
+
+def grasp_place_raw(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`grasp_place_targets` before normalization: float32 [N, 4] in metres, and the two masks.
 
     Per episode (tabletop layout: state[:2] = fingertip-centre xy, action[3] > 0 = close the
     gripper): state[:2] at the first frame whose action closes the gripper (where the expert grasps
@@ -145,4 +152,4 @@ def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarr
         before[a:a + closed[0]] = True
         near = np.linalg.norm(state[a:b, :2] - state[a, :2], axis=1) < START_RADIUS
         start[a:b] = near & before[a:b]
-    return (out - out.mean(0)) / np.maximum(out.std(0), 1e-6), before, start
+    return out, before, start
