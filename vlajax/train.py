@@ -183,7 +183,11 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
     Transformer Engine (`model.attention='te'`, `model.fp8='te'`) needs TE and a GPU. Joining
     the distributed job first keeps TE's import from starting the backend before it. `rl`
     refuses FP8 (its train states carry no FP8 collections; `vlajax.rl.setup.build` says so too).
+    `data.grounding_fraction` is refused by every command but `sft`, the only one that reads it.
     """
+    if command not in ("sft", "") and cfg.data.grounding_fraction > 0:
+        raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} is for sft (it mixes rendered "
+                          f"frames into the SFT batches); the {command} command does not read it")
     if command == "rl" and cfg.model.fp8 == "flax":
         raise ConfigError("model.fp8='flax' is for sft: the RL train states carry no FP8 scale collections yet; "
                           "use model.fp8='none' for rl")

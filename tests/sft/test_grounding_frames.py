@@ -133,6 +133,15 @@ def test_refusals_are_one_error_line(grasp_dataset, tmp_path, capsys, args, mess
     assert code == 2 and len(err) == 1 and err[0].startswith(message), err
 
 
+@pytest.mark.parametrize("command, preset", [("rl", "rl-grpo-tokens"), ("demos", "sft-small"), ("eval", "sft-small")])
+def test_other_commands_refuse_the_fraction(tmp_path, capsys, command, preset):
+    code = train_cli.main([command, "--preset", preset, "--output-dir", str(tmp_path / "a"),
+                           "--data.grounding-fraction", "0.5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"error: data.grounding_fraction=0.5 is for sft (it mixes rendered frames into the "
+                                 f"SFT batches); the {command} command does not read it"], err
+
+
 @pytest.mark.slow  # MJX resets, renders and 200 expert steps to compile and run (~1.5-4 min on 2 shared cores)
 def test_rendered_targets_are_where_the_expert_grasps_and_places():
     """`first_frames`' target (cube 0's xy) and square xy are, to 1 mm, the fingertip xy at the scripted
