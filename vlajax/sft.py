@@ -30,6 +30,7 @@ Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `po
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -241,12 +242,11 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
     # ---- Data first: bad data fails before anything compiles ------------------------------
     frames = None
-    if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head
+    if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head (after the data checks)
         from vlajax.demos import grounding_frames
 
-        frames = grounding_frames(cfg)
+        frames = functools.partial(grounding_frames, cfg)
     loader, info = make_loader(cfg, mesh, aux_frames=frames)
-    del frames
     bridge = Bridge.from_data(cfg, info)
     log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
              cfg.data.batching, info.slots, info.rows, info.row_len)

@@ -98,6 +98,19 @@ def test_the_action_loss_ignores_the_frames_and_the_aux_loss_reads_them(grasp_da
     assert float(got["aux_target_mse"]) != float(ref["aux_target_mse"])  # their targets are
 
 
+def test_the_dataset_is_checked_before_frames_are_rendered(tmp_path):
+    """`make_loader` calls an `aux_frames` function only after the dataset's checks: bad data fails first."""
+    root, _, _ = _write(str(tmp_path / "demos"), [3, None, 2])  # episode 1 never grasps
+    calls = []
+    with pytest.raises(DatasetError, match="never closes the gripper"):
+        make_loader(_mixed_config(root, str(tmp_path)), None, aux_frames=lambda: calls.append(1) or _frames())
+    assert calls == []
+    loader, _ = make_loader(_mixed_config(_write(str(tmp_path / "ok"), GRASPS)[0], str(tmp_path)), None,
+                            num_epochs=1, aux_frames=lambda: calls.append(1) or _frames())
+    loader.close()
+    assert calls == [1]
+
+
 def test_mixed_source_checks_the_frames(grasp_dataset, tmp_path):
     src = make_source(_aux_config(grasp_dataset[0], str(tmp_path)))
     fr = _frames()
