@@ -7,8 +7,8 @@ log2(patch_size) 3x3 stride-2 convolutions with LayerNorm and GELU, channels dou
 `width`, then a linear map; Xiao et al. 2021, "Early convolutions help transformers see better"),
 which sees objects of a few pixels through a non-linear filter before a patch mixes them.
 Fixed 2-D sine-cosine position embeddings (big_vision's `posemb_sincos_2d`), pre-LayerNorm
-blocks, GELU MLP, a final LayerNorm and a linear projection to the prefix width. The tower lives under `params["vision"]`, which is
-what block-wise PTQ leaves untouched.
+blocks, GELU MLP, a final LayerNorm and a linear projection to the prefix width. The tower
+lives under `params["vision"]`, which is what block-wise PTQ leaves untouched.
 """
 
 from __future__ import annotations
