@@ -32,17 +32,11 @@ import numpy as np
 
 
 def raw_targets(cfg) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std [4] of the training demos' raw grasp/place xy (as `grasp_place_targets` normalizes)."""
+    """Mean and std [4] of the training demos' raw grasp/place xy (`grasp_place_targets`' normalization)."""
     from vlajax.data.build import make_source
+    from vlajax.data.source import grasp_place_raw, grasp_place_stats
 
-    src = make_source(cfg)
-    d, actions, state = src.data, src._actions, src._state
-    out = []
-    for a, b in zip(d.episode_from.tolist(), d.episode_to.tolist()):
-        g = np.flatnonzero(actions[a:b, 3] > 0)[0]
-        out.append(np.repeat(np.concatenate([state[a + g, :2], state[b - 1, :2]])[None], b - a, 0))
-    out = np.concatenate(out)
-    return out.mean(0), np.maximum(out.std(0), 1e-6)
+    return grasp_place_stats(grasp_place_raw(make_source(cfg))[0])
 
 
 def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_first: bool = False,

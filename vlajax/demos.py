@@ -202,13 +202,24 @@ def first_frames(env, num_scenes: int, root: jax.Array, batch: int = 48) -> dict
     return {"images": {c: cat.pop(c) for c in cams}, **cat}
 
 
+def check_grounding(cfg: TrainConfig) -> None:
+    """ConfigError unless `data.grounding_fraction`'s frames fit the run: they train only
+    `model.aux_target='grasp_place'` and are object-suite scenes (called by `vlajax.sft` before anything
+    compiles, and by `grounding_frames`)."""
+    f = cfg.data.grounding_fraction
+    if cfg.model.aux_target != "grasp_place":
+        raise ConfigError(f"data.grounding_fraction={f} needs model.aux_target='grasp_place' (its frames train "
+                          f"only that head), got {cfg.model.aux_target!r}")
+    if cfg.env.suite != "object" and not cfg.env.task.startswith("object/"):
+        raise ConfigError(f"data.grounding_fraction={f} renders object-suite scenes (a colour-named cube); "
+                          f"env.suite={cfg.env.suite!r}, env.task={cfg.env.task!r}")
+
+
 def grounding_frames(cfg: TrainConfig) -> dict:
     """`data.grounding_fraction`'s frames: `first_frames` of `data.grounding_scenes` object-suite scenes
     in the config's env (cameras, image size), scene s from key `fold_in(fold_in(key(seed),
     GROUNDING_STREAM), s)` -- never a demonstration's or an evaluation episode's layout."""
-    if cfg.env.suite != "object" and not cfg.env.task.startswith("object/"):
-        raise ConfigError(f"data.grounding_fraction renders object-suite scenes (the colour-named cube); "
-                          f"env.suite={cfg.env.suite!r}, env.task={cfg.env.task!r}")
+    check_grounding(cfg)
     env = make_env(cfg, "object/pick_red")
     root = jax.random.fold_in(jax.random.key(cfg.seed), GROUNDING_STREAM)
     t0 = time.perf_counter()

@@ -214,12 +214,9 @@ def _check(cfg: TrainConfig, mesh) -> None:
         raise ConfigError(f"sft.target_noise={cfg.sft.target_noise} needs model.target_conditioning "
                           "(it is the noise on the teacher-forced target)")
     if cfg.data.grounding_fraction > 0:
-        if cfg.model.aux_target != "grasp_place":
-            raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} needs model.aux_target="
-                              f"'grasp_place' (its frames train only that head), got {cfg.model.aux_target!r}")
-        if cfg.env.suite != "object" and not cfg.env.task.startswith("object/"):
-            raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} renders object-suite scenes "
-                              f"(a colour-named cube); env.suite={cfg.env.suite!r}")
+        from vlajax.demos import check_grounding
+
+        check_grounding(cfg)
     if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
         raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
 

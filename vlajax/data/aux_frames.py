@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from vlajax.data.lerobot import DatasetError
-from vlajax.data.source import ActionChunkSource
+from vlajax.data.source import ActionChunkSource, grasp_place_stats
 
 __all__ = ["AuxFrameSource", "MixedSource", "grasp_place_frame_targets"]
 
@@ -121,7 +121,7 @@ def grasp_place_frame_targets(raw: np.ndarray, grasp_xy: np.ndarray, place_xy: n
     [M, 2] as the grasp point and the square's xy [M, 2] as the place point (where the expert's
     fingertips close, within its 6 mm tolerance, and open), normalized with the statistics of the
     demonstrations' raw targets `raw` float32 [N, 4] (`vlajax.data.source.grasp_place_raw`). -> [M, 4]."""
-    mean, std = raw.mean(0), np.maximum(raw.std(0), 1e-6)
+    mean, std = grasp_place_stats(raw)
     out = np.concatenate([grasp_xy, place_xy], 1).astype(np.float32)
     if out.shape[1] != raw.shape[1]:
         raise ValueError(f"targets have {out.shape[1]} dims, the demonstrations' {raw.shape[1]}")

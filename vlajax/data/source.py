@@ -23,7 +23,8 @@ import numpy as np
 
 from vlajax.data.lerobot import DatasetError, LeRobotData
 
-__all__ = ["ActionChunkSource", "camera_name", "grasp_place_raw", "grasp_place_targets", "IMAGE_PREFIX"]
+__all__ = ["ActionChunkSource", "camera_name", "grasp_place_raw", "grasp_place_stats", "grasp_place_targets",
+           "IMAGE_PREFIX"]
 
 IMAGE_PREFIX = "observation.images."
 
@@ -117,7 +118,14 @@ def grasp_place_targets(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarr
     within `START_RADIUS` of the episode's first frame and before the grasp). The raw targets:
     `grasp_place_raw`."""
     raw, before, start = grasp_place_raw(source)
-    return (raw - raw.mean(0)) / np.maximum(raw.std(0), 1e-6), before, start
+    mean, std = grasp_place_stats(raw)
+    return (raw - mean) / std, before, start
+
+
+def grasp_place_stats(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The normalization of `grasp_place_targets`: per-dim mean and std (floored at 1e-6) [4] of the raw
+    targets float32 [N, 4] (`grasp_place_raw`); anything predicted in those units maps back with them."""
+    return raw.mean(0), np.maximum(raw.std(0), 1e-6)
 
 
 def grasp_place_raw(source: ActionChunkSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
