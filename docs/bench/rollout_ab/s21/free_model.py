@@ -37,7 +37,8 @@ R = int(args[0]) if args else 11
 out_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
 compile_cache.enable()
 
-src = subprocess.run(["git", "show", "c31e687^:vlajax/rl/rollout.py"], capture_output=True, text=True, check=True).stdout
+src = subprocess.run(["git", "show", "c31e687^:vlajax/rl/rollout.py"], capture_output=True, text=True,
+                     check=True).stdout
 with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
     f.write(src)
 spec = importlib.util.spec_from_file_location("prev_rollout", f.name)
