@@ -65,7 +65,7 @@ import numpy as np
 
 from vlajax import cli
 from vlajax.bench import write_result
-from vlajax.config import AsyncConfig, TrainConfig
+from vlajax.config import AsyncConfig, ModelConfig, TrainConfig
 from vlajax.pipeline.latency import LatencyModel
 
 REGIMES = ("mjx", "cpu-sim", "emulated-farm")
@@ -94,15 +94,43 @@ def pipeline_config(mode: str, slots: int, max_wait_ms: float, timeout_s: float)
                        queue_timeout_s=timeout_s, watchdog_s=timeout_s)
 
 
-def run_config(base: TrainConfig, regime: str, mode: str, *, envs: int, slots: int, horizon: int, width: int,
-               updates: int, max_wait_ms: float, out_dir: str, timeout_s: float = 600.0) -> TrainConfig:
+# the RL sampler's fields a pixel preset sets on its model (kept on the sft-small architecture)
+HEAD_FIELDS = ("action_head", "flow_sampler", "noise_level", "flow_x1", "flow_sde_steps", "value_head")
+
+
+def workload_model(base: TrainConfig, width: int | None) -> ModelConfig:
+    """The policy the bench times. State presets: the preset's MLP at `width` (None: 256). Pixel
+    presets: the `sft-small` VLA (~1.5M parameters; what `rl --rl.init-from` an `sft-small`
+    checkpoint runs) with the preset's head and sampler fields; fresh weights. A privileged critic
+    becomes the VLA's expert value head (`workload_critic`)."""
+    if base.env.obs_mode == "state":
+        return dataclasses.replace(base.model, width=256 if width is None else width)
+    from vlajax.presets.sft import SMALL_CPU_MODEL
+
+    fields = {f: getattr(base.model, f) for f in HEAD_FIELDS}
+    if base.rl.critic == "privileged":
+        fields["value_head"] = "expert"
+    return dataclasses.replace(SMALL_CPU_MODEL, **fields)
+
+
+def workload_critic(base: TrainConfig) -> str:
+    """`rl.critic` of every run: the preset's, except that a privileged critic (an MLP on the env's
+    privileged state) becomes the policy's own value head -- the env slots of the async modes carry
+    no privileged observations, and every mode must run the same update."""
+    return "head" if base.rl.critic == "privileged" else base.rl.critic
+
+
+def run_config(base: TrainConfig, regime: str, mode: str, *, envs: int, slots: int, horizon: int,
+               width: int | None, updates: int, max_wait_ms: float, out_dir: str,
+               timeout_s: float = 600.0) -> TrainConfig:
     """The TrainConfig of one run: `base` (a preset) with the bench's workload, the regime's physics, the mode."""
     rl = dataclasses.replace(base.rl, num_iterations=updates + 1, rollout_length=horizon, update_epochs=1,
-                             num_minibatches=1, micro_batches=slots, normalize_advantages="none", eval_every=-1)
+                             num_minibatches=1, micro_batches=slots, normalize_advantages="none", eval_every=-1,
+                             critic=workload_critic(base))
     return dataclasses.replace(
         base, output_dir=out_dir, rl=rl,
         env=dataclasses.replace(base.env, num_envs=envs, physics_impl="jax" if regime == "mjx" else "c"),
-        model=dataclasses.replace(base.model, width=width),
+        model=workload_model(base, width),
         checkpoint=dataclasses.replace(base.checkpoint, dir="", every_steps=10**9, max_to_keep=1, resume=False),
         logging=dataclasses.replace(base.logging, tensorboard=False, progress="none", every_steps=10**9),
         pipeline=pipeline_config(mode, slots, max_wait_ms, timeout_s))
@@ -263,7 +291,9 @@ class Args:
     """The command line (`--help` lists every option with its comment)."""
 
     json: str = ""  # write the rows here
-    preset: str = "rl-debug"  # the TrainConfig preset the workload starts from (a state-observation PPO preset)
+    # the TrainConfig preset the workload starts from: a PPO preset, state observations (the MLP; rl-debug,
+    # rl-mlp-state) or pixels (rl-ppo-flow: the sft-small VLA with the preset's head, from fresh weights)
+    preset: str = "rl-debug"
     regimes: tuple[Literal["mjx", "cpu-sim", "emulated-farm"], ...] = REGIMES
     # the loops to time: sync = rl.loop.train, the rest rl.async_loop.train_async in that mode
     modes: tuple[Literal[MODES], ...] = MODES
@@ -272,7 +302,7 @@ class Args:
     envs: int = 16  # env.num_envs (split into --slots slots in the slot modes)
     slots: int = 4  # env slots of the slot modes; also the micro-batches of every mode's update
     horizon: int = 8  # rl.rollout_length: decisions per env per update
-    width: int = 256  # model.width of the MLP actor and critic
+    width: int | None = None  # state presets: model.width of the MLP actor and critic (None: 256); pixels: refused
     max_wait_ms: float = 2.0  # dynamic batching of the slot modes
     farm_scale: float = 20.0  # emulated-farm: a worker's step time = this x the measured C MuJoCo step time
     seed: int = 0
@@ -291,7 +321,7 @@ def _check(a: Args) -> None:
                   "runs from the end of the first timed update to the last")
     if a.slots < 1 or a.envs % a.slots:
         cli.error(f"--envs {a.envs} must split into --slots {a.slots}")
-    if min(a.envs, a.horizon, a.width) < 1 or a.max_wait_ms < 0 or a.farm_scale <= 0:
+    if min(a.envs, a.horizon, 1 if a.width is None else a.width) < 1 or a.max_wait_ms < 0 or a.farm_scale <= 0:
         cli.error("--envs, --horizon and --width must be >= 1, --max-wait-ms >= 0 and --farm-scale > 0")
     if not a.regimes or not a.modes:
         cli.error("--regimes and --modes must name at least one each")
@@ -315,9 +345,11 @@ def main(argv: list[str]) -> int:
         base = dataclasses.replace(get_config(a.preset), seed=a.seed)
     except (KeyError, ConfigError) as e:
         cli.error(f"--preset {a.preset}: {e}")
-    if base.env.obs_mode != "state" or base.rl.algo != "ppo":
-        cli.error(f"--preset {a.preset}: the bench runs a state-observation PPO preset (got {base.env.obs_mode}, "
-                  f"{base.rl.algo})")
+    if base.rl.algo != "ppo":
+        cli.error(f"--preset {a.preset}: the bench runs a PPO preset (got {base.rl.algo}: GRPO's episode groups "
+                  "do not fit the bench's fixed horizon)")
+    if base.env.obs_mode != "state" and a.width is not None:
+        cli.error(f"--width sets the state MLP's width; {a.preset} runs the sft-small VLA (its architecture is fixed)")
     regimes = [g for g in REGIMES if g in a.regimes]  # cpu-sim before emulated-farm: the calibration
     modes = [m for m in MODES if m in a.modes]
     root = tempfile.mkdtemp(prefix="bench_async_")
@@ -331,18 +363,22 @@ def main(argv: list[str]) -> int:
         cli.error(str(e))
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     git = lambda *c: subprocess.run(["git", *c], capture_output=True, text=True).stdout.split()
+    wm = workload_model(base, a.width)
     meta: dict[str, Any] = {
         "command": "python -m vlajax.bench async " + shlex.join(argv), "argv": ["async", *argv],
         "uptime_before": uptime(), "devices": jax.device_count(), "cpu_count": os.cpu_count(),
         # the code measured: HEAD plus the files under vlajax/ that differ from it (a shared tree)
         "git": {"head": (git("rev-parse", "HEAD") or [""])[0], "modified": git("diff", "--name-only", "HEAD",
                                                                                "--", "vlajax")},
-        "workload": {"preset": a.preset, "task": base.env.task or base.env.suite, "obs_mode": "state",
+        "workload": {"preset": a.preset, "task": base.env.task or base.env.suite, "obs_mode": base.env.obs_mode,
                      "envs": a.envs, "slots": a.slots, "horizon": a.horizon,
-                     "action_horizon": base.model.action_horizon, "width": a.width, "depth": base.model.depth,
+                     "action_horizon": wm.action_horizon, "chunk_steps": base.rl.chunk_steps,
+                     "policy": "mlp" if base.env.obs_mode == "state" else "vla",
+                     "model": {k: getattr(wm, k) for k in ("name", "width", "depth", *HEAD_FIELDS)},
+                     "critic": workload_critic(base), "width": wm.width, "depth": wm.depth,
                      "episode_length": base.env.episode_length, "algo": "ppo", "update_epochs": 1, "minibatches": 1,
                      "micro_batches": a.slots, "normalize_advantages": "none", "updates_timed": a.updates,
-                     "env_steps_per_update": a.envs * a.horizon * base.model.action_horizon},
+                     "env_steps_per_update": a.envs * a.horizon * (base.rl.chunk_steps or wm.action_horizon)},
         "reality": {g: REALITY[g] for g in regimes}, "order": "repeat -> regime -> mode",
         "max_wait_ms": a.max_wait_ms}
     farm: Farm | None = None
