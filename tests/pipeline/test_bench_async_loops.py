@@ -47,8 +47,30 @@ def test_mode_configs():
     assert part.streaming and part.partial_rollout and part.staleness_threshold == 1.0
 
 
+def test_workload_policy_of_state_and_pixel_presets():
+    """State presets time their MLP at --width; pixel PPO presets the sft-small VLA with their own head,
+    the privileged critic replaced by the VLA's value head in every mode (the slots have no privileged obs)."""
+    import vlajax.presets  # noqa: F401
+    from vlajax.config import get_config
+    from vlajax.presets.sft import SMALL_CPU_MODEL
+
+    state = get_config("rl-debug")
+    assert async_loops.workload_model(state, None).width == 256 and async_loops.workload_model(state, 16).width == 16
+    assert async_loops.workload_critic(state) == state.rl.critic
+    pixels = get_config("rl-ppo-flow")
+    assert pixels.rl.critic == "privileged"
+    m = async_loops.workload_model(pixels, None)
+    assert (m.name, m.width, m.depth, m.image_size) == ("sft-small", SMALL_CPU_MODEL.width, SMALL_CPU_MODEL.depth, 32)
+    assert (m.action_head, m.flow_sampler, m.flow_sde_steps, m.value_head) == ("flow", "flow_sde", "last", "expert")
+    for mode in async_loops.MODES:
+        cfg = async_loops.run_config(pixels, "mjx", mode, envs=4, slots=2, horizon=2, width=None, updates=2,
+                                     max_wait_ms=2.0, out_dir="/tmp/x")
+        assert cfg.rl.critic == "head" and cfg.model == m and cfg.env.obs_mode == "pixels"
+
+
 @pytest.mark.parametrize("args", [["--updates", "1"], ["--envs", "6", "--slots", "4"], ["--farm-scale", "0"],
-                                  ["--preset", "rl-grpo-tokens"], ["--modes", "nope"],
+                                  ["--preset", "rl-grpo-tokens"], ["--preset", "rl-ppo-flow", "--width", "64"],
+                                  ["--modes", "nope"],
                                   ["--render", "/nonexistent.json"], ["--json", "/nonexistent/dir/out.json"]])
 def test_bad_flags_are_refused_with_one_error_line(args):
     with pytest.raises(SystemExit) as e:
@@ -107,3 +129,23 @@ def test_all_three_regimes(tmp_path):
         (g, m) for g in ("mjx", "cpu-sim", "emulated-farm") for m in ("sync", "train_async", "+partial_rollout")]
     assert all(r["env_steps_per_s"] > 0 for r in rows)
     assert rows[0]["physics_impl"] == "jax" and "c_calls" not in rows[0]["runs"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.entry
+@pytest.mark.timeout(1200)
+def test_pixel_vla_rows(tmp_path):
+    """--preset rl-ppo-flow: the sft-small VLA from pixels through the sync loop and the fully async
+    pipeline (env slots), the workload declared in the JSON."""
+    out = tmp_path / "vla.json"
+    done = _bench(["--json", str(out), "--preset", "rl-ppo-flow", "--regimes", "mjx", "--modes", "sync",
+                   "train_async+rollout_async", "--repeats", "1", "--updates", "2", "--envs", "4", "--slots", "2",
+                   "--horizon", "2"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    w = data["meta"]["workload"]
+    assert (w["policy"], w["obs_mode"], w["critic"], w["model"]["name"]) == ("vla", "pixels", "head", "sft-small")
+    assert w["env_steps_per_update"] == 4 * 2 * 4  # envs x horizon x rl.chunk_steps
+    rows = data["rows"]
+    assert [r["mode"] for r in rows] == ["sync", "train_async+rollout_async"]
+    assert all(r["env_steps_per_s"] > 0 for r in rows) and rows[1]["staleness_max"] <= 1
