@@ -22,6 +22,10 @@ Every mode runs the same optimizer update (one PPO epoch over one minibatch of S
 micro-batches, `rl.normalize_advantages='none'`: what streaming requires, so the update is the
 same in all modes) on the same envs, horizon and policy.
 
+The policy is the preset's: a state preset's MLP at `--width`, or for a pixel PPO preset
+(`rl-ppo-flow`) the `sft-small` VLA with the preset's head from fresh weights, its privileged
+critic replaced by the VLA's value head in every mode (`workload_model`, `workload_critic`).
+
 Regimes (what is real in each is written into every row, `reality`):
 
 - `mjx`: MJX physics in-process (`env.physics_impl='jax'`); simulation, inference and training
