@@ -146,6 +146,7 @@ def test_pixel_vla_rows(tmp_path):
     w = data["meta"]["workload"]
     assert (w["policy"], w["obs_mode"], w["critic"], w["model"]["name"]) == ("vla", "pixels", "head", "sft-small")
     assert w["env_steps_per_update"] == 4 * 2 * 4  # envs x horizon x rl.chunk_steps
+    assert (w["action_horizon"], w["model_action_horizon"]) == (4, 8)  # env steps per decision: what plan reads
     rows = data["rows"]
     assert [r["mode"] for r in rows] == ["sync", "train_async+rollout_async"]
     assert all(r["env_steps_per_s"] > 0 for r in rows) and rows[1]["staleness_max"] <= 1

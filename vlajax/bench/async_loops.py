@@ -376,7 +376,9 @@ def main(argv: list[str]) -> int:
                                                                                "--", "vlajax")},
         "workload": {"preset": a.preset, "task": base.env.task or base.env.suite, "obs_mode": base.env.obs_mode,
                      "envs": a.envs, "slots": a.slots, "horizon": a.horizon,
-                     "action_horizon": wm.action_horizon, "chunk_steps": base.rl.chunk_steps,
+                     # env steps per decision (what `plan validate` reads); the model's chunk is `model_action_horizon`
+                     "action_horizon": base.rl.chunk_steps or wm.action_horizon,
+                     "model_action_horizon": wm.action_horizon, "chunk_steps": base.rl.chunk_steps,
                      "policy": "mlp" if base.env.obs_mode == "state" else "vla",
                      "model": {k: getattr(wm, k) for k in ("name", "width", "depth", *HEAD_FIELDS)},
                      "critic": workload_critic(base), "width": wm.width, "depth": wm.depth,
