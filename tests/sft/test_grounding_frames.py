@@ -51,7 +51,7 @@ def test_an_epoch_holds_the_fraction_and_the_frames_train_only_the_aux_head(gras
     root, grasp, end = grasp_dataset
     frames = _frames()
     cfg = _mixed_config(root, str(tmp_path))
-    loader, info = make_loader(cfg, None, num_epochs=1, aux_frames=frames)
+    loader, info = make_loader(cfg, None, num_epochs=1, aux_frames=lambda: frames)
     batches = list(loader)
     loader.close()
     index = np.concatenate([b["index"][b["sample_mask"]] for b in batches])
@@ -79,7 +79,7 @@ def test_an_epoch_holds_the_fraction_and_the_frames_train_only_the_aux_head(gras
 
 def test_the_action_loss_ignores_the_frames_and_the_aux_loss_reads_them(grasp_dataset, tmp_path):
     cfg = _mixed_config(grasp_dataset[0], str(tmp_path), fraction=0.5)
-    loader, info = make_loader(cfg, None, num_epochs=1, aux_frames=_frames())
+    loader, info = make_loader(cfg, None, num_epochs=1, aux_frames=_frames)
     batch = next(b for b in loader if (b["sample_mask"] & ~b["action_mask"].any(1)).sum() >= 2)
     loader.close()
     extra = batch["sample_mask"] & ~batch["action_mask"].any(1)

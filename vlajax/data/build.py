@@ -152,20 +152,18 @@ def mix_aux_frames(cfg: TrainConfig, src: ActionChunkSource, frames: dict) -> Mi
 
 
 def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
-                train: bool = True, aux_frames: dict | Callable[[], dict] | None = None) -> tuple[Loader, DataInfo]:
+                train: bool = True, aux_frames: Callable[[], dict] | None = None) -> tuple[Loader, DataInfo]:
     """This process's loader of global batches over `mesh` (None: process-local numpy).
 
-    `aux_frames` (`vlajax.demos.grounding_frames`' output, or a function returning it, called only once
-    the dataset passed its checks), with `data.grounding_fraction` > 0: mixed into the records as
-    aux-only samples (`mix_aux_frames`)."""
+    `aux_frames` (with `data.grounding_fraction` > 0): a function returning the frames
+    (`vlajax.demos.grounding_frames`' output), called only once the dataset passed its checks; they
+    are mixed into the records as aux-only samples (`mix_aux_frames`)."""
     src = make_source(cfg)
     cams = _cameras(cfg, src)
     # decode only the cameras used
     src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams, aux=src.aux,
                             aux_frame_weight=src.aux_frame_weight)
-    records = src
-    if aux_frames is not None:
-        records = mix_aux_frames(cfg, src, aux_frames() if callable(aux_frames) else aux_frames)
+    records = src if aux_frames is None else mix_aux_frames(cfg, src, aux_frames())
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
