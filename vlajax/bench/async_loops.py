@@ -368,6 +368,7 @@ def main(argv: list[str]) -> int:
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     git = lambda *c: subprocess.run(["git", *c], capture_output=True, text=True).stdout.split()
     wm = workload_model(base, a.width)
+    steps_per_decision = base.rl.chunk_steps or wm.action_horizon  # as rl.setup runs it
     meta: dict[str, Any] = {
         "command": "python -m vlajax.bench async " + shlex.join(argv), "argv": ["async", *argv],
         "uptime_before": uptime(), "devices": jax.device_count(), "cpu_count": os.cpu_count(),
@@ -377,14 +378,14 @@ def main(argv: list[str]) -> int:
         "workload": {"preset": a.preset, "task": base.env.task or base.env.suite, "obs_mode": base.env.obs_mode,
                      "envs": a.envs, "slots": a.slots, "horizon": a.horizon,
                      # env steps per decision (what `plan validate` reads); the model's chunk is `model_action_horizon`
-                     "action_horizon": base.rl.chunk_steps or wm.action_horizon,
+                     "action_horizon": steps_per_decision,
                      "model_action_horizon": wm.action_horizon, "chunk_steps": base.rl.chunk_steps,
                      "policy": "mlp" if base.env.obs_mode == "state" else "vla",
                      "model": {k: getattr(wm, k) for k in ("name", "width", "depth", *HEAD_FIELDS)},
                      "critic": workload_critic(base), "width": wm.width, "depth": wm.depth,
                      "episode_length": base.env.episode_length, "algo": "ppo", "update_epochs": 1, "minibatches": 1,
                      "micro_batches": a.slots, "normalize_advantages": "none", "updates_timed": a.updates,
-                     "env_steps_per_update": a.envs * a.horizon * (base.rl.chunk_steps or wm.action_horizon)},
+                     "env_steps_per_update": a.envs * a.horizon * steps_per_decision},
         "reality": {g: REALITY[g] for g in regimes}, "order": "repeat -> regime -> mode",
         "max_wait_ms": a.max_wait_ms}
     farm: Farm | None = None
