@@ -96,18 +96,22 @@ def test_concurrent_clients_are_batched_without_recompiles(served):
     assert served.server.policy.traces == traces  # no recompiles under load
 
 
-def test_fire_when_all_waiting_skips_t_max_only_when_no_other_client_can_send(served):
+def _side_server(base, **kwargs):
+    """(server, thread, url): a second server on `base`'s compiled policy, running in a thread."""
     from vlajax.serve.server import PolicyServer
 
-    base = served.server  # a second server on the same compiled policy, T_max 0.5 s, the rule on
     meta = {k: v for k, v in base.metadata.items() if k not in ("batching", "max_message_bytes")}
-    eager = PolicyServer(base.policy, base.spec, meta, port=0, max_wait_s=0.5, fire_when_all_waiting=True)
+    server = PolicyServer(base.policy, base.spec, meta, port=0, **kwargs)
     ready = threading.Event()
-    thread = threading.Thread(target=lambda: asyncio.run(eager.run(lambda port: ready.set(), signals=False)),
+    thread = threading.Thread(target=lambda: asyncio.run(server.run(lambda port: ready.set(), signals=False)),
                               daemon=True)
     thread.start()
     assert ready.wait(60)
-    url = f"ws://127.0.0.1:{eager.port}"
+    return server, thread, f"ws://127.0.0.1:{server.port}"
+
+
+def test_adaptive_wait_skips_t_max_only_when_no_other_client_can_send(served):
+    eager, thread, url = _side_server(served.server, max_wait_s=0.5)  # T_max 0.5 s, the default (adaptive) rule
     try:
         with _open(url) as (ws, meta):
             assert meta["batching"]["fire_when_all_waiting"] is True
@@ -120,10 +124,50 @@ def test_fire_when_all_waiting_skips_t_max_only_when_no_other_client_can_send(se
     finally:
         eager.request_stop()
         thread.join(60)
-    with _open(served.url) as (ws, meta):  # the default: a lone request waits T_max (20 ms)
-        assert meta["batching"]["fire_when_all_waiting"] is False
+    fixed, thread, url = _side_server(served.server, max_wait_s=0.02, fire_when_all_waiting=False)
+    try:
+        with _open(url) as (ws, meta):  # the fixed rule (--no-fire-when-all-waiting): a lone request waits T_max
+            assert meta["batching"]["fire_when_all_waiting"] is False
+            ws.send(pack(_good(meta)))
+            assert unpack(ws.recv(timeout=60))["server_timing"]["queue_ms"] >= 19
+    finally:
+        fixed.request_stop()
+        thread.join(60)
+
+
+def test_health_check_answers_503_while_draining(served):
+    import urllib.error
+
+    slow, thread, url = _side_server(served.server, max_wait_s=3.0, fire_when_all_waiting=False)
+    port = slow.port
+    with _open(url) as (ws, meta):
+        ws.send(pack(_good(meta)))  # a lone request under the fixed rule: it waits T_max (3 s) in the server
+        deadline = time.monotonic() + 30
+        while slow.in_flight == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        slow.request_stop()
+        while not slow.draining and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        assert e.value.code == 503 and e.value.read() == b"draining\n"
+        assert slow.in_flight == 1  # the health check ran while the request was still in the server
+        out = unpack(ws.recv(timeout=60))  # ... and the request is still answered
+        assert out["actions"].shape == (4, 4)
+    thread.join(60)
+    assert not thread.is_alive()
+
+
+def test_a_prompt_longer_than_the_budget_is_answered_with_a_warning(served):
+    with _open(served.url) as (ws, meta):
         ws.send(pack(_good(meta)))
-        assert unpack(ws.recv(timeout=60))["server_timing"]["queue_ms"] >= 19
+        assert "warnings" not in unpack(ws.recv(timeout=60))
+        long = " ".join(["press the red button and then the blue one"] * 3)  # > 16 tokens
+        ws.send(pack({**_good(meta), "prompt": long}))
+        out = unpack(ws.recv(timeout=60))
+        assert out["actions"].shape == (4, 4)
+        assert len(out["warnings"]) == 1 and "prompt truncated" in out["warnings"][0]
+        assert "the policy reads the first 16" in out["warnings"][0]
 
 
 def test_a_batch_is_split_over_idle_replicas_only_where_that_is_faster(served):
@@ -168,6 +212,10 @@ BAD = [  # name, message builder(meta) -> bytes | str, expected fragment of the 
     ("giant message", lambda m: pack({**_good(m), "junk": np.zeros(int(LIMIT_MB * 2**20) + 1, np.uint8)}),
      "exceeds the server's limit"),
     ("not a map", lambda m: pack([1, 2, 3]), "observation must be a map"),
+    ("scalar overflows its dtype", lambda m: msgpack.packb({**{k: v for k, v in _good(m).items() if k != "state"},
+                                                            "x": {b"__npgeneric__": True, b"data": 300,
+                                                                  b"dtype": "|u1"}}, default=_np_default),
+     "scalar 300 does not fit dtype uint8"),
 ]
 
 

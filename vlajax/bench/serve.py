@@ -4,18 +4,21 @@ Serving throughput and latency with cross-client batching. `python -m vlajax.ser
 subprocesses serve the policy (default: the `sft-small` preset's model, initialized and saved
 as an SFT checkpoint -- weights do not change the cost of a forward pass; `--checkpoint DIR`
 serves a trained one), one per `--replicas` setting (default: 1 replica, and the server's
-default `0` = auto: on a CPU host one replica per core), all started before the first
-measurement. For each repeat, each server and each client count C (interleaved, so slow phases
-of a shared machine hit every configuration), C websocket connections in this process each run
-closed-loop (send an observation, wait for its actions, send the next) for `--seconds` after
-`--warmup-s`; per row: requests/s, latency p50 / p95 / p99 (ms, client-side, round trip), the
-mean batch size the server fired and the replicas it ran on. Everything is real: real model,
-real websockets on loopback, clients in this process on the same cores as the server.
+default `0` = auto: on a CPU host one replica per core) and `--wait` rule (default `adaptive`,
+the server's default: no connection is held for a batch that cannot grow; `fixed`: B_max / T_max
+only), all started before the first measurement. For each repeat, each server and each client
+count C (interleaved, so slow phases of a shared machine hit every configuration), C websocket
+connections in this process each run closed-loop (send an observation, wait for its actions,
+send the next) for `--seconds` after `--warmup-s`; per row: requests/s, latency p50 / p95 /
+p99 (ms, client-side, round trip), the mean batch size the server fired and the replicas it
+ran on. Everything is real: real model, real websockets on loopback, clients in this process on
+the same cores as the server.
 
-The targets of issue 19 are computed per server setting and per repeat (ratios within one
-repeat), reported as median [min, max] over repeats, not tuned for: 16 clients >= 6x the
-requests/s of 1 client; p95 at 16 clients <= 3x the single-client p50. The machine load
-(`/proc/loadavg`) before and after is recorded.
+Per server setting, every client count's requests/s over the single client's and its p95 over
+the single client's p50 are ratios within one repeat, reported as median [min, max] over
+repeats; the targets of issue 19 (and 44: against the adaptive single client) are those at 16
+clients, not tuned for: >= 6x the requests/s of 1 client; p95 <= 3x the single-client p50. The
+machine load (`/proc/loadavg`) before, after and before each row is recorded.
 
 `--baseline DIR` A/Bs server code: every `--replicas` setting is also served from the vlajax
 checkout at DIR (e.g. `git archive <commit> vlajax | tar -x -C DIR`), interleaved with this
@@ -43,6 +46,7 @@ import numpy as np
 from vlajax import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WAIT_FLAGS = {"adaptive": "--fire-when-all-waiting", "fixed": "--no-fire-when-all-waiting"}  # --wait -> server flag
 
 
 def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
@@ -214,7 +218,8 @@ def plot(result: dict[str, Any], path: str) -> None:
     for setting in result["summary"]:
         rows = setting["rows"]
         c = [r["clients"] for r in rows]
-        label = f"replicas {setting['server_replicas']}" + (f", {setting['code']}" if result.get("baseline") else "")
+        label = (f"replicas {setting['server_replicas']}, {setting.get('wait_rule', 'adaptive')}"
+                 + (f", {setting['code']}" if result.get("baseline") else ""))
 
         def band(key, rows=rows):
             med = np.asarray([r[key]["median"] for r in rows])
@@ -244,25 +249,34 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def summarize(rows: list[dict[str, Any]], replicas: tuple[int, ...],
-              codes: tuple[str, ...] = ("current",)) -> list[dict[str, Any]]:
-    """Per server setting (code, replicas): per client count median/min/max over repeats, and issue
-    19's targets computed within each repeat (ratio of rows measured in the same repeat)."""
+              codes: tuple[str, ...] = ("current",), waits: tuple[str, ...] = ("adaptive",)) -> list[dict[str, Any]]:
+    """Per server setting (code, replicas, wait rule): per client count median/min/max over repeats,
+    each count's requests/s over the single client's and p95 over the single client's p50 (ratios of
+    rows measured in the same repeat), and issue 19's targets (16 clients) from those ratios."""
     out = []
-    for code, setting in [(c, r) for c in codes for r in replicas]:
-        mine = [r for r in rows if r["replicas_flag"] == setting and r.get("code", "current") == code]
+    for code, setting, wait in [(c, r, w) for c in codes for r in replicas for w in waits]:
+        mine = [r for r in rows if r["replicas_flag"] == setting and r.get("code", "current") == code
+                and r.get("wait_rule", "adaptive") == wait]
+        if not mine:
+            continue
         counts = sorted({r["clients"] for r in mine})
         per = [{"clients": c, **{k: _stats([r[k] for r in mine if r["clients"] == c])
                                  for k in ("requests_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_batch")}}
                for c in counts]
+        by = {(r["repeat"], r["clients"]): r for r in mine}
+        reps = sorted({r["repeat"] for r in mine})
+        for row in per:  # paired ratios: this count against the single client of the same repeat
+            pairs = [(by[k, row["clients"]], by[k, 1]) for k in reps if (k, 1) in by and (k, row["clients"]) in by]
+            if pairs:
+                row["rps_over_1"] = _stats([a["requests_per_s"] / max(b["requests_per_s"], 1e-9) for a, b in pairs])
+                row["p95_over_p50_1"] = _stats([a["p95_ms"] / max(b["p50_ms"], 1e-9) for a, b in pairs])
         for row in per:
             cpus = [r["cpu_ms_per_request"] for r in mine
                     if r["clients"] == row["clients"] and r.get("cpu_ms_per_request")]
             if cpus:
                 row["cpu_ms_per_request"] = {k: _stats([c[k] for c in cpus]) for k in cpus[0]}
-        entry: dict[str, Any] = {"code": code, "replicas_flag": setting,
+        entry: dict[str, Any] = {"code": code, "replicas_flag": setting, "wait_rule": wait,
                                  "server_replicas": mine[0]["server_replicas"], "rows": per}
-        by = {(r["repeat"], r["clients"]): r for r in mine}
-        reps = sorted({r["repeat"] for r in mine})
         if all((k, 1) in by and (k, 16) in by for k in reps):
             rps = [by[k, 16]["requests_per_s"] / max(by[k, 1]["requests_per_s"], 1e-9) for k in reps]
             tail = [by[k, 16]["p95_ms"] / max(by[k, 1]["p50_ms"], 1e-9) for k in reps]
@@ -288,6 +302,10 @@ class Args:
     max_batch: int = 16  # server B_max
     max_wait_ms: float = 5.0  # server T_max
     replicas: tuple[int, ...] = (1, 0)  # one server per value of its --replicas (0 = its default, auto)
+    # server wait rules, one server each: adaptive (the server's default: a batch also fires when every
+    # open connection has its request in, so no connection waits for a batch that cannot grow) / fixed
+    # (B_max / T_max only: a lone client waits T_max for company that never comes)
+    wait: tuple[str, ...] = ("adaptive",)
     repeats: int = 3  # measurements of every (server, client count), interleaved
     baseline: str = ""  # also serve every --replicas setting from the vlajax checkout at this directory (A/B)
 
@@ -295,9 +313,11 @@ class Args:
 def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m vlajax.bench serve", description=__doc__.split("\n\n")[0])
     if (min(a.clients) < 1 or a.seconds <= 0 or a.warmup_s < 0 or a.max_batch < 1 or a.max_wait_ms < 0
-            or not a.replicas or min(a.replicas) < 0 or len(set(a.replicas)) != len(a.replicas) or a.repeats < 1):
+            or not a.replicas or min(a.replicas) < 0 or len(set(a.replicas)) != len(a.replicas) or a.repeats < 1
+            or not a.wait or len(set(a.wait)) != len(a.wait) or not set(a.wait) <= set(WAIT_FLAGS)):
         print("error: --clients must be >= 1, --seconds > 0, --warmup-s >= 0, --max-batch >= 1, --max-wait-ms >= 0, "
-              "--replicas distinct values >= 0, --repeats >= 1", file=sys.stderr)
+              "--replicas distinct values >= 0, --repeats >= 1, --wait distinct values of adaptive / fixed",
+              file=sys.stderr)
         return 2
     if a.baseline and not os.path.isfile(os.path.join(a.baseline, "vlajax", "serve", "__main__.py")):
         print(f"error: --baseline {a.baseline}: not a vlajax checkout (no vlajax/serve/__main__.py)", file=sys.stderr)
@@ -323,27 +343,32 @@ def main(argv: list[str]) -> int:
         try:
             for code, repo in codes.items():
                 for r in a.replicas:
-                    servers[code, r] = _start_server(
-                        ckpt, ["--max-batch", str(a.max_batch), "--max-wait-ms", str(a.max_wait_ms), "--replicas",
-                               str(r)], os.path.join(tmp, f"server_{code}{r}.log"), repo)
+                    for w in a.wait:
+                        servers[code, r, w] = _start_server(
+                            ckpt, ["--max-batch", str(a.max_batch), "--max-wait-ms", str(a.max_wait_ms),
+                                   "--replicas", str(r), WAIT_FLAGS[w]], os.path.join(tmp, f"server_{code}{r}{w}.log"),
+                            repo)
             rows = []
             for rep in range(a.repeats):
-                for (code, r), (proc, url) in servers.items():
+                for (code, r, w), (proc, url) in servers.items():
                     for c in a.clients:
                         measured = asyncio.run(_measure(url, c, a.warmup_s, a.seconds, proc.pid))
-                        row = {"repeat": rep, "code": code, "replicas_flag": r, **measured}
+                        row = {"repeat": rep, "code": code, "replicas_flag": r, "wait_rule": w,
+                               "load_before_row": _loadavg()[0], **measured}
                         print(json.dumps(row), flush=True)
                         rows.append(row)
         finally:
             exits = {}
-            for (code, r), (proc, _) in servers.items():
+            for (code, r, w), (proc, _) in servers.items():
                 proc.send_signal(signal.SIGTERM)
-                exits[str(r) if code == "current" else f"{code}:{r}"] = proc.wait(120)
+                name = str(r) if code == "current" else f"{code}:{r}"
+                exits[name if w == "adaptive" else f"{name}:{w}"] = proc.wait(120)
     result: dict[str, Any] = {
         "policy": a.checkpoint or f"{a.preset} (initialized)", "model": dataclasses.asdict(cfg.model)
         if not a.checkpoint else None, "max_batch": a.max_batch, "max_wait_ms": a.max_wait_ms,
         "seconds_per_row": a.seconds, "warmup_s": a.warmup_s, "repeats": a.repeats,
-        "summary": summarize(rows, a.replicas, tuple(codes)), "rows": rows, "server_exit_codes": exits,
+        "wait_rules": list(a.wait), "summary": summarize(rows, a.replicas, tuple(codes), a.wait),
+        "rows": rows, "server_exit_codes": exits,
         "baseline": os.path.abspath(a.baseline) if a.baseline else None,
         "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": _loadavg()},
         "reality": "all real: model forward on this CPU, websockets over loopback, clients in the bench process",
@@ -351,7 +376,10 @@ def main(argv: list[str]) -> int:
     }
     for entry in result["summary"]:
         print(json.dumps({"code": entry["code"], "server_replicas": entry["server_replicas"],
-                          "targets": entry.get("targets")}), flush=True)
+                          "wait_rule": entry["wait_rule"], "targets": entry.get("targets"),
+                          "per_clients": {r["clients"]: {"rps_over_1": r.get("rps_over_1", {}).get("median"),
+                                                         "p95_ms": r["p95_ms"]["median"]} for r in entry["rows"]}}),
+              flush=True)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "model", "summary")}), flush=True)
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)

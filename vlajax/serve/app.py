@@ -42,7 +42,7 @@ class ServeArgs:
     replicas: int = 0  # policy copies, one per device, each with its own inference thread (0 = auto: docs/serving.md)
     max_batch: int = 16  # B_max: a batch fires when this many requests wait
     max_wait_ms: float = 5.0  # T_max: ... or when the oldest request has waited this long
-    fire_when_all_waiting: bool = False  # ... or at once when every connected client's request waits (docs/serving.md)
+    fire_when_all_waiting: bool = True  # ... or when every open connection's request is in (adaptive; docs/serving.md)
     buckets: tuple[int, ...] = ()  # static batch sizes compiled (default 1, 2, 4, ..., max_batch)
     max_message_mb: float = 8.0  # larger requests are answered with an error string
     deterministic: bool = True  # ODE sampler / argmax tokens (as eval); --no-deterministic samples

@@ -259,4 +259,6 @@ class InferenceWorker:
         bucket = self.policy.bucket(len(part))
         self._deliver([(r.payload[1], {"actions": actions[i], "server_timing": {
             "infer_ms": infer_ms, "queue_ms": 1e3 * (r.fired - r.submitted), "batch_size": len(part),
-            "bucket": bucket, "replica": replica}}) for i, r in enumerate(part)])
+            "bucket": bucket, "replica": replica}, **({"warnings": list(r.payload[0].warnings)}
+                                                      if r.payload[0].warnings else {})})
+            for i, r in enumerate(part)])

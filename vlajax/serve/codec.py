@@ -8,7 +8,8 @@ what `openpi_client.msgpack_numpy` writes and reads, so its `WebsocketClientPoli
 `vlajax.serve` unchanged.
 
 Decoding is strict: object, void and complex dtypes are refused (nothing is ever unpickled),
-and an array whose byte count does not match its dtype and shape raises `CodecError`.
+an array whose byte count does not match its dtype and shape raises `CodecError`, and so does
+a scalar whose value does not fit its dtype (300 as uint8) or is not a number.
 """
 
 from __future__ import annotations
@@ -64,7 +65,13 @@ def _decode(obj: dict) -> Any:
             raise CodecError(f"array of dtype {dt} and shape {tuple(shape)} needs {n} bytes, got {len(data)}")
         return np.frombuffer(data, dtype=dt).reshape(shape)
     if _NG in obj:
-        return _dtype(obj.get(b"dtype")).type(obj.get(b"data"))
+        dt, value = _dtype(obj.get(b"dtype")), obj.get(b"data")
+        if not isinstance(value, bool | int | float | str | bytes):
+            raise CodecError(f"scalar of dtype {dt}: value {value!r} is not a number")
+        try:
+            return dt.type(value)
+        except (OverflowError, ValueError, TypeError) as e:  # e.g. 300 as uint8: numpy raises OverflowError
+            raise CodecError(f"scalar {value!r} does not fit dtype {dt} ({type(e).__name__}: {e})") from None
     return obj
 
 
@@ -79,5 +86,5 @@ def unpack(data: bytes) -> Any:
         return msgpack.unpackb(data, object_hook=_decode, strict_map_key=False)
     except CodecError:
         raise
-    except (ValueError, TypeError, msgpack.UnpackException) as e:
+    except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as e:
         raise CodecError(f"not a msgpack-numpy message ({type(e).__name__}: {e})") from None

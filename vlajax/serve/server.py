@@ -10,11 +10,14 @@ Protocol (what `openpi_client.WebsocketClientPolicy` expects):
    'server_timing': {'infer_ms', 'queue_ms', 'batch_size', 'bucket'}}`.
 3. A request the server cannot serve is answered with a text message `error: <problem>`
    (the client raises it); the connection stays open and the next request is served.
-4. `GET /healthz` answers 200 `OK` over plain HTTP (503 while draining).
+4. `GET /healthz` answers 200 `OK` over plain HTTP (503 `draining` while draining).
 
 Every connection's requests go to one `InferenceWorker` (cross-client dynamic batching over the
-policy's replicas, one per device).
-SIGTERM / SIGINT: stop accepting, answer every request already received, close, exit 0.
+policy's replicas, one per device). Adaptive wait (default): a batch fires at B_max, at T_max,
+or at once when every open connection has its request in the server -- no connection is ever
+held for a batch that cannot grow (with one connection that is T_max = 0).
+SIGTERM / SIGINT: draining -- the listener stays open but answers every new handshake and
+`/healthz` with 503; every request already received is answered; then close, exit 0.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class PolicyServer:
 
     def __init__(self, policy: BatchedPolicy, spec: ObsSpec, metadata: dict[str, Any], *, host: str = "127.0.0.1",
                  port: int = 8000, max_wait_s: float = 0.005, max_message_bytes: int = 8 << 20,
-                 drain_timeout_s: float = 30.0, fire_when_all_waiting: bool = False):
+                 drain_timeout_s: float = 30.0, fire_when_all_waiting: bool = True):
         self.policy, self.spec = policy, spec
         self.host, self.port = host, port
         self.max_message_bytes = max_message_bytes
@@ -90,9 +93,8 @@ class PolicyServer:
                 if on_ready is not None:
                     on_ready(self.port)
                 await self._stop.wait()
-                self.draining = True
+                self.draining = True  # from here every handshake (and /healthz) is answered 503 draining
                 log.info("serve: draining %d in-flight request(s)", self.in_flight)
-                server.close(close_connections=False)  # no new connections
                 deadline = time.monotonic() + self.drain_timeout_s
                 while self.in_flight and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
@@ -113,9 +115,11 @@ class PolicyServer:
             self._loop.call_soon_threadsafe(_resolve, pairs)
 
     def _health(self, connection: ServerConnection, request) -> Any:
+        """`/healthz`: 200 OK, 503 draining while draining; while draining every other request too
+        (the listener stays open so the health check can say so; no new connection is accepted)."""
+        if self.draining:
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
         if request.path == "/healthz":
-            if self.draining:
-                return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         return None
 

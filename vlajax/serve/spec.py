@@ -86,6 +86,7 @@ class Parsed:
     state: np.ndarray
     tokens: np.ndarray
     token_mask: np.ndarray
+    warnings: tuple[str, ...] = ()  # what the server changed in the request (sent back in the answer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,21 @@ class ObsSpec:
         if not isinstance(obs, Mapping):
             raise ObsError(f"observation must be a map of key -> value, got {type(obs).__name__}")
         images = {cam: self._image(obs, key) for cam, key in self.keys.images}
-        return Parsed(images, self._state(obs), *self._prompt(obs))
+        state = self._state(obs)
+        ids, mask = self._prompt(obs)
+        return Parsed(images, state, ids, mask, self._cut(obs, ids))
+
+    def _cut(self, obs: Mapping, ids: np.ndarray) -> tuple[str, ...]:
+        """A warning when a text prompt needed more tokens than the model reads (the tokenizer cuts it).
+        Counted with the packaged tokenizer, and only where it is the one in use (same ids)."""
+        text = obs.get(self.keys.prompt) if TOKENS_KEY not in obs else None
+        if not isinstance(text, str):
+            return ()
+        needed = len(tokenizer._tokens(text)) + 2  # bos + words + eos
+        if needed <= self.max_text_len or not np.array_equal(ids, tokenizer.encode(text, self.max_text_len)[0]):
+            return ()
+        return (f"prompt truncated: it is {needed} tokens (with bos/eos), the policy reads the first "
+                f"{self.max_text_len}",)
 
     def _get(self, obs: Mapping, key: str) -> Any:
         if key not in obs:
