@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from tests.rl import float_tolerance
 from tests.rl.common import ACT_DIM, OBS_DIM, H, collect, make_policy, make_state
 from vlajax.config import RLConfig
 from vlajax.rl import learner, mlp_policy
@@ -50,27 +51,34 @@ def test_entropy_matches_monte_carlo():
     np.testing.assert_allclose(-jnp.mean(out["logp"]), ent[0], rtol=0.02)
 
 
-def test_learner_recomputes_recorded_log_probs_exactly():
-    """Fresh data, first update: recomputed log-probs equal the recorded ones, so r = 1 exactly."""
+def test_learner_recomputes_recorded_log_probs_to_float32_rounding():
+    """Fresh data, first update: recomputed log-probs equal the recorded ones to float32 rounding
+    (`tests/rl/float_tolerance.py`: two XLA programs may reassociate the H*A-term sum differently,
+    so the bound is (n - 1 + 4) ulps of sum|terms| per row, not bit equality), so r = 1 to rounding."""
     model = make_policy()
     fn = mlp_policy.make_logp_value_fn(model)
     cfg = RLConfig(update_epochs=1, num_minibatches=1, micro_batches=1, dual_clip=3.0)
     state = make_state(model, learner.make_optimizer(cfg))
     batch = collect(model, state.params, 64)  # sampled by a separately jitted rollout function, batch 64
+    mean, log_std, _ = model.apply({"params": state.params}, batch["obs"])
+    tol = float_tolerance.gaussian_rows(batch["actions"], mean, log_std)  # [64]
+    assert tol.max() < 1e-4  # the bound itself stays a rounding bound (|logp| ~ 10 here)
 
-    # Recomputed in different shapes (whole batch, 4 sequential chunks of 16): bit-identical.
+    # Recomputed in different shapes (whole batch, 4 sequential chunks of 16).
     for chunks in (1, 4):
         logp, value = jax.jit(functools.partial(learner.recompute_log_probs, fn, chunks=chunks))(
             state.params, batch, jax.random.key(0))
-        np.testing.assert_array_equal(logp, batch["old_logp"])
-        np.testing.assert_array_equal(value, batch["old_values"])
+        diff = np.abs(np.asarray(logp, np.float64) - np.asarray(batch["old_logp"], np.float64))
+        assert np.all(diff <= tol), f"{int((diff > tol).sum())} rows beyond the bound; max {diff.max():.3g}"
+        np.testing.assert_allclose(value, batch["old_values"], rtol=4 * float_tolerance.EPS32, atol=1e-6)
 
-    # The learner's own first update sees r = 1 everywhere: no KL, nothing clipped.
+    # The learner's own first update sees r = 1 to rounding everywhere: nothing clipped.
     step = jax.jit(functools.partial(learner.update, cfg, fn))
     _, m = step(jax.random.key(0), state, batch)
-    assert float(m["approx_kl"]) == 0.0
+    r_tol = 2 * tol.max()  # |exp(d) - 1| <= 2|d| for |d| < 1
+    assert abs(float(m["ratio_mean"]) - 1.0) <= r_tol
+    assert float(m["approx_kl"]) <= r_tol**2
     assert float(m["clip_frac"]) == 0.0 and float(m["dual_clip_frac"]) == 0.0
-    assert float(m["ratio_mean"]) == 1.0
     assert float(m["updates"]) == 1.0
 
 
