@@ -1,0 +1,330 @@
+"""A LIBERO worker process: runs LIBERO episodes, asking an openpi-protocol policy server for actions.
+
+Runs in the LIBERO venv (`make libero`), never in ours: it imports numpy, PIL, msgpack,
+websockets and libero only (plus `vlajax.libero.protocol` and `vlajax.serve.codec`, which need
+nothing else; `PYTHONPATH=<repo>`).
+
+    PYTHONPATH=. .venv-libero/bin/python -m vlajax.libero.worker --policy ws://127.0.0.1:8000 \
+        [--envs K] [--frames-dir DIR] [--gl egl|osmesa] [--channel-fd N]
+    PYTHONPATH=. .venv-libero/bin/python -m vlajax.libero.worker --check     # imports only
+
+Episodes arrive on stdin and results leave on the channel, one JSON object per line
+(`vlajax.libero.protocol`). A worker holds K slots; each slot runs one episode at a time in its
+own LIBERO env (kept while the next episode has the same task: building one takes 26-83 s) over
+its own websocket connection, so the K requests of one round are in flight together and a
+batching server sees them as one batch. Per slot and step: during the first `num_steps_wait`
+steps the dummy action; then, whenever the slot's action plan is empty, one request with the
+current observation (openpi's keys + `protocol.EXTRA_KEYS`) and the first `replan_steps` actions
+of the answer become the plan; the episode ends on LIBERO's success (`done`) or after
+`max_steps` steps past the wait.
+
+Rendering ('policy', the default): a camera is rendered only in the env steps whose observation
+a request reads (the last wait step and the last step of each plan), at the same point of the
+step as robosuite's own sampling, so those images are the pixels robosuite renders in every
+step ('all', what openpi's example does); the steps in between skip the GL work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import os
+import platform
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from vlajax.libero import protocol as P
+
+
+def _lazy_sensor(sensor, slot: Slot, shape: tuple[int, int, int]):
+    """A camera sensor that renders only while `slot.render_now` (else returns its last image)."""
+    last = [np.zeros(shape, np.uint8)]
+
+    def lazy(obs_cache):
+        if slot.render_now:
+            last[0] = sensor(obs_cache)
+            slot.renders += 1
+        return last[0]
+
+    lazy.__modality__ = getattr(sensor, "__modality__", "image")
+    return lazy
+
+
+class Slot:
+    """One env and the episode it runs."""
+
+    def __init__(self, index: int, url: str | None, frames_dir: str | None, emit):
+        self.index, self.url, self.frames_dir, self.emit = index, url, frames_dir, emit
+        self.env = None
+        self.env_key: tuple | None = None
+        self.ws = None
+        self.meta: dict[str, Any] = {}
+        self.render_now = True
+        self.renders = 0
+        self.ep: P.Episode | None = None
+
+    # ------------------------------------------------------------ env and connection
+
+    def _build(self, ep: P.Episode) -> float:
+        from libero.libero import benchmark, get_libero_path
+        from libero.libero.envs import OffScreenRenderEnv
+        from libero.libero.envs.env_wrapper import ControlEnv
+
+        key = (ep.suite, ep.task, ep.camera_size, ep.cameras, ep.render)
+        if self.env_key == key:
+            return 0.0
+        self.close_env()
+        self.emit({"event": "building", "id": ep.id, "suite": ep.suite, "task": ep.task})
+        t0 = time.perf_counter()
+        suite = benchmark.get_benchmark_dict()[ep.suite]()
+        task = suite.get_task(ep.task)
+        bddl = os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+        if ep.cameras:
+            env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=ep.camera_size,
+                                     camera_widths=ep.camera_size)
+        else:
+            env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_offscreen_renderer=False)
+        self.env, self.env_key = env, key
+        self.description = str(task.language)
+        self.init_states = np.asarray(suite.get_task_init_states(ep.task))
+        seconds = time.perf_counter() - t0
+        self.emit({"event": "built", "id": ep.id, "seconds": round(seconds, 3)})
+        return seconds
+
+    def close_env(self) -> None:
+        if self.env is not None:
+            with contextlib.suppress(Exception):  # robosuite's EGL teardown can raise; the env is gone anyway
+                self.env.close()
+        self.env, self.env_key = None, None
+
+    def connect(self) -> None:
+        if self.ws is not None or self.url is None:
+            return
+        from websockets.sync.client import connect
+
+        from vlajax.serve.codec import unpack
+
+        self.ws = connect(self.url, compression=None, max_size=None, open_timeout=120)
+        self.meta = unpack(self.ws.recv())
+
+    def close(self) -> None:
+        self.close_env()
+        if self.ws is not None:
+            self.ws.close()
+            self.ws = None
+
+    # ------------------------------------------------------------ episode
+
+    def start(self, ep: P.Episode) -> None:
+        self.ep = ep
+        self.build_s = self._build(ep)
+        if ep.policy == "server":
+            self.connect()
+        if not 0 <= ep.init < len(self.init_states):
+            raise ValueError(f"init state {ep.init} out of range (task has {len(self.init_states)})")
+        self.size = ep.resize
+        shape = self.meta.get("observation", {}).get(P.IMAGE_KEY, {}).get("shape")
+        if shape:  # the server declares the image size it reads
+            self.size = int(shape[0])
+        self.env.seed(ep.seed)
+        self.env.reset()  # robosuite's hard reset makes new sensors: wrap them after it
+        if ep.cameras and ep.render == "policy":
+            for cam in P.CAMERAS:
+                o = self.env.env._observables[f"{cam}_image"]
+                o._sensor = _lazy_sensor(o._sensor, self, (ep.camera_size, ep.camera_size, 3))
+        self.render_now = ep.render == "all"
+        self.success, self.reward, self.calls, self.renders = False, 0.0, 0, 0
+        self.obs = self.env.set_init_state(self.init_states[ep.init])
+        self.t = 0  # env steps taken, wait included
+        self.plan: collections.deque = collections.deque()
+        self.frames: list[np.ndarray] = []
+        self.step_s, self.infer_s = [], []
+        self.t_start = time.perf_counter()
+
+    @property
+    def policy_step(self) -> int:
+        return self.t - self.ep.num_steps_wait
+
+    def needs_request(self) -> bool:
+        return self.ep.policy == "server" and self.policy_step >= 0 and not self.plan
+
+    def request(self, done: bool = False) -> dict[str, Any]:
+        ep = self.ep
+        extras = {"episode": ep.id, "step": self.policy_step, "reward": self.reward, "done": done,
+                  "success": self.success}
+        req = P.make_request(self.obs, self.description, self.size, extras)
+        if ep.video and ep.render == "policy":
+            self.frames.append(req[P.IMAGE_KEY])
+        return req
+
+    def take(self, answer: dict[str, Any]) -> None:
+        actions = np.asarray(answer["actions"])
+        if actions.ndim != 2 or actions.shape[1] < P.ACTION_DIM:
+            raise ValueError(f"the policy answered actions of shape {actions.shape}; expected [H, >= 7]")
+        if actions.shape[0] < self.ep.replan_steps:
+            raise ValueError(f"replan_steps {self.ep.replan_steps} but the policy's chunk has {actions.shape[0]}")
+        self.plan.extend(actions[: self.ep.replan_steps, : P.ACTION_DIM])
+
+    def step(self) -> bool:
+        """One env step; True when the episode ended."""
+        ep = self.ep
+        if self.policy_step < 0 or ep.policy == "dummy":
+            action = np.asarray(P.DUMMY_ACTION)
+            will_read = self.t == ep.num_steps_wait - 1
+        else:
+            action = self.plan.popleft()
+            will_read = not self.plan
+            if ep.video and ep.render == "all":
+                self.frames.append(P.convert_image(self.obs["agentview_image"], self.size))
+        if ep.render == "policy":
+            self.render_now = will_read
+        t0 = time.perf_counter()
+        self.obs, reward, done, _ = self.env.step(np.asarray(action, np.float64).tolist())
+        self.step_s.append(time.perf_counter() - t0)
+        self.t += 1
+        self.reward = float(reward)
+        if self.policy_step <= 0:
+            return False
+        self.success = bool(done)
+        return self.success or self.policy_step >= ep.limit
+
+    def result(self) -> dict[str, Any]:
+        ep = self.ep
+        frames_path = None
+        if ep.video and self.frames and self.frames_dir:
+            frames_path = P.write_atomic_npy(os.path.join(self.frames_dir, f"{ep.id}.npy"), np.stack(self.frames))
+        steps = np.asarray(self.step_s)
+        return {"event": "result", "id": ep.id, "suite": ep.suite, "task": ep.task, "init": ep.init,
+                "success": self.success, "steps": self.policy_step, "env_steps": self.t, "policy_calls": self.calls,
+                "task_description": self.description, "env_build_s": round(self.build_s, 3),
+                "seconds": round(time.perf_counter() - self.t_start, 3),
+                "step_s_mean": float(steps.mean()) if steps.size else 0.0,
+                "step_s_p50": float(np.median(steps)) if steps.size else 0.0,
+                "infer_s_mean": float(np.mean(self.infer_s)) if self.infer_s else 0.0,
+                "renders": self.renders, "frames": frames_path, "pid": os.getpid()}
+
+
+def _send_all(slots: list[Slot], done: bool = False) -> None:
+    """One request per slot in flight at once, then their answers (each slot its own connection)."""
+    from vlajax.serve.codec import pack, unpack
+
+    t0 = time.perf_counter()
+    for s in slots:
+        s.ws.send(pack(s.request(done)))
+    for s in slots:
+        reply = s.ws.recv()
+        if isinstance(reply, str):
+            raise RuntimeError(f"policy server: {reply}")
+        s.calls += 1
+        s.infer_s.append(time.perf_counter() - t0)
+        if not done:
+            s.take(unpack(reply))
+
+
+def serve_episodes(args: argparse.Namespace, emit) -> None:
+    inbox: queue.Queue = queue.Queue()
+
+    def read_stdin():
+        for line in sys.stdin:
+            msg = P.read_line(line)
+            if msg is not None:
+                inbox.put(msg)
+        inbox.put({"cmd": "exit"})
+
+    threading.Thread(target=read_stdin, daemon=True).start()
+    slots = [Slot(i, args.policy, args.frames_dir, emit) for i in range(args.envs)]
+    active: list[Slot] = []
+    exiting = False
+    while True:
+        free = [s for s in slots if s not in active]
+        while free and not exiting:
+            try:
+                msg = inbox.get(block=not active)
+            except queue.Empty:
+                break
+            if msg.get("cmd") == "exit":
+                exiting = True
+                break
+            if msg.get("cmd") != "episode":
+                continue
+            slot = free.pop(0)
+            try:
+                slot.start(P.Episode.from_json(msg))
+                active.append(slot)
+            except Exception as e:  # noqa: BLE001 -- reported per episode; the worker goes on
+                emit({"event": "error", "id": msg.get("id"), "message": f"{type(e).__name__}: {e}"})
+        if not active:
+            if exiting:
+                break
+            continue
+        try:
+            asking = [s for s in active if s.needs_request()]
+            if asking:
+                _send_all(asking)
+                for s in asking:
+                    emit({"event": "progress", "id": s.ep.id, "step": s.policy_step})
+            for s in list(active):
+                if s.step():
+                    if s.ep.report_terminal and s.ep.policy == "server":
+                        _send_all([s], done=True)
+                    emit(s.result())
+                    active.remove(s)
+                elif s.ep.policy == "dummy" and s.t % 20 == 0:
+                    emit({"event": "progress", "id": s.ep.id, "step": s.policy_step})
+        except Exception as e:  # noqa: BLE001 -- a failed round fails its episodes, not the worker
+            for s in active:
+                emit({"event": "error", "id": s.ep.id, "message": f"{type(e).__name__}: {e}"})
+                if s.ws is not None:  # a connection left mid-request is not reused
+                    try:
+                        s.ws.close()
+                    finally:
+                        s.ws = None
+            active.clear()
+    for s in slots:
+        s.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vlajax.libero.worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policy", default=None, help="ws://HOST:PORT of an openpi-protocol policy server")
+    ap.add_argument("--envs", type=int, default=1, help="episodes (envs) this worker runs at once")
+    ap.add_argument("--frames-dir", default=None, help="where the video frames of each episode go (.npy)")
+    ap.add_argument("--gl", default=os.environ.get("MUJOCO_GL", "egl"), choices=("egl", "osmesa"))
+    ap.add_argument("--channel-fd", type=int, default=-1, help="file descriptor of the channel (default stdout)")
+    ap.add_argument("--check", action="store_true", help="import what a worker needs, print one line, exit")
+    args = ap.parse_args(argv)
+    if args.envs < 1:
+        ap.error("--envs must be >= 1")
+    os.environ["MUJOCO_GL"] = args.gl
+    os.environ["PYOPENGL_PLATFORM"] = args.gl
+    # the channel: our own copy of stdout (or fd N); fd 1 becomes stderr, so library prints cannot corrupt it
+    chan_fd = os.dup(1) if args.channel_fd < 0 else args.channel_fd
+    os.dup2(2, 1)
+    chan = os.fdopen(chan_fd, "w", buffering=1)
+    lock = threading.Lock()
+
+    def emit(obj: dict[str, Any]) -> None:
+        with lock:
+            P.write_line(chan, obj)
+
+    import libero.libero.envs  # noqa: F401 -- fail here, not in the first episode
+    import msgpack  # noqa: F401
+    import websockets  # noqa: F401
+
+    hello = {"event": "hello", "pid": os.getpid(), "python": platform.python_version(), "gl": args.gl}
+    if args.check:
+        emit({**hello, "event": "check"})
+        return 0
+    emit(hello)
+    serve_episodes(args, emit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
