@@ -12,7 +12,8 @@ methods are pure and jittable; close over the bridge, never pass it as a traced 
     tokens, mask = bridge.encode_instructions(["put the red cube in the bowl"])  # free text
     obs = bridge.observation({**env_obs, "tokens": tokens, "token_mask": mask})  # no task ids
     actions = bridge.act(model, variables, state, rng)  # -> env actions float32 [B, H, 4] in [-1, 1]
-    env_actions = bridge.env_actions(model_actions)   # normalized [B, H, A] -> robot [B, H, 4]
+    actions, sample = bridge.sample(model, variables, env_obs, rng, deterministic=True)  # the one sampler
+    env_actions = bridge.env_actions(model_actions, env_obs)  # normalized [B, H, A] -> robot [B, H, 4]
 
 Conventions (the same as training, see `vlajax.data.build.make_transform`):
   images    env `pixels/<camera>` uint8 [B, h, w, 3] -> float32 [0, 1], resized to
@@ -28,6 +29,15 @@ Conventions (the same as training, see `vlajax.data.build.make_transform`):
             state padded to `model.state_dim`: `vlajax.policy_pi`.
   actions   model actions [B, H, A] (normalized) -> unnormalized with the dataset stats
             (`data.action_norm`), first `env_action_dim` dims, clipped to [-1, 1].
+  openpi    an imported openpi policy (`openpi`: `vlajax.policy_openpi.OpenpiTransforms`) reads
+            the robot's raw keys too (LIBERO: `observation/image`, `observation/wrist_image`
+            uint8 [B, h, w, 3], `observation/state` [B, 8]) and answers as openpi's `Policy.infer`:
+            the robot's state transform, its norm stats, resize with pad (rounded to uint8 as
+            openpi), its prompt format; actions unnormalized, AbsoluteActions on `delta_mask`
+            with the robot's state, the robot's action dims, not clipped.
+  noise     `env_obs['noise']` float [B, H, model.action_dim], when present, is the flow's starting
+            noise (openpi's `infer(obs, noise=...)`); else x_1 follows `model.flow_x1` (N(0, I)
+            for imported policies, drawn from `rng`).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from vlajax.config import ModelConfig, action_norm
 from vlajax.data.normalize import NormStats, unnormalize
 from vlajax.models import heads
 from vlajax.models.observation import Observation
+from vlajax.policy_openpi import OpenpiTransforms
 
 __all__ = ["Bridge", "POLICY_FILE", "instruction_table"]
 
@@ -90,6 +101,7 @@ class Bridge:
     state_norm: str = "mean_std"
     env_action_dim: int = 4  # dims sent to the env (the first ones of the model's action_dim)
     camera_map: tuple[tuple[str, str], ...] = ()  # pi families: (env camera, openpi image slot) pairs
+    openpi: OpenpiTransforms | None = None  # an imported openpi policy's data transforms (None: our own)
 
     def __post_init__(self):
         if tuple(sorted(self.cameras)) != tuple(self.cameras):
@@ -103,8 +115,10 @@ class Bridge:
             from vlajax.policy_pi import PiInputs
 
             state_dims = int(np.shape(self.norm["state"].mean)[-1])
+            optional = self.openpi.keys.optional if self.openpi is not None else ()
             object.__setattr__(self, "_pi", PiInputs(self.model, self.cameras, self.camera_map,
-                                                     [list(t.instructions()) for t in tasks.TASKS], state_dims))
+                                                     [list(t.instructions()) for t in tasks.TASKS], state_dims,
+                                                     optional))
             return
         ids, mask = instruction_table(self.model.max_text_len)
         object.__setattr__(self, "_tokens", ids)
@@ -132,6 +146,7 @@ class Bridge:
             "state_norm": self.state_norm,
             "env_action_dim": self.env_action_dim,
             "camera_map": [list(p) for p in self.camera_map],
+            **({"openpi": self.openpi.to_json()} if self.openpi is not None else {}),
         }
 
     @classmethod
@@ -139,7 +154,8 @@ class Bridge:
         return cls(ModelConfig(**d["model"]), tuple(d["cameras"]),
                    {k: _stats_from_json(v) for k, v in d["norm"].items()},
                    d["action_norm"], d["state_norm"], int(d.get("env_action_dim", 4)),
-                   tuple(tuple(p) for p in d.get("camera_map", ())))
+                   tuple(tuple(p) for p in d.get("camera_map", ())),
+                   OpenpiTransforms.from_json(d["openpi"]) if d.get("openpi") else None)
 
     def save(self, directory: str) -> str:
         """Write `<directory>/policy.json` atomically. -> its path."""
@@ -163,11 +179,30 @@ class Bridge:
         iid = jnp.asarray(instruction_id, jnp.int32)
         return jnp.asarray(self._tokens)[tid, iid], jnp.asarray(self._token_mask)[tid, iid]
 
-    def encode_instructions(self, texts) -> tuple[np.ndarray, np.ndarray]:
-        """Free-text instructions [B] -> tokens int32 [B, max_text_len], mask bool [B, max_text_len]."""
-        from vlajax.models.tokenizer import encode_batch
+    def encode_instructions(self, texts, env_obs: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Free-text instructions [B] -> tokens int32 [B, max_text_len], mask bool [B, max_text_len].
 
-        return encode_batch(list(texts), self.model.max_text_len)
+        π families: openpi's prompt format with the SentencePiece model (an empty or None text takes
+        the openpi config's default prompt); π0.5 with the state in the prompt needs `env_obs`, the
+        batched observation (raw robot keys or ours) whose state is normalized as `observation`
+        normalizes it. Others: the packaged byte tokenizer."""
+        texts = list(texts)
+        if self._pi is None:
+            from vlajax.models.tokenizer import encode_batch
+
+            return encode_batch(texts, self.model.max_text_len)
+        default = self.openpi.default_prompt if self.openpi is not None else ""
+        texts = [t if t else default for t in texts]
+        if not all(texts):
+            raise ValueError("the policy needs a prompt (its openpi config has no default prompt)")
+        normalized = None
+        if self._pi.table is not None:
+            if env_obs is None:
+                raise ValueError("this π0.5 policy puts the state in the prompt: encode_instructions needs the "
+                                 "observation (its state)")
+            state = self.openpi.env_view(env_obs)["state"] if self.openpi is not None else env_obs["state"]
+            normalized = np.asarray(self.normalize_state(state, pad=False))
+        return self._pi.encode(texts, normalized)
 
     def normalize_state(self, state, pad: bool = True) -> jax.Array:
         s = self.norm["state"]
@@ -188,7 +223,10 @@ class Bridge:
         """Batched pixels observation `{'pixels/<cam>': uint8 [B,h,w,3], 'state': [B,8],
         'instruction_id': int [B]}` and task ids int [B] (or a scalar) -> `Observation`.
         With `'tokens'` int32 [B, L] and `'token_mask'` bool [B, L] in `env_obs` (free text, see
-        `encode_instructions`) the instruction ids and `task_id` are not used."""
+        `encode_instructions`) the instruction ids and `task_id` are not used. An openpi policy
+        also reads its robot's raw keys (module docstring)."""
+        if self.openpi is not None:
+            env_obs = self.openpi.env_view(env_obs)
         b = env_obs["state"].shape[0]
         if self._pi is not None:
             return self._pi_observation(env_obs, task_id, b)
@@ -235,21 +273,39 @@ class Bridge:
 
     # ---------------------------------------------------------------- outputs
 
-    def env_actions(self, actions) -> jax.Array:
-        """Normalized model actions [..., A] -> env actions [..., env_action_dim] in [-1, 1]."""
+    def env_actions(self, actions, env_obs: dict | None = None) -> jax.Array:
+        """Normalized model actions [B, H, A] -> env actions [B, H, env_action_dim] in [-1, 1].
+        An openpi policy: the robot's actions (unnormalized, AbsoluteActions with the robot's
+        state from `env_obs` where its config has a delta mask, not clipped)."""
         dims = np.shape(self.norm["actions"].mean)[-1]  # pi families: the model's padded dims are cut
         raw = unnormalize(jnp.asarray(actions, jnp.float32)[..., :dims], self.norm["actions"], self.action_norm)
+        if self.openpi is not None:
+            if self.openpi.delta_mask and env_obs is None:
+                raise ValueError(f"openpi config {self.openpi.train_config!r} returns absolute actions: "
+                                 "env_actions needs the observation (its state)")
+            state = None if env_obs is None else self.openpi.env_view(env_obs)["state"]
+            return self.openpi.robot_actions(raw, state)
         return jnp.clip(raw[..., : self.env_action_dim], -1.0, 1.0)
+
+    def sample(self, model, variables, env_obs: dict, rng, *, task_id=None, deterministic: bool = True,
+               temperature: float = 1.0):
+        """The policy: env observation dict (batched) -> (env actions [B, H, env_action_dim], the
+        head's sample: `heads.FlowSample` / `TokenSample`). deterministic: the ODE sampler (from
+        Gaussian x_1 unless `model.flow_x1='zeros'`, or from `env_obs['noise']`) / argmax tokens;
+        else the model's configured sampler. Eval, the policy server and the RL rollout call this."""
+        obs = self.observation(env_obs, task_id)
+        if self.model.action_head == "flow":
+            out = heads.flow_sample(model, variables, obs, rng, sampler="ode" if deterministic else None,
+                                    x1=env_obs.get("noise"))
+        else:
+            out = heads.token_sample(model, variables, obs, rng, temperature=0.0 if deterministic else temperature)
+        return self.env_actions(out.actions, env_obs), out
 
     def act(self, model, variables, state_or_obs, rng, *, task_id=None, deterministic: bool = True) -> jax.Array:
         """Env actions float32 [B, H, env_action_dim] for a batched env `State` (or an env
         observation dict plus `task_id`). deterministic: the ODE sampler / argmax tokens."""
         if isinstance(state_or_obs, dict):
-            obs = self.observation(state_or_obs, task_id)
+            env_obs = state_or_obs
         else:
-            obs = self.observation_from_state(state_or_obs)
-        if self.model.action_head == "flow":
-            out = heads.flow_sample(model, variables, obs, rng, sampler="ode" if deterministic else None)
-        else:
-            out = heads.token_sample(model, variables, obs, rng, temperature=0.0 if deterministic else 1.0)
-        return self.env_actions(out.actions)
+            env_obs, task_id = state_or_obs.obs, state_or_obs.info["episode"]["task_id"]
+        return self.sample(model, variables, env_obs, rng, task_id=task_id, deterministic=deterministic)[0]

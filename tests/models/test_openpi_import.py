@@ -139,10 +139,10 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     from vlajax.models.import_openpi import main  # noqa: PLC0415
 
     assert main(["--checkpoint", str(tmp_path), "--config", "no-such-preset", "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.startswith("error: --config 'no-such-preset' is not a preset")
+    assert capsys.readouterr().err.startswith("error: --config 'no-such-preset' is neither an openpi train config")
     shutil.rmtree(tmp_path / "o", ignore_errors=True)
     assert main(["--checkpoint", str(tmp_path), "--config", "debug", "--out", str(tmp_path / "o")]) == 2
-    assert "model.family is 'vla'" in capsys.readouterr().err
+    assert "nor a vlajax π preset" in capsys.readouterr().err
 
 
 def test_openpi_lora_leaves_map_when_the_ranks_are_set():

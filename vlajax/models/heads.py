@@ -122,8 +122,9 @@ class FlowSample:
 
 
 def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | None = None,
-                logp_mask=None) -> FlowSample:
-    """K-step sampler with a cached prefix. sampler: 'ode' | 'flow_sde' | 'flow_noise' (default cfg)."""
+                logp_mask=None, x1=None) -> FlowSample:
+    """K-step sampler with a cached prefix. sampler: 'ode' | 'flow_sde' | 'flow_noise' (default cfg).
+    x1: the starting noise [B, H, A] when given (openpi's `sample_actions(noise=...)`), else per cfg.flow_x1."""
     cfg = model.cfg
     sampler = sampler or cfg.flow_sampler
     if sampler == "flow_noise" and cfg.flow_sampler != "flow_noise":
@@ -132,7 +133,10 @@ def flow_sample(model: VLA, variables, obs: Observation, rng, *, sampler: str | 
     shape = (b, cfg.action_horizon, cfg.action_dim)
     k_x, k_j, k_steps = jax.random.split(rng, 3)
     hidden, cache, cond = _prefix(model, variables, obs)
-    x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
+    if x1 is None:
+        x1 = jax.random.normal(k_x, shape) if cfg.flow_x1 == "normal" else jnp.zeros(shape)
+    else:
+        x1 = jnp.broadcast_to(jnp.asarray(x1, jnp.float32), shape)
     one = sampler == "flow_sde" and cfg.flow_sde_steps == "one"
     last = sampler == "flow_sde" and cfg.flow_sde_steps == "last"
     j = jax.random.randint(k_j, (b,), 0, K) if one else jnp.full((b,), K - 1 if last else -1, jnp.int32)

@@ -14,8 +14,10 @@
 
 Every preset: fixed batching (the π prefix is not packed), images resized with pad into openpi's
 slots (`data.camera_map`: agentview -> base_0_rgb, wrist -> left_wrist_0_rgb), state and actions
-zero-padded to 32 dims; normalization as openpi (π0: z-score, π0.5: quantiles); RL samples with
-flow_sde (x_1 = 0, the last step stochastic), GRPO over groups of 4 with the progress reward.
+zero-padded to 32 dims; normalization as openpi (π0: z-score, π0.5: quantiles); the flow starts
+from Gaussian noise as openpi's `sample_actions` (`model.flow_x1='normal'`: eval, serving and the
+rollout draw it); RL samples with flow_sde (the last step stochastic, its log-prob exact given the
+stored x_1), GRPO over groups of 4 with the progress reward.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def _model(family: str, *, dummy: bool) -> ModelConfig:
     common = dict(
         family=family, image_size=224, num_cameras=3, action_dim=32, state_dim=32,
         max_text_len=200 if pi05 else 48, num_denoise_steps=10, seq_multiple=8,
-        flow_sampler="flow_sde", noise_level=0.5, flow_x1="zeros", flow_sde_steps="last", value_head="none",
+        flow_sampler="flow_sde", noise_level=0.5, flow_x1="normal", flow_sde_steps="last", value_head="none",
     )
     if dummy:
         return ModelConfig(name=f"{family}-dummy", paligemma_variant="dummy", action_expert_variant="dummy",
