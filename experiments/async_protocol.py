@@ -71,6 +71,11 @@ class Protocol:
     arms: tuple[str, ...] = ("sync", "async-s1", "async-s2")
     min_pairs: int = 5  # the criterion is evaluated once this many seed pairs exist
     rl_overrides: tuple[tuple[str, object], ...] = ()  # (field, value) pairs over the preset's rl section
+    # issue 45: > 0 = the equivalence test with this margin (`async_stats.equivalence`) instead of issue 21's
+    # criterion; its pilot and its cap on the number of seed pairs (the rule fixes the number in between)
+    delta: float = 0.0
+    pilot_pairs: int = 0
+    max_pairs: int = 0
 
     @property
     def steps_per_update(self) -> int:
@@ -83,7 +88,10 @@ class Protocol:
         return self.num_envs * (self.rollout_length or cfg.rl.rollout_length) * cfg.rl.chunk_steps
 
     def plan(self) -> list[tuple[str, int]]:
-        """The run order: sync and async-s1 interleaved seed by seed (a partial set stays paired), then the rest."""
+        """The run order: sync and async-s1 interleaved seed by seed (a partial set stays paired), then the rest;
+        with a margin (issue 45) every arm seed by seed, so the pilot's seeds are complete first."""
+        if self.delta:
+            return [(a, s) for s in self.seeds for a in self.arms]
         first = [a for a in self.arms if a in ("sync", "async-s1")]
         rest = [a for a in self.arms if a not in first]
         return [(a, s) for s in self.seeds for a in first] + [(a, s) for a in rest for s in self.seeds]
@@ -99,6 +107,21 @@ PROTOCOLS = {
     # for the cost of staleness (a per-chunk ratio multiplies 16 token ratios; docs/async.md)
     "grpo-tokens-factor": Protocol(name="grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),)),
 }
+# Issue 45, pre-registered in docs/async/preregistration_45.md before any of their runs: the equivalence test
+# (margin 10 points) on workloads where sync learns; fresh seeds 100-115, the first `pilot_pairs` a pilot
+# that fixes how many are used (`async_stats.equivalence`).
+_EQ45 = dict(delta=async_stats.DELTA, pilot_pairs=async_stats.PILOT_PAIRS, max_pairs=async_stats.MAX_PAIRS,
+             seeds=tuple(range(100, 100 + async_stats.MAX_PAIRS)), min_pairs=async_stats.MAX_PAIRS)
+PROTOCOLS |= {
+    # per-token ratios, where sync gained +36 points by update 15 (2 seeds); GRPO at staleness 1 and 2
+    "eq45-grpo-tokens-factor": Protocol(name="eq45-grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),),
+                                        **_EQ45),
+    # PPO flow at staleness 1 over 60 iterations (the 20 of `ppo-flow` lifted sync +2.4 points; from another start
+    # the preset lifted +22.5 by iteration 60, docs/results.md), evaluated at 0 / 20 / 40 / 60
+    "eq45-ppo-flow": Protocol(name="eq45-ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
+                              init_recipe=FLOW_RECIPE, iterations=60, eval_every=20, arms=("sync", "async-s1"),
+                              **_EQ45),
+}
 
 
 def get_protocol(name: str, debug: bool = False, init_from: str | None = None) -> Protocol:
@@ -108,8 +131,9 @@ def get_protocol(name: str, debug: bool = False, init_from: str | None = None) -
     if init_from is not None:
         p = dataclasses.replace(p, init_from=init_from)
     if debug:
-        p = dataclasses.replace(p, num_envs=8, episode_length=8, rollout_length=2 if name == "ppo-flow" else 0,
-                                iterations=2, eval_every=1, eval_episodes=1, seeds=(0, 1), min_pairs=2)
+        p = dataclasses.replace(p, num_envs=8, episode_length=8, rollout_length=2 if "ppo-flow" in name else 0,
+                                iterations=2, eval_every=1, eval_episodes=1, seeds=(0, 1), min_pairs=2,
+                                pilot_pairs=2 if p.delta else 0, max_pairs=2 if p.delta else 0)
     return p
 
 
@@ -382,8 +406,13 @@ def report(p: Protocol, runs: dict, out_dir: str, plot_path: str) -> dict:
     """Tables (markdown), plot and JSON summary of the saved runs; the criterion per async arm."""
     curves = {arm: {s: r["curve"] for s, r in by.items()} for arm, by in runs.items() if by}
     rows = async_stats.point_table(curves)
-    verdicts = [async_stats.criterion(rows, arm, p.iterations, p.min_pairs) for arm in p.arms
-                if arm != "sync" and any(arm in r["diff"] for r in rows)]
+    if p.delta:  # issue 45's equivalence test
+        eq = async_stats.equivalence(curves, p.seeds, p.iterations, p.delta, p.pilot_pairs, p.max_pairs)
+        verdicts = [v | {"pairs": v.get("pairs", 0)} for v in eq["verdicts"]]
+    else:
+        eq = None
+        verdicts = [async_stats.criterion(rows, arm, p.iterations, p.min_pairs) for arm in p.arms
+                    if arm != "sync" and any(arm in r["diff"] for r in rows)]
     arms = [a for a in p.arms if a in curves]
     md = ["Runs: " + ", ".join(f"{a} {len(curves[a])} seed(s) ({', '.join(map(str, sorted(curves[a])))})"
                                 for a in arms) + ".", "",
@@ -417,12 +446,17 @@ def report(p: Protocol, runs: dict, out_dir: str, plot_path: str) -> dict:
                       + f" | {rec['final_success']:.3f} | {rec['seconds']:.0f} | "
                       f"{ld(rec['loadavg']['start'])} / {ld(rec['loadavg']['end'])} | {st} | "
                       f"{rec['wall_clock_utc'][0][:16]} |")
-    md += [""] + [f"**{v['arm']}: {v['verdict']}** ({v['pairs']} pairs; {v['reason']})" for v in verdicts]
+    if eq is not None:
+        md += ["", f"## Issue 45: equivalence (margin {p.delta:g}, pre-registered)", "",
+               async_stats.report_equivalence(eq)]
+    else:
+        md += [""] + [f"**{v['arm']}: {v['verdict']}** ({v['pairs']} pairs; {v['reason']})" for v in verdicts]
     text = "\n".join(md) + "\n"
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(text)
     summary = {"protocol": dataclasses.asdict(p), "rows": rows, "verdicts": verdicts,
+               "plan": eq["plan"] if eq else None,
                "runs": {a: sorted(by) for a, by in runs.items()}}
     with open(os.path.join(out_dir, "report.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -465,7 +499,11 @@ def plot(p: Protocol, runs: dict, rows: list[dict], path: str) -> None:
         ax3.errorbar(u, m, yerr=err, color=_COLORS.get(a, "k"), marker="o", capsize=4, ls="none",
                      label=f"{a} - sync ({min(q[1]['pairs'] for q in pts)} pairs)")
     ax3.axhline(0, color="k", lw=0.8)
-    ax3.axvspan(p.iterations / 2, p.iterations + 1, color="0.85", alpha=0.5, label="criterion: interval reaches 0")
+    if p.delta:
+        for y in (-p.delta, p.delta):
+            ax3.axhline(y, color="k", lw=0.8, ls="--")
+    ax3.axvspan(p.iterations / 2, p.iterations + 1, color="0.85", alpha=0.5,
+                label=f"test: 90% interval inside +-{p.delta:g}" if p.delta else "criterion: interval reaches 0")
     ax1.set_xlabel("env steps (update budget, thousands)")
     ax2.set_xlabel("training wall time, evaluations excluded (min; shared 2-core CPU)")
     ax3.set_xlabel("update")

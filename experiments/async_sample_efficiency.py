@@ -429,7 +429,8 @@ class Args:
     """The command line (`--help` lists every option with its comment)."""
 
     debug: bool = False
-    workload: Literal['mlp', 'grpo-tokens', 'grpo-tokens-factor', 'ppo-flow'] = "mlp"
+    workload: Literal['mlp', 'grpo-tokens', 'grpo-tokens-factor', 'ppo-flow', 'eq45-grpo-tokens-factor',
+                      'eq45-ppo-flow'] = "mlp"
     init_from: str | None = None  # pixel workloads: the SFT checkpoint directory (default: the protocol's)
     runs_dir: str = "docs/async/runs"  # pixel workloads: one JSON per run under <runs_dir>/<workload>/
     replace: bool = False  # pixel workloads: run again over a saved run

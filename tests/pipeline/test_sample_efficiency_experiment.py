@@ -46,7 +46,7 @@ def _protocol():
 
 
 @pytest.mark.parametrize("debug", [False, True])
-@pytest.mark.parametrize("name", ["grpo-tokens", "ppo-flow"])
+@pytest.mark.parametrize("name", ["grpo-tokens", "ppo-flow", "eq45-grpo-tokens-factor", "eq45-ppo-flow"])
 def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
     """Issue 21: every arm trains the preset from one checkpoint on the same eval episodes; a seed is a pair."""
     proto, _ = _protocol()
@@ -71,7 +71,11 @@ def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
     assert proto.config_fingerprint(proto.train_config(p, "sync", 3, "elsewhere"))[0] == fp["sync"]
     # interleaved: sync and async-s1 seed by seed first, so a partial set is still paired
     plan = p.plan()
-    assert plan[:4] == [("sync", p.seeds[0]), ("async-s1", p.seeds[0]), ("sync", p.seeds[1]), ("async-s1", p.seeds[1])]
+    if p.delta:  # issue 45: every arm seed by seed (the pilot's seeds complete first)
+        assert plan[:len(p.arms)] == [(a, p.seeds[0]) for a in p.arms]
+    else:
+        assert plan[:4] == [("sync", p.seeds[0]), ("async-s1", p.seeds[0]), ("sync", p.seeds[1]),
+                            ("async-s1", p.seeds[1])]
     assert sorted(plan) == sorted((a, s) for a in p.arms for s in p.seeds)
     if not debug and name == "grpo-tokens":  # the workload as defined before issue 21: 15 updates, eval every 5
         assert (p.num_envs, p.episode_length, p.iterations, p.eval_every, p.eval_episodes) == (32, 200, 15, 5, 20)
@@ -79,6 +83,15 @@ def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
         assert sync.rl.algo == "grpo" and sync.model.action_head == "tokens" and p.steps_per_update == 6400
     if not debug and name == "ppo-flow":
         assert sync.rl.algo == "ppo" and sync.rl.critic == "privileged" and len(p.seeds) == p.min_pairs == 3
+    if not debug and name.startswith("eq45"):  # issue 45 as pre-registered (docs/async/preregistration_45.md)
+        assert (p.delta, p.pilot_pairs, p.max_pairs, p.seeds) == (0.1, 6, 16, tuple(range(100, 116)))
+        assert p.eval_episodes == 20 and p.eval_seed == 0 and p.iterations // p.eval_every == 3
+        if name == "eq45-grpo-tokens-factor":
+            assert p.arms == ("sync", "async-s1", "async-s2") and sync.rl.ratio_level == "factor"
+            assert (p.iterations, p.eval_every, sync.rl.temperature, sync.rl.kl_coef) == (15, 5, 1.0, 0.0)
+        else:
+            assert p.arms == ("sync", "async-s1") and (p.iterations, p.eval_every) == (60, 20)
+            assert sync.rl.algo == "ppo" and sync.rl.ratio_level == "decision"
     with pytest.raises(ValueError, match="arm"):
         proto.train_config(p, "async", 0, str(tmp_path))
     assert proto.parse_runs("sync:0,async-s1:2", p) == [("sync", 0), ("async-s1", 2)]
@@ -291,3 +304,108 @@ def test_debug_run_measures_both_modes_on_the_same_env_step_grid(tmp_path):
     assert data["all_inside"] == all(r["inside"] for r in data["rows"])
     assert (tmp_path / "se.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "se.md").read_text().count("\n") == len(grid) + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 45: the equivalence test, recomputed from per-seed JSONs (synthetic runs)
+# ---------------------------------------------------------------------------------------------
+
+
+def _eq_runs(tmp_path, sync_final, diffs, seeds=range(100, 106), arms=("async-s1",), init="a" * 64, name="eq"):
+    """Per-seed JSONs as `async_protocol.run_one` writes them: updates 0 / 5 / 10 / 15, sync at 0.4 then rising
+    linearly to `sync_final[i]`; each async arm = sync + `diffs[arm][i]` at updates 10 and 15."""
+    proto = {"name": name, "iterations": 15, "seeds": list(range(100, 116)), "delta": 0.1, "pilot_pairs": 6,
+             "max_pairs": 16}
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    for i, seed in enumerate(seeds):
+        sync = [0.4, 0.4 + (sync_final[i] - 0.4) / 3, 0.4 + 2 * (sync_final[i] - 0.4) / 3, sync_final[i]]
+        runs = {"sync": sync} | {a: sync[:2] + [v + diffs[a][i] for v in sync[2:]] for a in arms}
+        for arm, vals in runs.items():
+            rec = {"arm": arm, "seed": seed, "protocol": proto,
+                   "fingerprints": {"config_sha256": arm, "init_params_sha256": init},
+                   "curve": [{"update": u, "env_steps": 6400.0 * u, "success": v}
+                             for u, v in zip((0, 5, 10, 15), vals, strict=True)]}
+            (d / f"{arm}-seed{seed}.json").write_text(json.dumps(rec))
+    return str(d)
+
+
+def test_equivalence_verdicts_from_per_seed_json(tmp_path, capsys):
+    """EQUIVALENT, NOT EQUIVALENT (an arm that does not learn while sync does), VOID (sync does not learn),
+    NOT EVALUATED (the pilot's spread asks for more pairs than exist), each recomputed by the module's CLI."""
+    _, st = _protocol()
+    lifts = [0.75, 0.7625, 0.7375, 0.775, 0.725, 0.75]  # sync: +0.35 on average
+    small = [0.0125, -0.025, 0.0, 0.025, -0.0125, 0.0]
+    d = _eq_runs(tmp_path, lifts, {"async-s1": small, "async-s2": [x - 0.35 for x in small]},
+                 arms=("async-s1", "async-s2"))
+    out = st.main([d, "--json", str(tmp_path / "v.json")])
+    v = {x["arm"]: x for x in out["verdicts"]}
+    assert out["plan"]["pairs"] == 6 and out["plan"]["seeds"] == list(range(100, 106))
+    assert v["async-s1"]["verdict"] == "EQUIVALENT" and [q["update"] for q in v["async-s1"]["points"]] == [10, 15]
+    assert v["async-s1"]["sync_lift"]["mean"] == pytest.approx(0.35) and v["async-s1"]["sync_lift"]["low"] > 0.3
+    assert v["async-s2"]["verdict"] == "NOT EQUIVALENT" and "entirely below 0" in v["async-s2"]["reason"]
+    assert v["async-s2"]["arm_lift"]["mean"] == pytest.approx(0.0, abs=1e-9)  # it never learned: it fails
+    for q in v["async-s1"]["points"]:  # the decision takes the wider of bootstrap and t
+        assert q["low"] == min(q["boot_low"], q["t_low"]) and q["high"] == max(q["boot_high"], q["t_high"])
+    assert json.loads((tmp_path / "v.json").read_text())["verdicts"][0]["verdict"] == "EQUIVALENT"
+    text = capsys.readouterr().out
+    assert "**async-s1: EQUIVALENT**" in text and "**async-s2: NOT EQUIVALENT**" in text
+
+    flat = [0.4, 0.4125, 0.3875, 0.4, 0.4125, 0.3875]  # sync does not learn: no power, whatever async does
+    out = st.main([_eq_runs(tmp_path, flat, {"async-s1": small}, name="void")])
+    assert out["verdicts"][0]["verdict"] == "VOID" and "no power" in out["verdicts"][0]["reason"]
+
+    wide = [0.15, -0.15, 0.1, -0.1, 0.125, -0.125]  # sd 0.13: the rule asks for more pairs than the 6 saved
+    out = st.main([_eq_runs(tmp_path, lifts, {"async-s1": wide}, name="wide")])
+    assert out["plan"]["pairs"] > 6 and out["verdicts"][0]["verdict"] == "NOT EVALUATED"
+    assert f"6 of the {out['plan']['pairs']} pairs" in out["verdicts"][0]["reason"]
+
+    out = st.main([_eq_runs(tmp_path, lifts[:5], {"async-s1": small}, seeds=range(100, 105), name="pilot")])
+    assert out["plan"]["pairs"] is None and out["verdicts"][0]["verdict"] == "NOT EVALUATED"
+
+
+def test_equivalence_refuses_mixed_runs_and_its_power_can_fail(tmp_path):
+    """Runs from another starting checkpoint are refused; the simulated power is high for a tight
+    spread, and a true difference at the margin passes rarely (the test's size, <= 5%)."""
+    _, st = _protocol()
+    d = _eq_runs(tmp_path, [0.75] * 6, {"async-s1": [0.0] * 6})
+    rec = json.loads((tmp_path / "eq" / "async-s1-seed103.json").read_text())
+    rec["fingerprints"]["init_params_sha256"] = "c" * 64
+    (tmp_path / "eq" / "async-s1-seed103.json").write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="another starting checkpoint"):
+        st.load_dir(d)
+    kw = dict(sims=300, resamples=300)
+    assert st.tost_power(0.03, 6, **kw) > 0.9
+    assert st.tost_power(0.11, 6, **kw) < st.tost_power(0.11, 16, **kw)
+    assert st.tost_power(0.11, 16, shift=-0.1, **kw) <= 0.05
+    assert st.pairs_needed(0.03, **kw)[0] == 6 and st.pairs_needed(0.3, **kw)[0] == 16
+    assert st.t_interval([0.1], 0.9) == (0.1, -math.inf, math.inf)
+
+
+def test_protocol_report_of_an_issue45_workload_gives_the_equivalence_verdicts(tmp_path, monkeypatch):
+    """`--report-only` on an eq45 workload: the pilot fixes the pairs and the report carries the verdicts."""
+    proto, _ = _protocol()
+    init = {"init_params_sha256": "a" * 64, "init_bridge_sha256": "b" * 64}
+    monkeypatch.setattr(proto, "init_fingerprint", lambda cfg: dict(init))
+    p = proto.get_protocol("eq45-grpo-tokens-factor", True, "x")
+    assert (p.pilot_pairs, p.max_pairs, p.delta) == (2, 2, 0.1)
+    runs_dir = tmp_path / "runs"
+    values = {"sync": [0.3, 0.6, 0.7], "async-s1": [0.3, 0.6, 0.7], "async-s2": [0.3, 0.3, 0.3]}
+    for (arm, v), seed in ((x, s) for x in values.items() for s in p.seeds):
+        v = [v[0], v[1] + 0.0125 * seed, v[2] + 0.0125 * seed]
+        rec = {"arm": arm, "seed": seed, "fingerprints": proto.fingerprints(p, arm, seed),
+               "curve": [{"update": u, "env_steps": float(u * p.steps_per_update), "success": s, "wall_s": 5.0 * u}
+                         for u, s in enumerate(v)], "final_success": v[-1], "seconds": 9.0,
+               "loadavg": {"start": "1.0 1 1", "end": "2.0 2 2"}, "wall_clock_utc": ["2026-11-27T10:00:00Z"] * 2}
+        if arm != "sync":
+            rec |= {"staleness_max": 1, "staleness_mean": 0.5}
+        path = pathlib.Path(proto.run_path(str(runs_dir), p, arm, seed))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+    out = proto.main(p, str(runs_dir), str(tmp_path / "work"), str(tmp_path / "p.png"), report_only=True)
+    assert out["plan"]["pairs"] == 2
+    # identical pairs: a zero-width interval inside the margin; async-s2 never learns: 0.3-0.4 below sync
+    assert [(v["arm"], v["verdict"]) for v in out["verdicts"]] == [("async-s1", "EQUIVALENT"),
+                                                                   ("async-s2", "NOT EQUIVALENT")]
+    text = (runs_dir / p.name / "report.md").read_text()
+    assert "Issue 45: equivalence" in text and "**async-s2: NOT EQUIVALENT**" in text
