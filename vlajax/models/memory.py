@@ -90,6 +90,22 @@ def towers(cfg: TrainConfig) -> list[Tower]:
     ]
 
 
+def reduced_depth(cfg: TrainConfig, depth: int) -> TrainConfig:
+    """A π config at the same widths with `depth` Gemma layers (both experts) and `depth` SigLIP blocks.
+
+    Gemma sizes are named variants (`config.GEMMA_VARIANTS`); this registers `<variant>@<depth>`
+    copies there (adding keys, never changing one) and points the config at them."""
+    m = cfg.model
+    if m.family == "vla":
+        raise ValueError("reduced_depth is for the pi families (the VLA's depths are fields: model.depth, vit_depth)")
+    names = {}
+    for field in ("paligemma_variant", "action_expert_variant"):
+        base = getattr(m, field).split("@")[0]
+        names[field] = f"{base}@{depth}"
+        GEMMA_VARIANTS.setdefault(names[field], dict(GEMMA_VARIANTS[base], depth=depth))
+    return cfg.replace(model=dataclasses.replace(m, siglip_depth=depth, **names))
+
+
 def _split(n: int, k: int) -> int:
     """Per-device share of a dim of size n over a mesh axis of size k (replicated if k does not divide)."""
     return n // k if n % k == 0 else n
@@ -188,4 +204,4 @@ def plan(cfg: TrainConfig, devices: int, batch: int, state=None) -> dict[str, ob
             "activations": act["total"], "activation_parts": act, "total": total}
 
 
-__all__ = ["Tower", "towers", "activation_bytes", "abstract_state", "plan", "unsplit_params"]
+__all__ = ["Tower", "towers", "activation_bytes", "abstract_state", "plan", "reduced_depth", "unsplit_params"]
