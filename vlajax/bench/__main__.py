@@ -11,7 +11,7 @@ import tyro
 
 from vlajax.bench import BENCHMARKS
 
-_MODULES = {"async": "async_loops"}
+_MODULES = {"async": "async_loops", "gpu-check": "gpu_check"}
 
 
 def _help() -> None:
