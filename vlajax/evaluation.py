@@ -88,7 +88,7 @@ def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_ind
     def chunk(carry, i):
         state = carry[0]
         rng = jax.random.fold_in(jax.random.key(0), i)
-        actions = bridge.act(model, variables, state, rng, deterministic=True)  # [N, H, 4]
+        actions = bridge.act(model, variables, state, rng, deterministic=True)[..., :env.action_size]  # [N, H, 4]
         carry, (success, frames) = jax.lax.scan(control, carry, jnp.moveaxis(actions[:, :replan], 1, 0))
         return carry, (success.any(0), frames)
 

@@ -146,13 +146,10 @@ def vla_actor(model: VLA, bridge: Bridge, use_value: bool | None = None, tempera
         raise ValueError(f"execute={execute} must be in [0, model.action_horizon={cfg.action_horizon}]")
 
     def draw(params, obs, task_id, rng, deterministic):  # -> env actions, record, FlowSample | TokenSample
-        v = {"params": params}
-        o = bridge.observation(obs, task_id)
-        if cfg.action_head == "flow":
-            s = heads.flow_sample(model, v, o, rng, sampler="ode" if deterministic else None)
-            return bridge.env_actions(s.actions)[:, :k], {"chain": s.chain, "sde_step": s.sde_step}, s
-        s = heads.token_sample(model, v, o, rng, temperature=0.0 if deterministic else temperature)
-        return bridge.env_actions(s.actions)[:, :k], {"tokens": s.tokens}, s
+        env_actions, s = bridge.sample(model, {"params": params}, obs, rng, task_id=task_id,
+                                       deterministic=deterministic, temperature=temperature)  # eval's and serving's
+        record = {"chain": s.chain, "sde_step": s.sde_step} if cfg.action_head == "flow" else {"tokens": s.tokens}
+        return env_actions[:, :k], record, s
 
     def sample(params, obs, task_id, rng, deterministic=False):
         return draw(params, obs, task_id, rng, deterministic)[:2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import ipaddress
 import json
 import logging
@@ -48,6 +49,7 @@ class ServeArgs:
     deterministic: bool = True  # ODE sampler / argmax tokens (as eval); --no-deterministic samples
     seed: int = 0  # rng of the stochastic samplers (batch k uses fold_in(key(seed), k))
     drain_timeout_s: float = 30.0  # on SIGTERM, wait at most this long for in-flight requests
+    noise_key: str = ""  # testing: a request may carry the flow's starting noise [H, action_dim] under this key
 
     def check(self) -> None:
         """Raise ValueError naming the first bad flag (before anything loads or compiles)."""
@@ -120,12 +122,18 @@ def replica_devices(requested: int, param_bytes: int) -> list:
     return devices[:max(1, min(len(devices), fit))]
 
 
+def _resize(fn, size: int, img):
+    """uint8 [h, w, 3] -> uint8 [size, size, 3] (`fn`: `vlajax.data.transforms.resize_with_pad`, PIL)."""
+    return fn(img, size, size)
+
+
 def build(args: ServeArgs) -> PolicyServer:
     """Load the checkpoint and compile every bucket. -> a server ready to `run()`."""
     import jax
 
     from vlajax import compile_cache, load_policy
     from vlajax.config import TrainConfig
+    from vlajax.inference import deterministic_answers
 
     compile_cache.enable(TrainConfig().compilation_cache_dir)
     if args.replicas > len(jax.local_devices()):
@@ -137,15 +145,26 @@ def build(args: ServeArgs) -> PolicyServer:
     params = jax.device_get(params)
     devices = replica_devices(args.replicas, sum(x.nbytes for x in jax.tree.leaves(params)))
     serving = _policy_json(args.checkpoint)
-    keys_name = args.keys if args.keys != "auto" else serving.get("keys", "suite")
+    robot = bridge.openpi.robot if bridge.openpi is not None else ""
+    keys_name = args.keys if args.keys != "auto" else serving.get("keys", "libero" if robot == "libero" else "suite")
     keys = KeyMap.make(keys_name, bridge.cameras, args.key)
+    if robot and robot != "libero" and keys_name == "libero":
+        raise ValueError(f"--keys libero: the policy's openpi transforms are {robot!r}'s, not LIBERO's")
     size = train_cfg.env.image_size or bridge.model.image_size
-    def encode(text: str):  # the bridge's tokenizer (the packaged one for the suite VLA)
-        ids, mask = bridge.encode_instructions([text])
+    resize = None
+    if bridge.model.family != "vla":  # π policies: any image size, resized with pad as openpi's ResizeImages
+        from vlajax.data.transforms import resize_with_pad
+
+        size = bridge.model.image_size
+        resize = functools.partial(_resize, resize_with_pad, size)
+
+    def encode(text: str, state):  # the bridge's prompt format (π: SentencePiece, π0.5 with the state if it reads it)
+        ids, mask = bridge.encode_instructions([text], {"state": state[None]})
         return ids[0], mask[0]
 
-    spec = ObsSpec(keys, (size, size, 3), int(bridge.norm["state"].mean.shape[-1]), bridge.model.max_text_len,
-                   bridge.model.vocab_size, encode)
+    m = bridge.model
+    spec = ObsSpec(keys, (size, size, 3), int(bridge.norm["state"].mean.shape[-1]), m.max_text_len, m.vocab_size,
+                   encode, resize, args.noise_key, (m.action_horizon, m.action_dim) if args.noise_key else ())
     buckets = args.buckets or default_buckets(args.max_batch)
     policy = BatchedPolicy(bridge, model, params, buckets, deterministic=args.deterministic, seed=args.seed,
                            devices=devices)
@@ -157,11 +176,15 @@ def build(args: ServeArgs) -> PolicyServer:
         "protocol": "openpi websocket (msgpack-numpy)",
         "policy": {"checkpoint": os.path.abspath(os.path.expanduser(args.checkpoint)), "step": step,
                    "preset": train_cfg.name, "source": serving.get("source", "sft"),
-                   "action_head": bridge.model.action_head, "deterministic": args.deterministic},
+                   "action_head": bridge.model.action_head,
+                   # the same request always gets the same answer (no Gaussian start, no stochastic sampler)
+                   "deterministic": deterministic_answers(bridge, args.deterministic),
+                   "openpi": None if bridge.openpi is None else bridge.openpi.to_json()},
         "observation": spec.metadata(),
         "keys": keys.to_json(),
         "action": {"shape": [bridge.model.action_horizon, bridge.env_action_dim], "dtype": "float32",
-                   "range": [-1.0, 1.0]},
+                   **({"range": [-1.0, 1.0]} if bridge.openpi is None else {"space": "the robot's (openpi outputs)"})},
+        **({"noise_key": args.noise_key} if args.noise_key else {}),
     }
     return PolicyServer(policy, spec, metadata, host=args.host, port=args.port, max_wait_s=args.max_wait_ms / 1e3,
                         max_message_bytes=int(args.max_message_mb * (1 << 20)), drain_timeout_s=args.drain_timeout_s,

@@ -32,7 +32,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from vlajax.models import heads
 from vlajax.pipeline.lanes import Lifetime, PipelineStopped
 from vlajax.pipeline.scheduler import DynamicBatcher, Request
 from vlajax.serve.spec import Parsed
@@ -76,18 +75,13 @@ class BatchedPolicy:
         self._params = [jax.device_put(host, d) for d in self.devices]
         cameras = bridge.cameras
 
-        def sample(params, images, state, tokens, token_mask, k):
+        def sample(params, images, state, tokens, token_mask, k, noise=None):
             self.traces += 1
             rng = jax.random.fold_in(jax.random.key(seed), k)  # batch k's key, derived inside the jitted call
             env_obs = {**{f"pixels/{c}": images[i] for i, c in enumerate(cameras)}, "state": state,
-                       "tokens": tokens, "token_mask": token_mask}
-            obs = bridge.observation(env_obs)
-            variables = {"params": params}
-            if bridge.model.action_head == "flow":
-                out = heads.flow_sample(model, variables, obs, rng, sampler="ode" if deterministic else None)
-            else:
-                out = heads.token_sample(model, variables, obs, rng, temperature=0.0 if deterministic else 1.0)
-            return bridge.env_actions(out.actions)
+                       "tokens": tokens, "token_mask": token_mask, **({} if noise is None else {"noise": noise})}
+            # the policy eval and the RL rollout run (vlajax.policy.Bridge.sample)
+            return bridge.sample(model, {"params": params}, env_obs, rng, deterministic=deterministic)[0]
 
         self._sample = jax.jit(sample)
 
@@ -134,7 +128,12 @@ class BatchedPolicy:
         # Host arrays straight into the jitted call: they follow the replica's committed params onto its
         # device inside jit's C++ dispatch. (An explicit jax.device_put of the inputs and an eager fold_in
         # for the key cost about as much host CPU again as the call itself: 1.6 vs 0.8 ms per batch of 8.)
-        out = self._sample(self._params[replica], images, state, tokens, mask, np.uint32(k % (1 << 32)))
+        noise = None  # test-only: requests carrying the flow's starting noise (vlajax.serve --noise-key)
+        if any(getattr(r, "noise", None) is not None for r in rows):
+            m, draw = self.bridge.model, np.random.default_rng(k)
+            noise = np.stack([r.noise if r.noise is not None else draw.standard_normal(
+                (m.action_horizon, m.action_dim)).astype(np.float32) for r in rows])
+        out = self._sample(self._params[replica], images, state, tokens, mask, np.uint32(k % (1 << 32)), noise)
         return np.asarray(out)[:n]
 
     def warmup(self, example: Parsed, repeats: int = 5) -> float:
@@ -158,17 +157,21 @@ class BatchedPolicy:
 
 
 class _Batcher(DynamicBatcher):
-    """The pipeline's firing rule, plus one: the waiting requests fire at once when `all_waiting()`
-    says no other request can arrive before an answer goes out (every connected closed-loop client
-    has its request in the server): waiting longer could not grow the batch."""
+    """The pipeline's firing rule, plus one (adaptive wait): the waiting requests fire at once when
+    every open connection has its request waiting here (`len(queue) >= connections()`). A closed-loop
+    client sends its next request only after its answer, so then no request can arrive before this
+    batch fires: waiting longer could not grow it. (A lone client: T_max = 0.) While some connection's
+    request is being computed, its answer may come back and its next request join within T_max, so
+    the B_max / T_max rule stands."""
 
-    def __init__(self, max_batch: int, max_wait_s: float, all_waiting: Callable[[], bool] | None, **kwargs):
+    def __init__(self, max_batch: int, max_wait_s: float, connections: Callable[[], int] | None, **kwargs):
         super().__init__(max_batch, max_wait_s, **kwargs)
-        self._all_waiting = all_waiting
+        self._connections = connections
 
     def _ready(self, now: float) -> str | None:
         trigger = super()._ready(now)
-        if trigger is None and self._queue and self._all_waiting is not None and self._all_waiting():
+        if trigger is None and self._queue and self._connections is not None \
+                and len(self._queue) >= self._connections():
             return "all"
         return trigger
 
@@ -185,11 +188,11 @@ class InferenceWorker:
 
     def __init__(self, policy: BatchedPolicy, max_wait_s: float,
                  deliver: Callable[[list[tuple[Any, Any]]], None] | None = None,
-                 all_waiting: Callable[[], bool] | None = None):
+                 connections: Callable[[], int] | None = None):
         self.policy = policy
         self._deliver = deliver or (lambda pairs: [done(result) for done, result in pairs])
         self.lifetime = Lifetime()
-        self.batcher = _Batcher(policy.max_batch, max_wait_s, all_waiting, lifetime=self.lifetime)
+        self.batcher = _Batcher(policy.max_batch, max_wait_s, connections, lifetime=self.lifetime)
         self._idle = list(range(policy.replicas))
         self._idle_cv = threading.Condition()
         self._inbox: list[queue.Queue] = [queue.Queue() for _ in range(policy.replicas)]

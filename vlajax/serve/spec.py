@@ -87,6 +87,7 @@ class Parsed:
     tokens: np.ndarray
     token_mask: np.ndarray
     warnings: tuple[str, ...] = ()  # what the server changed in the request (sent back in the answer)
+    noise: np.ndarray | None = None  # test-only: the flow's starting noise float32 [H, A] (ObsSpec.noise_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,14 +99,22 @@ class ObsSpec:
     state_dim: int
     max_text_len: int
     vocab_size: int
-    # text -> (ids int32 [max_text_len], mask bool [max_text_len]); None = the packaged tokenizer
-    encode: Callable[[str], tuple[np.ndarray, np.ndarray]] | None = None
+    # (text, state float32 [S]) -> (ids int32 [max_text_len], mask bool [max_text_len]); None = the packaged
+    # tokenizer. π policies: openpi's prompt format (π0.5 with the state in the prompt reads the state)
+    encode: Callable[[str, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    # uint8 [h, w, 3] of any size -> uint8 `image_shape` (π policies: openpi's resize with pad); None =
+    # images must have `image_shape`
+    resize: Callable[[np.ndarray], np.ndarray] | None = None
+    noise_key: str = ""  # test-only: a request may carry the flow's starting noise under this key
+    noise_shape: tuple[int, ...] = ()  # (H, model.action_dim): the noise's shape
 
     def metadata(self) -> dict[str, Any]:
         """The `observation` entry of the metadata sent on connect: key -> {shape, dtype, ...}."""
         out: dict[str, Any] = {}
         for cam, key in self.keys.images:
             out[key] = {"shape": list(self.image_shape), "dtype": "uint8", "camera": cam}
+            if self.resize is not None:
+                out[key]["resized"] = f"any [h, w, 3] is resized with pad to {list(self.image_shape)}"
         out[self.keys.state] = {"shape": [self.state_dim], "dtype": "float32"}
         out[self.keys.prompt] = {"shape": [], "dtype": "str",
                                  "alternative": f"{TOKENS_KEY}: int32 [<= {self.max_text_len}] "
@@ -126,8 +135,18 @@ class ObsSpec:
             raise ObsError(f"observation must be a map of key -> value, got {type(obs).__name__}")
         images = {cam: self._image(obs, key) for cam, key in self.keys.images}
         state = self._state(obs)
-        ids, mask = self._prompt(obs)
-        return Parsed(images, state, ids, mask, self._cut(obs, ids))
+        ids, mask = self._prompt(obs, state)
+        return Parsed(images, state, ids, mask, self._cut(obs, ids), self._noise(obs))
+
+    def _noise(self, obs: Mapping) -> np.ndarray | None:
+        if not self.noise_key or self.noise_key not in obs:
+            return None
+        x = obs[self.noise_key]
+        if not isinstance(x, np.ndarray) or x.dtype.kind != "f" or x.shape != tuple(self.noise_shape):
+            raise ObsError(f"{self.noise_key!r} must be a float array of shape {tuple(self.noise_shape)}")
+        if not np.all(np.isfinite(x)):
+            raise ObsError(f"{self.noise_key!r} has non-finite values")
+        return x.astype(np.float32)
 
     def _cut(self, obs: Mapping, ids: np.ndarray) -> tuple[str, ...]:
         """A warning when a text prompt needed more tokens than the model reads (the tokenizer cuts it).
@@ -153,6 +172,8 @@ class ObsSpec:
             raise ObsError(f"{key!r} must be a uint8 array of shape {self.image_shape}, got {type(img).__name__}")
         if img.dtype != np.uint8:
             raise ObsError(f"{key!r} has dtype {img.dtype}; expected uint8 of shape {self.image_shape}")
+        if self.resize is not None and img.ndim == 3 and img.shape[-1] == 3 and min(img.shape[:2]) > 0:
+            return self.resize(img)
         if img.shape != self.image_shape:
             raise ObsError(f"{key!r} has shape {img.shape}; expected {self.image_shape} (uint8, h x w x 3)")
         return img
@@ -170,7 +191,7 @@ class ObsSpec:
             raise ObsError(f"{key!r} has non-finite values at indices {bad.tolist()} ({s[bad].tolist()})")
         return s.astype(np.float32)
 
-    def _prompt(self, obs: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    def _prompt(self, obs: Mapping, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if TOKENS_KEY in obs:
             ids = obs[TOKENS_KEY]
             if not isinstance(ids, np.ndarray) or ids.dtype.kind not in "iu" or ids.ndim != 1:
@@ -183,10 +204,15 @@ class ObsSpec:
             mask = np.zeros((self.max_text_len,), bool)
             mask[: ids.size] = True
             return out, mask
-        text = self._get(obs, self.keys.prompt)
+        # a policy with its own encoder may have a default prompt (openpi's InjectDefaultPrompt): '' asks for it
+        text = obs.get(self.keys.prompt, "") if self.encode is not None else self._get(obs, self.keys.prompt)
         if not isinstance(text, str):
             raise ObsError(f"{self.keys.prompt!r} must be a string, got {type(text).__name__}")
-        ids, mask = self.encode(text) if self.encode is not None else tokenizer.encode(text, self.max_text_len)
+        try:
+            ids, mask = (self.encode(text, state) if self.encode is not None
+                         else tokenizer.encode(text, self.max_text_len))
+        except ValueError as e:  # e.g. no prompt and no default prompt
+            raise ObsError(f"{self.keys.prompt!r}: {e}") from None
         self._check_ids(ids[mask], self.keys.prompt)
         return ids, mask
 
