@@ -3,9 +3,11 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LIBERO_VENV := .venv-libero
+LIBERO_STAMP := $(LIBERO_VENV)/.installed
 export XLA_PYTHON_CLIENT_PREALLOCATE := false
 
-.PHONY: venv test test-all lint quickstart bench clean-venv
+.PHONY: venv libero test test-all lint quickstart bench clean-venv
 
 venv: $(STAMP)
 
@@ -13,11 +15,18 @@ $(STAMP): pyproject.toml scripts/find_python.sh scripts/setup.sh
 	bash scripts/setup.sh $(VENV)
 	@touch $(STAMP)
 
-test: venv
-	bash scripts/run_tests.sh $(PY) -m "not slow and not gpu"
+# LIBERO / LIBERO-PRO simulator workers: their own Python 3.11 venv (robosuite 1.4, mujoco<4; docs/libero.md)
+libero: $(LIBERO_STAMP)
 
-test-all: venv
-	bash scripts/run_tests.sh $(PY) -m "not gpu"
+$(LIBERO_STAMP): scripts/setup_libero.sh
+	rm -f $(LIBERO_STAMP)
+	bash scripts/setup_libero.sh $(LIBERO_VENV)
+
+test: venv libero
+	VLAJAX_LIBERO_REQUIRED=1 bash scripts/run_tests.sh $(PY) -m "not slow and not gpu"
+
+test-all: venv libero
+	VLAJAX_LIBERO_REQUIRED=1 bash scripts/run_tests.sh $(PY) -m "not gpu"
 
 lint: venv
 	$(PY) -m ruff check vlajax tests experiments scripts

@@ -56,6 +56,13 @@ if ! "$venv/bin/python" -m pip install --quiet --upgrade pip >"$log" 2>&1 \
   echo "[libero] pip install failed (full log: $log)" >&2
   exit 1
 fi
+# openpi's client, without its deps (dm-tree, numpy<2): only its image_tools, the reference the
+# conversion test compares ours with -- the worker itself does not import it
+if ! "$venv/bin/python" -m pip install --quiet --no-deps "openpi-client==0.1.2" >>"$log" 2>&1; then
+  cat "$log" >&2
+  echo "[libero] pip install failed (full log: $log)" >&2
+  exit 1
+fi
 rm -f "$log"
 # The check imports what the worker imports, from the worker itself, and builds nothing.
 PYTHONPATH="$here" "$venv/bin/python" -m vlajax.libero.worker --check

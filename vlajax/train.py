@@ -203,6 +203,24 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
                           "here); use model.attention='xla' or 'auto', model.fp8='flax' or 'none'")
 
 
+def _libero_suite(args: list[str]) -> bool:
+    """`--suite libero_*` (or `--env.suite libero_*`) among `args`."""
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag in ("--suite", "--env.suite"):
+            return (value if eq else (args[i + 1] if i + 1 < len(args) else "")).startswith("libero_")
+    return False
+
+
+def _stop_request(command: str) -> contextlib.AbstractContextManager:
+    """`sft` and `rl` own SIGTERM / Ctrl-C from before their imports (`vlajax.preemption`); others keep the default."""
+    if command not in ("sft", "rl"):
+        return contextlib.nullcontext()
+    from vlajax.preemption import stop_request  # noqa: PLC0415 (jax only when needed)
+
+    return stop_request(command)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -217,11 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if command == "eval" and _libero_suite(rest):  # LIBERO runs in worker processes (vlajax.libero, docs/libero.md)
+        from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
+
+        return libero_eval(rest)
     try:
         cfg = parse(command, rest)
         preflight(cfg, command)
-        run = _resolve(command)
-        return int(run(cfg) or 0)
+        with _stop_request(command):  # a signal from here on stops the run cleanly (docs/reliability.md)
+            run = _resolve(command)
+            return int(run(cfg) or 0)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -5,9 +5,10 @@ venv's python, deal them episodes, gather one result per episode, restart the de
         results = pool.run([Episode("t0-i0", "libero_spatial", 0, 0), ...])   # {id: result dict}
 
 Faults: a worker whose channel closes (it died) or that has sent nothing for `hang_timeout_s`
-while it holds episodes (it hangs) is killed (SIGKILL) and replaced; its unfinished episodes go
-back to the front of the queue and run again from their initial state. A result counts once: it is
-taken only from the worker generation the episode is assigned to, and only the first time.
+while it holds episodes (it hangs; `startup_timeout_s` while it starts or builds an env) is killed
+(SIGKILL) and replaced; its unfinished episodes go back to the front of the queue and run again
+from their initial state. A result counts once: it is taken only from the worker generation the
+episode is assigned to, and only the first time.
 After `max_attempts` runs lost to dead workers an episode is recorded as an error. An episode the
 worker itself reports as failed (an exception: a server error, a bad answer) is an error and is
 not re-run (it would fail again).
@@ -34,7 +35,7 @@ from vlajax.libero import protocol as P
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LiberoEnvMissing", "WorkerPool", "libero_python", "REPO"]
+__all__ = ["REPO", "LiberoEnvMissing", "WorkerPool", "describe", "libero_python"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,6 +67,7 @@ class _Proc:
         self.last_heard = time.monotonic()
         self.last_key: tuple | None = None
         self.events = 0
+        self.quiet_ok = True  # starting or building an env: the start-up timeout applies, not the hang one
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -76,13 +78,15 @@ class WorkerPool:
 
     def __init__(self, workers: int, policy_url: str | None = None, *, envs_per_worker: int = 1,
                  frames_dir: str | None = None, log_dir: str | None = None, gl: str = "egl",
-                 hang_timeout_s: float = 300.0, max_attempts: int = 3, python: str | None = None):
+                 hang_timeout_s: float = 300.0, startup_timeout_s: float = 600.0, max_attempts: int = 3,
+                 python: str | None = None):
         if workers < 1 or envs_per_worker < 1:
             raise ValueError("workers and envs_per_worker must be >= 1")
         self.python = python or libero_python()
         self.policy_url, self.envs, self.frames_dir, self.gl = policy_url, envs_per_worker, frames_dir, gl
         self.log_dir = log_dir or frames_dir
-        self.hang_timeout_s, self.max_attempts = hang_timeout_s, max_attempts
+        self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
+        self.max_attempts = max_attempts
         self.inbox: queue.Queue = queue.Queue()
         self.procs: list[_Proc] = []
         self._gen = 0
@@ -203,6 +207,8 @@ class WorkerPool:
                 else:
                     proc.last_heard = time.monotonic()
                     proc.events += 1
+                    if msg.get("event") in ("building", "built", "progress", "hello"):
+                        proc.quiet_ok = msg["event"] == "building"
                     if on_event is not None:
                         on_event(proc.index, msg)
                     ep_id = msg.get("id")
@@ -214,7 +220,8 @@ class WorkerPool:
                         finish(ep_id, {**msg, "attempts": attempts[ep_id] + 1})
             now = time.monotonic()
             for p in list(self.procs):
-                if p.assigned and now - p.last_heard > self.hang_timeout_s:
+                limit = self.startup_timeout_s if p.quiet_ok else self.hang_timeout_s
+                if p.assigned and now - p.last_heard > limit:
                     replace(p, f"sent nothing for {now - p.last_heard:.0f} s (hang)")
                 elif not p.alive() and p.assigned and self.inbox.empty():
                     replace(p, f"exited (code {p.popen.returncode})")
@@ -235,3 +242,17 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def describe(suites: Sequence[str], python: str | None = None, timeout_s: float = 300.0) -> dict[str, Any]:
+    """{suite: {'n_tasks', 'n_init', 'tasks'} or None (no such suite)}, asked of the LIBERO venv (~2 s)."""
+    py = python or libero_python()
+    env = {**os.environ, "PYTHONPATH": REPO}
+    out = subprocess.run([py, "-m", "vlajax.libero.worker", "--describe", *suites], cwd=REPO, env=env,
+                         capture_output=True, timeout=timeout_s)
+    for line in out.stdout.decode(errors="replace").splitlines():
+        msg = P.read_line(line)
+        if msg and msg.get("event") == "describe":
+            return msg["suites"]
+    raise RuntimeError(f"the LIBERO worker could not describe {list(suites)} (exit {out.returncode}): "
+                       f"{out.stderr.decode(errors='replace')[-2000:]}")

@@ -179,7 +179,8 @@ class Slot:
             will_read = self.t == ep.num_steps_wait - 1
         else:
             action = self.plan.popleft()
-            will_read = not self.plan
+            # the obs after this step is read by the next request (none after the last step, unless reported)
+            will_read = not self.plan and (self.policy_step + 1 < ep.limit or ep.report_terminal)
             if ep.video and ep.render == "all":
                 self.frames.append(P.convert_image(self.obs["agentview_image"], self.size))
         if ep.render == "policy":
@@ -290,6 +291,23 @@ def serve_episodes(args: argparse.Namespace, emit) -> None:
         s.close()
 
 
+def describe(names: list[str]) -> dict[str, Any]:
+    """{suite: {'n_tasks', 'n_init' (per task), 'tasks' (instructions)} or None when LIBERO has no such suite}."""
+    from libero.libero import benchmark
+
+    table = benchmark.get_benchmark_dict()
+    out: dict[str, Any] = {}
+    for name in names:
+        if name not in table:
+            out[name] = None
+            continue
+        suite = table[name]()
+        n = suite.n_tasks
+        out[name] = {"n_tasks": n, "tasks": [str(suite.get_task(i).language) for i in range(n)],
+                     "n_init": [int(len(suite.get_task_init_states(i))) for i in range(n)]}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m vlajax.libero.worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", default=None, help="ws://HOST:PORT of an openpi-protocol policy server")
@@ -298,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gl", default=os.environ.get("MUJOCO_GL", "egl"), choices=("egl", "osmesa"))
     ap.add_argument("--channel-fd", type=int, default=-1, help="file descriptor of the channel (default stdout)")
     ap.add_argument("--check", action="store_true", help="import what a worker needs, print one line, exit")
+    ap.add_argument("--describe", nargs="+", default=None, metavar="SUITE",
+                    help="print one line {suite: {n_tasks, n_init, tasks}} (unknown: null) and exit")
     args = ap.parse_args(argv)
     if args.envs < 1:
         ap.error("--envs must be >= 1")
@@ -318,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     import websockets  # noqa: F401
 
     hello = {"event": "hello", "pid": os.getpid(), "python": platform.python_version(), "gl": args.gl}
+    if args.describe:
+        emit({"event": "describe", "suites": describe(args.describe)})
+        return 0
     if args.check:
         emit({**hello, "event": "check"})
         return 0

@@ -1,0 +1,257 @@
+"""`python -m vlajax.train eval --suite libero_spatial|libero_object|libero_goal|libero_10 ...`: LIBERO's
+fixed initial states on N worker processes, a per-task table, videos.
+
+    eval --suite libero_spatial --checkpoint DIR [--workers 2] [--episodes-per-task 50]
+    eval --suite libero_spatial --policy-server ws://HOST:PORT ...
+    eval --suite libero_spatial --robustness [swap,lan,object,task,env] ...     (LIBERO-PRO)
+
+With `--checkpoint` the policy is served in this process (`vlajax.serve` on 127.0.0.1, any free
+port, openpi's LIBERO keys) and the workers are its clients; with `--policy-server` they are the
+clients of that server (any openpi-protocol server: ours, openpi's `serve_policy.py`). Episode
+(task k, init i) starts from LIBERO's i-th fixed initial state of task k; `--episodes-per-task N`
+takes i = 0..N-1. `--robustness AXES` evaluates the suite and its LIBERO-PRO variants
+`<suite>_<axis>` (`swap`: object positions swapped, `lan`: paraphrased instruction, `object`:
+object appearance, `task`: a changed task, `env`: another scene) and reports each one's drop.
+
+Writes OUT/eval.json (every episode, the per-task table, the settings), OUT/table.md and
+OUT/videos/<suite>_task<k>_init<i>_<success|failure>.gif (the agentview images the policy saw).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from typing import Literal
+
+import numpy as np
+
+from vlajax.libero import pool as pool_mod
+from vlajax.libero import protocol as P
+
+__all__ = ["LiberoEvalArgs", "main", "table_markdown"]
+
+PROG = "python -m vlajax.train eval"
+PRO_AXES = ("swap", "lan", "object", "task", "env")
+
+
+@dataclasses.dataclass(frozen=True)
+class LiberoEvalArgs:
+    """Evaluate a policy on a LIBERO suite (LIBERO's fixed initial states, worker processes)."""
+
+    suite: str  # libero_spatial | libero_object | libero_goal | libero_10 (| libero_90)
+    checkpoint: str = ""  # a vlajax run directory, served in-process (e.g. an imported pi05_libero)
+    policy_server: str = ""  # ws://HOST:PORT of an openpi-protocol policy server (instead of --checkpoint)
+    episodes_per_task: int = 50  # init states 0..N-1 of every task (LIBERO has 50 per task)
+    tasks: tuple[int, ...] = ()  # task indices ('' = every task of the suite)
+    robustness: str = ""  # LIBERO-PRO axes, comma-separated (swap,lan,object,task,env) or 'all'
+    workers: int = 2  # LIBERO worker processes
+    envs_per_worker: int = 1  # envs (episodes at once) per worker
+    replan_steps: int = 5  # actions executed from each chunk before the next request (openpi: 5)
+    num_steps_wait: int = 10  # dummy-action steps at the start (objects settle; openpi: 10)
+    max_steps: int = 0  # step limit after the wait (0 = the suite's: 220 / 280 / 300 / 520)
+    seed: int = 7  # env.seed of every episode (openpi: 7)
+    render: Literal["policy", "all"] = "policy"  # 'policy': render only the frames requests read (same pixels)
+    video: bool = True  # write a GIF per episode
+    out: str = ""  # output directory ('' = runs/eval/libero-<suite>)
+    hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
+    gl: Literal["egl", "osmesa"] = "egl"  # headless GL backend of the workers
+
+    def check(self) -> None:
+        """ValueError naming the first bad flag (before anything loads)."""
+        if not self.suite.startswith("libero_"):
+            raise ValueError(f"--suite {self.suite!r}: not a LIBERO suite")
+        if bool(self.checkpoint) == bool(self.policy_server):
+            raise ValueError("give exactly one of --checkpoint DIR (served in-process) and --policy-server ws://...")
+        if self.checkpoint and not os.path.isdir(os.path.expanduser(self.checkpoint)):
+            raise ValueError(f"--checkpoint {self.checkpoint}: not a directory")
+        if self.policy_server and not self.policy_server.startswith(("ws://", "wss://")):
+            raise ValueError(f"--policy-server {self.policy_server!r}: must start with ws:// or wss://")
+        for name in ("episodes_per_task", "workers", "envs_per_worker", "replan_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.num_steps_wait < 0 or self.max_steps < 0 or self.hang_timeout_s <= 0:
+            raise ValueError("--num-steps-wait and --max-steps must be >= 0, --hang-timeout-s > 0")
+        P.max_steps_for(self.suite) if not self.max_steps else None  # ValueError for an unknown base
+        self.axes()
+
+    def axes(self) -> tuple[str, ...]:
+        if not self.robustness:
+            return ()
+        if self.robustness == "all":
+            return PRO_AXES
+        axes = tuple(a.strip() for a in self.robustness.split(",") if a.strip())
+        bad = [a for a in axes if a not in PRO_AXES]
+        if bad or not axes:
+            raise ValueError(f"--robustness {self.robustness!r}: axes are {', '.join(PRO_AXES)} (or 'all')")
+        return axes
+
+
+def _serve_in_process(checkpoint: str):
+    """(url, stop): our policy server on 127.0.0.1 (any free port) in a thread of this process."""
+    from vlajax.serve.app import ServeArgs, build
+
+    server = build(ServeArgs(checkpoint=checkpoint, port=0, keys="libero"))
+    ready = threading.Event()
+    port: list[int] = []
+
+    def on_ready(p: int) -> None:
+        port.append(p)
+        ready.set()
+
+    thread = threading.Thread(target=lambda: asyncio.run(server.run(on_ready, signals=False)), daemon=True,
+                              name="libero-policy-server")
+    thread.start()
+    if not ready.wait(600):
+        raise RuntimeError("the in-process policy server did not start")
+
+    def stop() -> None:
+        server.request_stop()
+        thread.join(60)
+
+    return f"ws://127.0.0.1:{port[0]}", stop, server.metadata
+
+
+def table_markdown(result: dict) -> str:
+    lines = ["| suite | task | instruction | episodes | successes | success rate | errors |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for row in result["tasks"]:
+        lines.append(f"| {row['suite']} | {row['task']} | {row['instruction']} | {row['episodes']} | "
+                     f"{row['successes']} | {row['success_rate']:.1%} | {row['errors']} |")
+    for s in result["suites"]:
+        lines.append(f"| **{s['suite']}** | all | | {s['episodes']} | {s['successes']} | "
+                     f"**{s['success_rate']:.1%}** | {s['errors']} |")
+    return "\n".join(lines)
+
+
+def summarize(results: dict[str, dict], described: dict[str, dict]) -> dict:
+    """Per-task and per-suite rows of the episode results."""
+    rows, suites = [], []
+    by_suite: dict[str, list[dict]] = {}
+    for r in results.values():
+        by_suite.setdefault(r["suite"], []).append(r)
+    for suite, rs in by_suite.items():
+        tasks: dict[int, list[dict]] = {}
+        for r in rs:
+            tasks.setdefault(int(r["task"]), []).append(r)
+        for k in sorted(tasks):
+            t = tasks[k]
+            ok = sum(bool(r.get("success")) for r in t)
+            rows.append({"suite": suite, "task": k, "instruction": described[suite]["tasks"][k], "episodes": len(t),
+                         "successes": ok, "success_rate": ok / len(t), "errors": sum("error" in r for r in t)})
+        ok = sum(bool(r.get("success")) for r in rs)
+        suites.append({"suite": suite, "episodes": len(rs), "successes": ok, "success_rate": ok / len(rs),
+                       "errors": sum("error" in r for r in rs)})
+    return {"tasks": rows, "suites": suites}
+
+
+def run(args: LiberoEvalArgs) -> int:
+    pyth = pool_mod.libero_python()  # LiberoEnvMissing before anything loads
+    names = [args.suite] + [f"{args.suite}_{a}" for a in args.axes()]
+    described = pool_mod.describe(names, pyth)
+    missing = [n for n, d in described.items() if d is None]
+    if missing:
+        raise ValueError(f"LIBERO has no suite {', '.join(missing)}")
+    episodes = []
+    for name in names:
+        d = described[name]
+        tasks = args.tasks or tuple(range(d["n_tasks"]))
+        bad = [k for k in tasks if not 0 <= k < d["n_tasks"]]
+        if bad:
+            raise ValueError(f"--tasks {bad}: {name} has tasks 0..{d['n_tasks'] - 1}")
+        for k in tasks:
+            if args.episodes_per_task > d["n_init"][k]:
+                raise ValueError(f"--episodes-per-task {args.episodes_per_task}: {name} task {k} has "
+                                 f"{d['n_init'][k]} initial states")
+            episodes += [P.Episode(f"{name}-t{k}-i{i}", name, k, i, max_steps=args.max_steps,
+                                   num_steps_wait=args.num_steps_wait, replan_steps=args.replan_steps, seed=args.seed,
+                                   render=args.render, video=args.video) for i in range(args.episodes_per_task)]
+    out = os.path.abspath(args.out or os.path.join("runs", "eval", f"libero-{args.suite}"))
+    frames_dir = os.path.join(out, "frames")
+    os.makedirs(frames_dir, exist_ok=True)
+    stop, server_meta = None, {}
+    url = args.policy_server
+    t0 = time.perf_counter()
+    try:
+        if args.checkpoint:
+            url, stop, server_meta = _serve_in_process(args.checkpoint)
+        print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy {url}",
+              flush=True)
+        done = [0]
+
+        def on_result(r: dict) -> None:
+            done[0] += 1
+            what = "error: " + r["error"] if "error" in r else ("success" if r["success"] else "failure")
+            print(f"  [{done[0]}/{len(episodes)}] {r['id']}: {what} ({r.get('steps', 0)} steps, "
+                  f"{r.get('seconds', 0):.0f} s)", flush=True)
+
+        with pool_mod.WorkerPool(args.workers, url, envs_per_worker=args.envs_per_worker, frames_dir=frames_dir,
+                                 log_dir=os.path.join(out, "workers"), gl=args.gl,
+                                 hang_timeout_s=args.hang_timeout_s) as pool:
+            results = pool.run(episodes, on_result=on_result)
+            restarts = pool.events
+    finally:
+        if stop is not None:
+            stop()
+    wall = time.perf_counter() - t0
+    if args.video:
+        from vlajax.logging import write_gif
+
+        os.makedirs(os.path.join(out, "videos"), exist_ok=True)
+        for r in results.values():
+            if r.get("frames"):
+                outcome = "success" if r["success"] else "failure"
+                r["video"] = write_gif(os.path.join(out, "videos", f"{r['suite']}_task{r['task']}_init{r['init']}_"
+                                                    f"{outcome}.gif"), np.load(r["frames"], allow_pickle=False))
+                os.remove(r["frames"])
+                r["frames"] = None
+    summary = summarize(results, described)
+    if args.axes():
+        base = summary["suites"][0]["success_rate"]
+        summary["robustness"] = {s["suite"]: {"success_rate": s["success_rate"], "drop": base - s["success_rate"]}
+                                 for s in summary["suites"][1:]}
+    result = {"settings": dataclasses.asdict(args), "policy_url": url, "server": server_meta.get("policy", {}),
+              "wall_s": wall, "restarts": restarts, **summary,
+              "episodes": [results[e.id] for e in episodes], "load": os.getloadavg()}
+    with open(os.path.join(out, "eval.json.tmp"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    os.replace(os.path.join(out, "eval.json.tmp"), os.path.join(out, "eval.json"))
+    table = table_markdown(result)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(table + "\n")
+    with contextlib.suppress(OSError):
+        os.rmdir(frames_dir)
+    print(table, flush=True)
+    print(json.dumps({"suites": summary["suites"], "out_dir": out, "wall_s": round(wall, 1),
+                      "restarts": len(restarts)}), flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """The `eval` command for a LIBERO suite (vlajax.train dispatches here)."""
+    from vlajax import cli
+
+    argv = [a for a in argv]
+    if "--robustness" in argv:  # bare --robustness = every axis
+        i = argv.index("--robustness")
+        if i + 1 == len(argv) or argv[i + 1].startswith("--"):
+            argv.insert(i + 1, "all")
+    args = cli.parse(LiberoEvalArgs, argv, prog=PROG, description=__doc__.split("\n\n")[0])
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's restore chatter
+    try:
+        args.check()
+        return run(args)
+    except (ValueError, pool_mod.LiberoEnvMissing) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
