@@ -1,0 +1,84 @@
+"""The prepared GPU check (`python -m vlajax.bench gpu-check`, docs/gpu.md) run on CPU before device time is spent.
+
+Default suite: the parent / worker machinery for real -- the `pytest -m gpu` row (its tests skip here), GPU-only
+rows skipped with their reason, a row that overruns its budget killed and recorded while the next row still runs
+in a fresh worker, rows past the global deadline skipped, bad command lines refused. Slow: the whole dry run, every
+row exercised at tiny sizes (about 5-6 minutes on the busy 2-core CPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from vlajax.bench import gpu_check
+
+
+def _run(tmp_path, *args: str) -> tuple[int, dict, str]:
+    rc = gpu_check.main(["--dry-run", "--out", str(tmp_path), *args])
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    return rc, data, (tmp_path / "gpu_check.log").read_text()
+
+
+def test_dry_run_runs_pytest_gpu_and_skips_gpu_only_rows_with_reasons(tmp_path):
+    rc, data, log = _run(tmp_path, "--rows", "pytest", "attention", "env:mjwarp")
+    rows = data["rows"]
+    assert rc == 0 and data["dry_run"] and data["device"]["backend"] == "cpu"
+    assert list(rows) == ["pytest", "attention", "env:mjwarp"]
+    py = rows["pytest"]
+    assert py["status"] == "ok" and py["returncode"] == 0, py
+    assert "tests/models/test_attention.py" in py["files"] and "tests/sft/test_fp8_sft.py" in py["files"]
+    assert "skipped" in py["summary"] and "passed" not in py["summary"], py["summary"]  # no GPU: they skip
+    assert rows["attention"]["status"] == "skipped: TE / cuDNN attention need a GPU (backend cpu)"
+    assert rows["env:mjwarp"]["status"] == "skipped: MJX-Warp needs a GPU (backend cpu)"
+    assert all(r["seconds"] >= 0 and "load_average_1m" in r for r in rows.values())
+    assert '"event": "end", "row": "pytest"' in log and "pytest: ok" in log
+
+
+def test_an_overrunning_row_is_killed_and_recorded_and_the_next_row_runs(tmp_path):
+    """sft:pi0 cannot compile in 4 s: the parent kills the worker, records the timeout, and a new worker
+    runs the next row; the exit status says a row failed."""
+    rc, data, log = _run(tmp_path, "--rows", "sft:pi0", "attention", "--budget-s", "4")
+    rows = data["rows"]
+    assert rc == 1
+    assert rows["sft:pi0"]["status"].startswith("failed: timeout: killed after"), rows["sft:pi0"]
+    assert rows["attention"]["status"].startswith("skipped: TE / cuDNN attention need a GPU"), rows["attention"]
+    assert log.count('"event": "device"') == 2  # a second worker ran the rest
+
+
+def test_rows_past_the_global_deadline_are_skipped_with_the_reason(tmp_path):
+    rc, data, _ = _run(tmp_path, "--rows", "attention", "async", "--deadline-s", "1")
+    assert rc == 0 and data["device"] is None  # nothing started
+    for name in ("attention", "async"):
+        status = data["rows"][name]["status"]
+        assert status.startswith("skipped: ") and "of the 1 s deadline, the row needs" in status, status
+
+
+@pytest.mark.parametrize("argv", [["--rows", "sft:nope"], ["--deadline-s", "0"], ["--budget-s", "-1"]])
+def test_bad_command_lines_are_refused_with_one_error_line(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_full_dry_run_exercises_every_row(tmp_path):
+    rc, data, _ = _run(tmp_path)
+    rows = data["rows"]
+    assert list(rows) == [r.name for r in gpu_check.ROWS]
+    for name, r in rows.items():
+        assert r["status"] == "ok" or r["status"].startswith("skipped: "), (name, r["status"])
+    assert rc == 0
+    for name in ("sft:sft-small", "sft:pi0"):
+        bf16 = rows[name]["bf16"]
+        assert bf16["status"] == "ok" and math.isfinite(bf16["loss_after_steps"]) and bf16["tokens_per_s"] > 0
+        mem = bf16["memory"]
+        assert 0.7 < mem["plan_over_xla"] < 1.3, mem  # the planner against XLA's compiled analysis
+        assert rows[name]["te_fp8"]["status"].startswith("skipped: ")
+    assert [m["row"] for m in data["memory"]] == ["sft:sft-small", "sft:pi0"]
+    assert rows["env:mjx"]["rows"][0]["steps_per_s"] > 0
+    assert rows["rollout"]["rows"][0]["decisions_per_s"] > 0
+    assert {r["mode"] for r in rows["async"]["rows"]} == {"sync", "train_async"}
