@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 from vlajax import sft, sharding
-from vlajax.config import MeshConfig, get_config
+from vlajax.config import GEMMA_VARIANTS, MeshConfig, get_config
 from vlajax.data.openpi import model_slots
 from vlajax.models import build_model, memory, presets
 from vlajax.models.observation import fake_observation
@@ -68,6 +68,33 @@ def test_planner_matches_compiled_sft_step_within_20_percent():
     assert plan["mesh"] == (8, 1, 1) and plan["ema"] == plan["params"] > 0
     assert plan["activations"] > plan["params"]  # the check is about activations, not a state-dominated total
     assert abs(plan["total"] - measured) <= 0.2 * measured, (plan, measured)
+
+
+@pytest.mark.parametrize("family", ["pi0", "pi05"])
+def test_activation_estimate_matches_xla_at_openpi_widths_within_10_percent(family):
+    """openpi's real widths (PaliGemma gemma_2b 2048 + gemma_300m expert 1024, SigLIP So400m/14, 257,152-piece
+    vocabulary, bf16 compute, remat as the preset) at depth 2 (`memory.reduced_depth`), global batch 4 on one
+    device: the gradient of the SFT loss (`sft.loss_fn`) compiled; XLA's temp bytes (what the backward pass keeps
+    plus its scratch; params and batch are arguments, grads the output) against the planner's activations less the
+    batch."""
+    batch = 4
+    cfg = memory.reduced_depth(get_config(family), 2)
+    cfg = cfg.replace(mesh=MeshConfig(dp=1), data=dataclasses.replace(cfg.data, batch_size=batch))
+    m = cfg.model
+    assert (GEMMA_VARIANTS[m.paligemma_variant]["width"], GEMMA_VARIANTS[m.action_expert_variant]["width"]) == \
+        (2048, 1024) and m.siglip["width"] == 1152 and m.siglip["depth"] == 2 and m.vocab_size == 257_152
+    state = memory.abstract_state(cfg)
+    model = build_model(m)
+    grad = jax.jit(jax.value_and_grad(lambda p, b: sft.loss_fn(p, model, b, jax.random.key(0))[0]))
+    ma = grad.lower(_unbox(state.params), _batch(m, batch)).compile().memory_analysis()
+    act = memory.activation_bytes(cfg, batch, (1, 1, 1))
+    estimate = act["total"] - act["batch"]
+    error = estimate / ma.temp_size_in_bytes - 1
+    print(f"\n{family} depth 2 batch {batch}: planner activations {estimate:,} B "
+          f"({', '.join(f'{k} {v:,}' for k, v in act.items() if k not in ('batch', 'total'))}) vs XLA temp "
+          f"{ma.temp_size_in_bytes:,} B: {100 * error:+.1f}%")
+    assert act["gemma prefix"] > act["siglip"] > 0  # the check is about the real-width towers
+    assert abs(error) <= 0.10, (estimate, ma.temp_size_in_bytes)
 
 
 def test_remat_plans_fewer_activation_bytes_and_scales_with_devices():
