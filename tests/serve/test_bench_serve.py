@@ -35,3 +35,23 @@ def test_bench_serve_refuses_bad_flags():
     assert main(["--clients", "0"]) == 2
     assert main(["--checkpoint", "/nonexistent/dir"]) == 2
     assert main(["--replicas", "1", "1"]) == 2 and main(["--repeats", "0"]) == 2
+    assert main(["--wait", "eager"]) == 2 and main(["--wait", "fixed", "fixed"]) == 2
+
+
+def test_summary_ratios_pair_rows_of_the_same_repeat():
+    from vlajax.bench.serve import summarize
+
+    def row(rep, wait, clients, rps, p50, p95):
+        return {"repeat": rep, "code": "current", "replicas_flag": 0, "wait_rule": wait, "clients": clients,
+                "requests_per_s": rps, "p50_ms": p50, "p95_ms": p95, "p99_ms": p95, "mean_batch": 1.0,
+                "server_replicas": 2}
+
+    rows = [row(0, "adaptive", 1, 100, 2, 3), row(0, "adaptive", 16, 300, 10, 20),
+            row(1, "adaptive", 1, 200, 4, 5), row(1, "adaptive", 16, 400, 10, 40),
+            row(0, "fixed", 1, 50, 8, 9), row(0, "fixed", 16, 400, 10, 16)]
+    out = {e["wait_rule"]: e for e in summarize(rows, (0,), ("current",), ("adaptive", "fixed"))}
+    sixteen = out["adaptive"]["rows"][1]
+    assert sixteen["rps_over_1"] == {"median": 2.5, "min": 2.0, "max": 3.0}  # 300/100 and 400/200, not 350/150
+    assert sixteen["p95_over_p50_1"] == {"median": 10.0, "min": 10.0, "max": 10.0}  # 20/2 and 40/4
+    assert out["adaptive"]["targets"]["rps_met"] is False
+    assert out["fixed"]["targets"]["rps16_over_rps1"]["median"] == 8.0
