@@ -5,7 +5,9 @@
 #   bash scripts/collect_wheels.sh [DIR] [PROFILE]       DIR default .whl, PROFILE default device
 #
 # Profiles (every version is the one pyproject.toml pins, or the one `make venv` resolves):
-#   device  what the lent GPU machine's image lacks, sized for its 64 MiB carry limit (~35 MiB).
+#   device  what the lent GPU machine's image lacks, sized for its 64 MiB carry limit (30 MiB; the tracked
+#           tree is ~17 MiB more). mujoco's viewer parts (mujoco-studio, glfw, pyopengl: 16 MiB) are left
+#           out: vlajax renders with MJX, never with MuJoCo's OpenGL viewer.
 #           That image (/work/.library/device/KINDS.md) has Python 3.12, jaxlib 0.11.2 with the
 #           CUDA 13 plugin, numpy, scipy, tensorstore, pytest, ... . jax 0.12.0.1 is pure Python and
 #           accepts jaxlib >= 0.11.2 (its METADATA: jaxlib<=0.12.0.1,>=0.11.2), so it runs on the
@@ -34,8 +36,7 @@ case "$profile" in device|full) ;; *) fail "profile must be 'device' or 'full', 
 device=(
   jax==0.12.0.1 flax==0.12.12 optax==0.2.8 orbax-checkpoint==0.12.8 chex==0.1.92
   grain==0.2.18 array-record==0.8.6 portpicker==1.6.0
-  mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 mujoco-mjx==3.17.0 trimesh==5.2.0 glfw==2.11.0
-  pyopengl==3.1.10
+  mujoco==4.0.0 mujoco-core==4.0.0 mujoco-mjx==3.17.0 trimesh==5.2.0
   tensorboardx==2.6.5 tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1
   simpy==4.1.2 websockets==17.4 msgpack==1.2.4 sentencepiece==0.2.3
 )
@@ -44,7 +45,7 @@ full=(
   nvidia-cublas-cu12 nvidia-cuda-cupti-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12 nvidia-cudnn-cu12
   nvidia-cufft-cu12 nvidia-cusolver-cu12 nvidia-cusparse-cu12 nvidia-nccl-cu12 nvidia-nvjitlink-cu12
   nvidia-nvshmem-cu12
-  warp-lang==1.18.0
+  warp-lang==1.18.0 mujoco-studio==4.0.0 glfw==2.11.0 pyopengl==3.1.10
   numpy scipy ml-dtypes opt-einsum tensorstore treescope etils absl-py cloudpickle protobuf rich pyyaml
   typing-extensions msgpack humanize simplejson psutil aiofiles prometheus-client uvloop packaging pillow
   pyarrow jaxtyping wadler-lindig pytest pytest-timeout pluggy iniconfig
@@ -61,6 +62,6 @@ echo "[collect_wheels] $profile profile: ${#names[@]} packages -> $dir"
   --platform manylinux_2_5_x86_64 -d "$dir" "${names[@]}"
 size=$(du -sm "$dir" | cut -f1)
 echo "[collect_wheels] $dir: $(ls "$dir" | wc -l) wheels, ${size} MiB"
-if [ "$profile" = device ] && [ "$size" -ge 60 ]; then
-  fail "$dir is ${size} MiB: the device tool carries at most 64 MiB with the tree (remove other files from $dir)"
+if [ "$profile" = device ] && [ "$size" -ge 40 ]; then
+  fail "$dir is ${size} MiB: the device tool carries at most 64 MiB with the tree, ~17 MiB (remove other files from $dir)"
 fi

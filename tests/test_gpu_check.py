@@ -55,6 +55,15 @@ def test_rows_past_the_global_deadline_are_skipped_with_the_reason(tmp_path):
         assert status.startswith("skipped: ") and "of the 1 s deadline, the row needs" in status, status
 
 
+def test_without_a_gpu_the_gpu_sizes_are_skipped_not_run(tmp_path):
+    rc = gpu_check.main(["--out", str(tmp_path), "--rows", "sft:pi0", "pytest"])  # no --dry-run; JAX sees the CPU
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert rc == 0 and not data["dry_run"] and data["device"]["backend"] == "cpu"
+    for name in ("sft:pi0", "pytest"):
+        assert data["rows"][name]["status"] == ("skipped: no GPU visible to JAX (backend cpu); --dry-run runs the "
+                                                "CPU sizes"), data["rows"][name]
+
+
 @pytest.mark.parametrize("argv", [["--rows", "sft:nope"], ["--deadline-s", "0"], ["--budget-s", "-1"]])
 def test_bad_command_lines_are_refused_with_one_error_line(argv, capsys):
     with pytest.raises(SystemExit) as e:

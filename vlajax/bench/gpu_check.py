@@ -166,8 +166,9 @@ def synthetic_batch(mcfg, cameras: tuple[str, ...], n: int, seed: int) -> dict:
     return {**batch, **fixed_layout(np.stack([spec.valid(s) for s in samples]), n)}
 
 
-def _sft_run(cfg, cameras, batches, steps: int) -> dict:
-    """Init (seed 0) + `steps` + 1 SFT steps on `batches` (cycled); the first compiles. -> figures, params."""
+def _sft_run(cfg, cameras, batches, steps: int, keep_params: bool = False) -> dict:
+    """Init (seed 0) + `steps` + 1 SFT steps on `batches` (cycled); the first compiles. -> figures
+    (+ '_params', float32 host copies, with `keep_params`)."""
     import jax
     import numpy as np
 
@@ -214,9 +215,10 @@ def _sft_run(cfg, cameras, batches, steps: int) -> dict:
            "samples_per_s": round(b * steps / sec, 2) if steps else None, "memory": mem}
     if not np.isfinite([out["loss_first"], out["loss_after_steps"]]).all():
         out["status"] = f"failed: non-finite loss ({out['loss_first']} first, {out['loss_after_steps']} last)"
-    params = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(state.params))
+    if keep_params:
+        out["_params"] = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(state.params))
     del state, compiled
-    return {**out, "_params": params}
+    return out
 
 
 def _max_diff(a, b) -> float:
@@ -257,7 +259,8 @@ def row_sft(sz: Sizes, budget: float, model: str) -> dict:
            "widths": {k: getattr(cfg.model, k) for k in ("paligemma_variant", "action_expert_variant",
                                                          "siglip_variant", "siglip_depth")}
            if cfg.model.family != "vla" else {k: getattr(cfg.model, k) for k in ("width", "depth", "vit_width")}}
-    bf16 = _guard(_sft_run, cfg, cams, batches, sz.sft_steps)
+    te_ok = cfg.model.family == "vla" and te_available()
+    bf16 = _guard(_sft_run, cfg, cams, batches, sz.sft_steps, te_ok)
     p_bf16 = bf16.pop("_params", None)
     out["bf16"] = bf16
     if cfg.model.family != "vla":
@@ -267,7 +270,7 @@ def row_sft(sz: Sizes, budget: float, model: str) -> dict:
         out["te_fp8"] = skipped("Transformer Engine does not import here, or no GPU")
     else:
         te = _guard(_sft_run, cfg.replace(model=dataclasses.replace(cfg.model, fp8="te")), cams, batches,
-                    sz.sft_steps)
+                    sz.sft_steps, True)
         p_te = te.pop("_params", None)
         if p_bf16 is not None and p_te is not None:
             te["max_param_diff_vs_bf16"] = _max_diff(p_bf16, p_te)
@@ -396,11 +399,13 @@ def worker(args: Args) -> int:
     print(json.dumps({"event": "device", "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
                       "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
                       "jaxlib": importlib.metadata.version("jaxlib")}), flush=True)
+    no_gpu = not args.dry_run and jax.default_backend() != "gpu"
     for name in args.rows:
         print(json.dumps({"event": "start", "row": name}), flush=True)
         t0 = time.monotonic()
         try:
-            result = run_row(name, sz, budgets[name], env, out_dir)
+            result = (skipped(f"no GPU visible to JAX (backend {jax.default_backend()}); --dry-run runs the CPU sizes")
+                      if no_gpu else run_row(name, sz, budgets[name], env, out_dir))
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             result = _failed(e)
