@@ -226,8 +226,10 @@ class RLConfig:
     # a decision's KL as the sum of its scored entries' k3 (tokens, flow-chain dims); the state MLP per decision
     kl_coef: float = 0.0
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
-    # above the cap: 'truncate' to the cap (verl's truncated IS; beat 'drop' at 6/6 paired points on the
-    # goal suite at staleness 1, docs/async.md) or 'drop' the sample (AReaL)
+    # above the cap: 'truncate' to the cap (verl's truncated IS) or 'drop' the sample (AReaL). Evidence for the
+    # default is weak: 2 async seeds (goal suite, pixels, staleness 1), truncate above drop at all 3 later evals of
+    # each, by 0.01-0.21 (docs/async.md, "The same suite with truncated behaviour weights"); the issue-21 protocol
+    # ran truncate in every async arm and never compared drop
     behaviour_weight_mode: Literal["drop", "truncate"] = "truncate"
     # granularity of the importance ratios: 'decision' = one ratio per chunk (the product over its
     # scored entries); 'factor' = one per scored entry (a token of the token head, an (action step,
@@ -248,7 +250,8 @@ class RLConfig:
     # token head: sampling temperature of the rollouts' bins (logits / T); the learner scores the stored tokens at
     # the same T, so fresh-data ratios stay 1. Evaluation stays greedy whatever T is. T < 1 draws rollouts closer
     # to the greedy policy that evaluation measures; T > 1 explores more. Other heads refuse T != 1. The quickstart
-    # runs T 0.5 with rl.kl_coef 0.04: +17.5 points over 3 fresh seeds (T 0.5 alone: +12.1; docs/results.md, Quickstart)
+    # runs T 0.5 with rl.kl_coef 0.04: +17.5 points over 3 fresh seeds, t 95% interval -7.1 to +42.1, no sync pair
+    # (T 0.5 alone: +12.1; docs/results.md, Quickstart, "Eighteenth session")
     temperature: float = 1.0
     target_kl: float = 0.0  # skip the remaining minibatch updates once approx KL exceeds this (0 = off)
     update_epochs: int = 2  # passes over each collected batch
