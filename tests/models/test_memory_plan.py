@@ -119,6 +119,19 @@ def test_pi05_vit_unsplit_at_256_flat_but_split_with_tp2():
     assert split["params"] < flat["params"] / 10
 
 
+def test_siglip_shards_at_64_devices_and_more():
+    """docs/sharding.md: dp splits SigLIP So400m's width while dp divides 1152 (64, 128); past that tp takes the rest
+    ((128, 2), (128, 4), (128, 8)); (256, 2) / (512, 2) / (256, 8) leave it replicated over dp."""
+    cfg = get_config("pi05")
+    state = memory.abstract_state(cfg)
+    vision = lambda p: [m for m in p["unsplit_modules"] if m.startswith("vision/")]  # noqa: E731
+    for devices, tp, split in [(64, 1, True), (128, 1, True), (256, 2, True), (512, 4, True), (1024, 8, True),
+                               (512, 2, False), (1024, 4, False), (2048, 8, False)]:
+        p = memory.plan(dataclasses.replace(cfg, mesh=MeshConfig(tp=tp)), devices, devices, state)
+        assert p["mesh"] == (devices // tp, tp, 1)
+        assert (vision(p) == []) == split, (devices, tp, vision(p))
+
+
 def test_cli_refuses_before_building():
     assert presets.main(["--preset", "pi05", "--devices", "8", "--batch", "3"]) == 2
     assert presets.main(["--batch", "8"]) == 2
