@@ -70,19 +70,21 @@ def test_planner_matches_compiled_sft_step_within_20_percent():
     assert abs(plan["total"] - measured) <= 0.2 * measured, (plan, measured)
 
 
-@pytest.mark.parametrize("family", ["pi0", "pi05"])
-def test_activation_estimate_matches_xla_at_openpi_widths_within_10_percent(family):
+@pytest.mark.parametrize(("family", "batch", "depth"), [
+    ("pi0", 4, 2), ("pi05", 4, 2),
+    *(pytest.param(*c, marks=pytest.mark.slow) for c in [("pi0", 8, 2), ("pi0", 16, 2), ("pi0", 4, 4)]),
+])
+def test_activation_estimate_matches_xla_at_openpi_widths_within_10_percent(family, batch, depth):
     """openpi's real widths (PaliGemma gemma_2b 2048 + gemma_300m expert 1024, SigLIP So400m/14, 257,152-piece
     vocabulary, bf16 compute, remat as the preset) at depth 2 (`memory.reduced_depth`), global batch 4 on one
-    device: the gradient of the SFT loss (`sft.loss_fn`) compiled; XLA's temp bytes (what the backward pass keeps
-    plus its scratch; params and batch are arguments, grads the output) against the planner's activations less the
-    batch."""
-    batch = 4
-    cfg = memory.reduced_depth(get_config(family), 2)
+    device (slow: batch 8, 16, depth 4): the gradient of the SFT loss (`sft.loss_fn`) compiled; XLA's temp
+    bytes (what the backward pass keeps plus its scratch; params and batch are arguments, grads the output)
+    against the planner's activations less the batch."""
+    cfg = memory.reduced_depth(get_config(family), depth)
     cfg = cfg.replace(mesh=MeshConfig(dp=1), data=dataclasses.replace(cfg.data, batch_size=batch))
     m = cfg.model
     assert (GEMMA_VARIANTS[m.paligemma_variant]["width"], GEMMA_VARIANTS[m.action_expert_variant]["width"]) == \
-        (2048, 1024) and m.siglip["width"] == 1152 and m.siglip["depth"] == 2 and m.vocab_size == 257_152
+        (2048, 1024) and m.siglip["width"] == 1152 and m.siglip["depth"] == depth and m.vocab_size == 257_152
     state = memory.abstract_state(cfg)
     model = build_model(m)
     grad = jax.jit(jax.value_and_grad(lambda p, b: sft.loss_fn(p, model, b, jax.random.key(0))[0]))
@@ -90,7 +92,7 @@ def test_activation_estimate_matches_xla_at_openpi_widths_within_10_percent(fami
     act = memory.activation_bytes(cfg, batch, (1, 1, 1))
     estimate = act["total"] - act["batch"]
     error = estimate / ma.temp_size_in_bytes - 1
-    print(f"\n{family} depth 2 batch {batch}: planner activations {estimate:,} B "
+    print(f"\n{family} depth {depth} batch {batch}: planner activations {estimate:,} B "
           f"({', '.join(f'{k} {v:,}' for k, v in act.items() if k not in ('batch', 'total'))}) vs XLA temp "
           f"{ma.temp_size_in_bytes:,} B: {100 * error:+.1f}%")
     assert act["gemma prefix"] > act["siglip"] > 0  # the check is about the real-width towers
