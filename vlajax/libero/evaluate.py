@@ -92,11 +92,13 @@ class LiberoEvalArgs:
         return axes
 
 
-def _serve_in_process(checkpoint: str):
-    """(url, stop): our policy server on 127.0.0.1 (any free port) in a thread of this process."""
+def _serve_in_process(checkpoint: str, clients: int):
+    """(url, stop, metadata): our policy server on 127.0.0.1 (any free port) in a thread of this process,
+    batching up to `clients` requests (its buckets 1, 2, 4, ... up to the power of two >= clients)."""
     from vlajax.serve.app import ServeArgs, build
 
-    server = build(ServeArgs(checkpoint=checkpoint, port=0, keys="libero"))
+    max_batch = 1 << max(0, clients - 1).bit_length()
+    server = build(ServeArgs(checkpoint=checkpoint, port=0, keys="libero", max_batch=max_batch))
     ready = threading.Event()
     port: list[int] = []
 
@@ -179,7 +181,7 @@ def run(args: LiberoEvalArgs) -> int:
     t0 = time.perf_counter()
     try:
         if args.checkpoint:
-            url, stop, server_meta = _serve_in_process(args.checkpoint)
+            url, stop, server_meta = _serve_in_process(args.checkpoint, args.workers * args.envs_per_worker)
         print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy {url}",
               flush=True)
         done = [0]
@@ -207,7 +209,8 @@ def run(args: LiberoEvalArgs) -> int:
             if r.get("frames"):
                 outcome = "success" if r["success"] else "failure"
                 r["video"] = write_gif(os.path.join(out, "videos", f"{r['suite']}_task{r['task']}_init{r['init']}_"
-                                                    f"{outcome}.gif"), np.load(r["frames"], allow_pickle=False))
+                                                    f"{outcome}.gif"), np.load(r["frames"], allow_pickle=False),
+                                     fps=max(1, round(20 / args.replan_steps)))  # one frame per request, real time
                 os.remove(r["frames"])
                 r["frames"] = None
     summary = summarize(results, described)

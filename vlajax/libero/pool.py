@@ -79,7 +79,7 @@ class WorkerPool:
     def __init__(self, workers: int, policy_url: str | None = None, *, envs_per_worker: int = 1,
                  frames_dir: str | None = None, log_dir: str | None = None, gl: str = "egl",
                  hang_timeout_s: float = 300.0, startup_timeout_s: float = 600.0, max_attempts: int = 3,
-                 python: str | None = None):
+                 python: str | None = None, env: dict[str, str] | None = None):
         if workers < 1 or envs_per_worker < 1:
             raise ValueError("workers and envs_per_worker must be >= 1")
         self.python = python or libero_python()
@@ -87,6 +87,7 @@ class WorkerPool:
         self.log_dir = log_dir or frames_dir
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
         self.max_attempts = max_attempts
+        self.extra_env = dict(env or {})  # more environment variables of the workers (e.g. LP_NUM_THREADS)
         self.inbox: queue.Queue = queue.Queue()
         self.procs: list[_Proc] = []
         self._gen = 0
@@ -104,7 +105,8 @@ class WorkerPool:
             cmd += ["--policy", self.policy_url]
         if self.frames_dir:
             cmd += ["--frames-dir", self.frames_dir]
-        env = {**os.environ, "PYTHONPATH": REPO, "MUJOCO_GL": self.gl, "PYOPENGL_PLATFORM": self.gl}
+        env = {**os.environ, "PYTHONPATH": REPO, "MUJOCO_GL": self.gl, "PYOPENGL_PLATFORM": self.gl,
+               **self.extra_env}
         for k in ("JAX_PLATFORMS", "XLA_FLAGS", "VIRTUAL_ENV"):
             env.pop(k, None)
         log_dir = self.log_dir or os.path.join(REPO, "runs", "libero")

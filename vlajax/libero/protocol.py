@@ -83,7 +83,9 @@ class Episode:
     policy: str = "server"  # 'server' (openpi-protocol requests) | 'dummy' (DUMMY_ACTION throughout, no server)
     cameras: bool = True  # False: physics + controller only (no renderer; 'dummy' policy only)
     render: str = "policy"  # 'policy': render only the frames a request reads | 'all': every step (openpi)
-    video: bool = True  # keep the agentview frames the policy saw -> frames file
+    video: bool = True  # keep the agentview images the requests carried (one per request) -> frames file
+    wrist_video: bool = False  # ... and the wrist images (<frames>.wrist.npy)
+    hard_reset: bool = True  # robosuite's hard reset (reload model + renderer each episode; LIBERO's default)
     report_terminal: bool = False  # send one last request with libero/done = True (RL servers record it)
 
     def __post_init__(self):

@@ -21,7 +21,8 @@ of the answer become the plan; the episode ends on LIBERO's success (`done`) or 
 Rendering ('policy', the default): a camera is rendered only in the env steps whose observation
 a request reads (the last wait step and the last step of each plan), at the same point of the
 step as robosuite's own sampling, so those images are the pixels robosuite renders in every
-step ('all', what openpi's example does); the steps in between skip the GL work.
+step ('all', what openpi's example does); the steps in between skip the GL work. A 'dummy'
+policy (no server, DUMMY_ACTION throughout; the bench) renders in the same pattern.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def _lazy_sensor(sensor, slot: Slot, shape: tuple[int, int, int]):
         return last[0]
 
     lazy.__modality__ = getattr(sensor, "__modality__", "image")
+    lazy.lazy, lazy.inner = True, sensor
     return lazy
 
 
@@ -76,7 +78,7 @@ class Slot:
         from libero.libero.envs import OffScreenRenderEnv
         from libero.libero.envs.env_wrapper import ControlEnv
 
-        key = (ep.suite, ep.task, ep.camera_size, ep.cameras, ep.render)
+        key = (ep.suite, ep.task, ep.camera_size, ep.cameras, ep.hard_reset)
         if self.env_key == key:
             return 0.0
         self.close_env()
@@ -87,9 +89,10 @@ class Slot:
         bddl = os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
         if ep.cameras:
             env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=ep.camera_size,
-                                     camera_widths=ep.camera_size)
+                                     camera_widths=ep.camera_size, hard_reset=ep.hard_reset)
         else:
-            env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_offscreen_renderer=False)
+            env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_offscreen_renderer=False,
+                             hard_reset=ep.hard_reset)
         self.env, self.env_key = env, key
         self.description = str(task.language)
         self.init_states = np.asarray(suite.get_task_init_states(ep.task))
@@ -133,17 +136,22 @@ class Slot:
         if shape:  # the server declares the image size it reads
             self.size = int(shape[0])
         self.env.seed(ep.seed)
+        t_reset = time.perf_counter()
         self.env.reset()  # robosuite's hard reset makes new sensors: wrap them after it
-        if ep.cameras and ep.render == "policy":
-            for cam in P.CAMERAS:
-                o = self.env.env._observables[f"{cam}_image"]
+        for cam in P.CAMERAS if ep.cameras else ():
+            o = self.env.env._observables[f"{cam}_image"]
+            if ep.render == "policy" and not getattr(o._sensor, "lazy", False):  # a soft reset keeps the wrapper
                 o._sensor = _lazy_sensor(o._sensor, self, (ep.camera_size, ep.camera_size, 3))
+            elif ep.render == "all" and getattr(o._sensor, "lazy", False):
+                o._sensor = o._sensor.inner
         self.render_now = ep.render == "all"
         self.success, self.reward, self.calls, self.renders = False, 0.0, 0, 0
         self.obs = self.env.set_init_state(self.init_states[ep.init])
+        self.reset_s = time.perf_counter() - t_reset
         self.t = 0  # env steps taken, wait included
         self.plan: collections.deque = collections.deque()
-        self.frames: list[np.ndarray] = []
+        self.frames: list[np.ndarray] = []  # agentview as the policy read it, one per request
+        self.wrist: list[np.ndarray] = []
         self.step_s, self.infer_s = [], []
         self.t_start = time.perf_counter()
 
@@ -159,8 +167,9 @@ class Slot:
         extras = {"episode": ep.id, "step": self.policy_step, "reward": self.reward, "done": done,
                   "success": self.success}
         req = P.make_request(self.obs, self.description, self.size, extras)
-        if ep.video and ep.render == "policy":
+        if ep.video:
             self.frames.append(req[P.IMAGE_KEY])
+            self.wrist.append(req[P.WRIST_KEY])
         return req
 
     def take(self, answer: dict[str, Any]) -> None:
@@ -177,12 +186,12 @@ class Slot:
         if self.policy_step < 0 or ep.policy == "dummy":
             action = np.asarray(P.DUMMY_ACTION)
             will_read = self.t == ep.num_steps_wait - 1
+            if ep.policy == "dummy" and self.policy_step >= 0:  # the render pattern of a policy's requests
+                will_read = (self.policy_step + 1) % ep.replan_steps == 0 and self.policy_step + 1 < ep.limit
         else:
             action = self.plan.popleft()
             # the obs after this step is read by the next request (none after the last step, unless reported)
             will_read = not self.plan and (self.policy_step + 1 < ep.limit or ep.report_terminal)
-            if ep.video and ep.render == "all":
-                self.frames.append(P.convert_image(self.obs["agentview_image"], self.size))
         if ep.render == "policy":
             self.render_now = will_read
         t0 = time.perf_counter()
@@ -190,6 +199,9 @@ class Slot:
         self.step_s.append(time.perf_counter() - t0)
         self.t += 1
         self.reward = float(reward)
+        if ep.policy == "dummy" and ep.video and ep.cameras and will_read:  # the frames a policy would read
+            self.frames.append(P.convert_image(self.obs["agentview_image"], self.size))
+            self.wrist.append(P.convert_image(self.obs["robot0_eye_in_hand_image"], self.size))
         if self.policy_step <= 0:
             return False
         self.success = bool(done)
@@ -199,11 +211,14 @@ class Slot:
         ep = self.ep
         frames_path = None
         if ep.video and self.frames and self.frames_dir:
+            if ep.wrist_video:
+                P.write_atomic_npy(os.path.join(self.frames_dir, f"{ep.id}.wrist.npy"), np.stack(self.wrist))
             frames_path = P.write_atomic_npy(os.path.join(self.frames_dir, f"{ep.id}.npy"), np.stack(self.frames))
         steps = np.asarray(self.step_s)
         return {"event": "result", "id": ep.id, "suite": ep.suite, "task": ep.task, "init": ep.init,
                 "success": self.success, "steps": self.policy_step, "env_steps": self.t, "policy_calls": self.calls,
                 "task_description": self.description, "env_build_s": round(self.build_s, 3),
+                "reset_s": round(self.reset_s, 3),
                 "seconds": round(time.perf_counter() - self.t_start, 3),
                 "step_s_mean": float(steps.mean()) if steps.size else 0.0,
                 "step_s_p50": float(np.median(steps)) if steps.size else 0.0,

