@@ -184,9 +184,34 @@ def write_report(out_dir: str, stem: str, result: dict[str, Any], markdown: str)
     write_text(os.path.join(out_dir, f"{stem}.md"), markdown)
 
 
+# model fields `eval --model.X` may change on a loaded policy: how it samples, not its parameters
+SAMPLING_FIELDS = ("flow_x1", "num_denoise_steps")
+
+
+def sampling_overrides(cfg: TrainConfig, bridge: Bridge, model):
+    """(bridge, model) with the `SAMPLING_FIELDS` the command line set (they differ from the preset's)
+    replacing the checkpoint's (`policy.json`); e.g. `--model.flow-x1 zeros` on an imported openpi policy."""
+    from vlajax.config import get_config, preset_names
+    from vlajax.models.build import build_model
+    from vlajax.run_files import inference_model
+
+    if cfg.name not in preset_names():
+        return bridge, model
+    preset = get_config(cfg.name).model
+    changed = {f: getattr(cfg.model, f) for f in SAMPLING_FIELDS
+               if getattr(cfg.model, f) != getattr(preset, f) and getattr(cfg.model, f) != getattr(bridge.model, f)}
+    if not changed:
+        return bridge, model
+    log.info("eval: the command line's %s replace the checkpoint's %s", changed,
+             {f: getattr(bridge.model, f) for f in changed})
+    m = dataclasses.replace(bridge.model, **changed)
+    return dataclasses.replace(bridge, model=m), inference_model(build_model(m))
+
+
 def run(cfg: TrainConfig) -> int:
     compile_cache.enable(cfg.compilation_cache_dir)
     bridge, model, params, train_cfg, step = load_run_policy(cfg)
+    bridge, model = sampling_overrides(cfg, bridge, model)
     out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
     result = evaluate(cfg, bridge, model, params, out_dir=out_dir)
     result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}

@@ -219,3 +219,22 @@ def test_importer_bad_inputs_are_one_error_line(tmp_path, capsys):
     err = _run_main(["--checkpoint", str(bare), *base[2:], str(tmp_path / "d"), "--tokenizer", tok], capsys)
     assert "no norm stats for asset id 'physical-intelligence/libero'" in err
     assert not any((tmp_path / d).exists() and os.listdir(tmp_path / d) for d in "abcd")
+
+
+def test_eval_takes_sampling_flags():
+    """`eval --model.flow-x1 zeros` (a sampling field the command line sets) replaces the checkpoint's:
+    the closed loop's `Bridge.act` then starts from zeros and answers the same twice."""
+    from vlajax.evaluation import sampling_overrides
+    from vlajax.train import parse
+
+    p = policy("pi05_libero")
+    cfg = parse("eval", ["--preset", "pi05-dummy", "--checkpoint", imported("pi05_libero"), "--model.flow-x1", "zeros"])
+    bridge, model = sampling_overrides(cfg, p.bridge, p.model)
+    assert bridge.model.flow_x1 == "zeros" and model.cfg.flow_x1 == "zeros" and bridge.openpi == p.bridge.openpi
+    assert sampling_overrides(parse("eval", ["--preset", "pi05-dummy"]), p.bridge, p.model)[0] is p.bridge
+    c = cases("pi05_libero")[0]
+    env_obs = {k: np.asarray(v)[None] for k, v in c["obs"].items() if k != "prompt"}
+    ids, mask = bridge.encode_instructions([c["obs"]["prompt"]], env_obs)
+    env_obs |= {"tokens": ids, "token_mask": mask}
+    act = jax.jit(lambda rng: bridge.act(model, {"params": p.params}, env_obs, rng))
+    np.testing.assert_array_equal(act(jax.random.key(0)), act(jax.random.key(1)))
