@@ -3,7 +3,7 @@
 Default suite: the parent / worker machinery for real -- the `pytest -m gpu` row (its tests skip here), GPU-only
 rows skipped with their reason, a row that overruns its budget killed and recorded while the next row still runs
 in a fresh worker, rows past the global deadline skipped, bad command lines refused. Slow: the whole dry run, every
-row exercised at tiny sizes (about 5-6 minutes on the busy 2-core CPU)."""
+row exercised at tiny sizes (2-3.5 minutes on the busy 2-core CPU)."""
 
 from __future__ import annotations
 

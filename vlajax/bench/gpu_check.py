@@ -482,7 +482,7 @@ def main(argv: list[str]) -> int:
         cli.error("--deadline-s must be > 0 and --budget-s >= 0")
     if args.worker:
         return worker(args)
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(args.out).resolve()  # the worker runs in the repo root
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     deadline = t_start + args.deadline_s
