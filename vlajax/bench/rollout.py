@@ -24,8 +24,13 @@ from call to call); decisions/s = num_envs * decisions / (median seconds of `--r
 after the compiling first call). The module only uses the rollout's public functions, so the
 same command runs on older checkouts for side-by-side comparisons (`git worktree add`).
 
-Rows: {head, model, execute, num_envs, decisions_per_call, decisions_per_s, env_steps_per_s, resets_per_call,
-compile_s, seconds}.
+`--physics mjx c` times the same rollout on both simulators (`env.physics_impl` 'jax' = MJX, 'c'
+= C MuJoCo on the host through `jax.pure_callback`, `vlajax/envs/tabletop/c_physics.py`), their
+timed calls interleaved (call i of each back to back); `paired_ratios` gives each simulator's
+decisions/s over the first's, call by call, as median [min, max].
+
+Rows: {head, physics, physics_impl, model, execute, num_envs, decisions_per_call, decisions_per_s,
+env_steps_per_s, resets_per_call, compile_s, seconds}.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from vlajax.policy import Bridge
 from vlajax.rl import actors
 from vlajax.rl import rollout as ro
 
+PHYSICS = {"mjx": "jax", "c": "c"}  # --physics -> env.physics_impl
 HEADS = {  # ModelConfig fields of each benchmarked head
     "flow": dict(action_head="flow", flow_sampler="flow_sde", noise_level=0.5, flow_x1="zeros",
                  flow_sde_steps="last", value_head="expert"),
@@ -83,13 +89,14 @@ def model_config(model: str, head: str) -> tuple[ModelConfig, int]:
     return ModelConfig(**HEADS[head]), 0
 
 
-def setup(head: str, num_envs: int, episode_length: int, stagger: bool, seed: int = 0, model_name: str = "small"):
+def setup(head: str, num_envs: int, episode_length: int, stagger: bool, seed: int = 0, model_name: str = "small",
+          physics: str = "mjx"):
     """The bench's pixel rollout: (env, actor, params, batched env state, env steps per decision).
     Goal suite, identity normalization, fresh weights; `stagger` puts env b b * L / B steps (whole
-    chunks) into its episode."""
+    chunks) into its episode; `physics` 'mjx' (env.physics_impl='jax') or 'c' (C MuJoCo)."""
     mcfg, execute = model_config(model_name, head)
     env_cfg = EnvConfig(suite="goal", obs_mode="pixels", num_envs=num_envs, image_size=mcfg.image_size,
-                        episode_length=episode_length)
+                        episode_length=episode_length, physics_impl=PHYSICS[physics])
     h = execute or mcfg.action_horizon  # env steps per decision
     env = ro.make_env(env_cfg, h)
     norm = {"actions": _identity(mcfg.action_dim), "state": _identity(8)}
@@ -106,40 +113,83 @@ def setup(head: str, num_envs: int, episode_length: int, stagger: bool, seed: in
     return env, actor, params, state, h
 
 
-def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_length: int, stagger: bool,
-              seed: int = 0, model_name: str = "small") -> dict:
-    """Median decisions/s of `repeats` jitted rollouts of `decisions` decisions (see the module docstring)."""
-    env, actor, params, state, h = setup(head, num_envs, episode_length, stagger, seed, model_name)
+class _Timed:
+    """One (head, physics) rollout, compiled by the constructor; `call(i)` times one jitted rollout."""
 
-    @jax.jit
-    def run(params, state, rng):
-        state, traj = ro.rollout(actor, env, params, state, rng, decisions, 0, True)
-        return state, jnp.sum(traj["done"]), jnp.sum(traj["action_mask"])
+    def __init__(self, head: str, physics: str, num_envs: int, decisions: int, episode_length: int, stagger: bool,
+                 seed: int = 0, model_name: str = "small"):
+        self.head, self.physics, self.model_name, self.seed = head, physics, model_name, seed
+        self.num_envs, self.decisions = num_envs, decisions
+        env, actor, self.params, self.state, self.h = setup(head, num_envs, episode_length, stagger, seed, model_name,
+                                                            physics)
 
-    t0 = time.perf_counter()
-    state, _, _ = jax.block_until_ready(run(params, state, jax.random.key(seed + 2)))
-    compile_s = time.perf_counter() - t0
-    times, resets, steps = [], [], []
-    for i in range(repeats):
+        @jax.jit
+        def run(params, state, rng):
+            state, traj = ro.rollout(actor, env, params, state, rng, decisions, 0, True)
+            return state, jnp.sum(traj["done"]), jnp.sum(traj["action_mask"])
+
+        self._run = run
         t0 = time.perf_counter()
-        state, n_done, n_steps = jax.block_until_ready(run(params, state, jax.random.key(seed + 3 + i)))
-        times.append(time.perf_counter() - t0)
-        resets.append(int(n_done))
-        steps.append(float(n_steps))
-    sec = float(np.median(times))
-    return {
-        "head": head,
-        "model": model_name,
-        "model_fields": HEADS[head],
-        "execute": h,
-        "num_envs": num_envs,
-        "decisions_per_call": decisions,
-        "decisions_per_s": round(num_envs * decisions / sec, 2),
-        "env_steps_per_s": round(float(np.median(steps)) / sec, 1),
-        "resets_per_call": resets,
-        "compile_s": round(compile_s, 1),
-        "seconds": [round(t, 4) for t in times],
-    }
+        self.state, _, _ = jax.block_until_ready(run(self.params, self.state, jax.random.key(seed + 2)))
+        self.compile_s = time.perf_counter() - t0
+        self.times, self.resets, self.steps = [], [], []
+
+    def call(self, i: int) -> None:
+        t0 = time.perf_counter()
+        self.state, n_done, n_steps = jax.block_until_ready(
+            self._run(self.params, self.state, jax.random.key(self.seed + 3 + i)))
+        self.times.append(time.perf_counter() - t0)
+        self.resets.append(int(n_done))
+        self.steps.append(float(n_steps))
+
+    def row(self) -> dict:
+        sec = float(np.median(self.times))
+        return {
+            "head": self.head,
+            "physics": self.physics,
+            "physics_impl": PHYSICS[self.physics],
+            "model": self.model_name,
+            "model_fields": HEADS[self.head],
+            "execute": self.h,
+            "num_envs": self.num_envs,
+            "decisions_per_call": self.decisions,
+            "decisions_per_s": round(self.num_envs * self.decisions / sec, 2),
+            "env_steps_per_s": round(float(np.median(self.steps)) / sec, 1),
+            "resets_per_call": self.resets,
+            "compile_s": round(self.compile_s, 1),
+            "seconds": [round(t, 4) for t in self.times],
+        }
+
+
+def time_head(head: str, num_envs: int, decisions: int, repeats: int, episode_length: int, stagger: bool,
+              seed: int = 0, model_name: str = "small", physics: str = "mjx") -> dict:
+    """Median decisions/s of `repeats` jitted rollouts of `decisions` decisions (see the module docstring)."""
+    t = _Timed(head, physics, num_envs, decisions, episode_length, stagger, seed, model_name)
+    for i in range(repeats):
+        t.call(i)
+    return t.row()
+
+
+def paired(head: str, physics: tuple[str, ...], num_envs: int, decisions: int, repeats: int, episode_length: int,
+           stagger: bool, seed: int = 0, model_name: str = "small") -> tuple[list[dict], dict | None]:
+    """Rows of every `physics` for one head, their timed calls interleaved (call i of each physics back to
+    back, so a slow phase of a shared machine hits all alike), and -> (rows, ratios): each physics's
+    decisions/s over the first's, per repeat (call i over call i) as median [min, max]."""
+    timed = [_Timed(head, p, num_envs, decisions, episode_length, stagger, seed, model_name) for p in physics]
+    for i in range(repeats):
+        for t in timed:
+            t.call(i)
+    rows = [t.row() for t in timed]
+    if len(timed) < 2:
+        return rows, None
+    base = np.asarray(timed[0].times)
+    ratios = {}
+    for t in timed[1:]:
+        r = base / np.asarray(t.times)  # decisions/s ratio = seconds ratio (same decisions per call)
+        ratios[f"{t.physics}_over_{timed[0].physics}"] = {"median": round(float(np.median(r)), 3),
+                                                          "min": round(float(r.min()), 3),
+                                                          "max": round(float(r.max()), 3)}
+    return rows, ratios
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +204,9 @@ class Args:
     repeats: int = 5  # timed calls after the compiling one
     episode_length: int = 200  # low-level steps per episode
     stagger: bool = True  # start env b b*L/B steps into its episode (envs finish at different decisions)
+    # simulators, timed side by side (interleaved calls): mjx = MJX (env.physics_impl='jax'), c = C MuJoCo on
+    # the host (env.physics_impl='c'); the rows of the second are also given as a ratio to the first
+    physics: tuple[Literal["mjx", "c"], ...] = ("mjx",)
 
 
 def main(argv: list[str]) -> int:
@@ -162,17 +215,28 @@ def main(argv: list[str]) -> int:
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
+    if not args.physics or len(set(args.physics)) != len(args.physics):
+        print("error: --physics must name distinct simulators (mjx, c)", file=sys.stderr)
+        return 2
+    if "c" in args.physics and len(jax.devices()) > 1:
+        print("error: --physics c steps C MuJoCo on the host of a single-device rollout; this process has "
+              f"{len(jax.devices())} devices", file=sys.stderr)
+        return 2
     compile_cache.enable()
 
     load_start = os.getloadavg()
-    rows = []
+    rows, ratios = [], {}
     for head in args.heads:
-        row = time_head(head, args.num_envs, args.decisions, args.repeats, args.episode_length, args.stagger,
-                        model_name=args.model)
-        rows.append(row)
-        print(f"rollout {head:7s} num_envs={args.num_envs} {row['decisions_per_s']:9.2f} decisions/s "
-              f"({row['env_steps_per_s']} env steps/s; compile {row['compile_s']} s; resets/call "
-              f"{row['resets_per_call']})", flush=True)
+        head_rows, head_ratios = paired(head, args.physics, args.num_envs, args.decisions, args.repeats,
+                                        args.episode_length, args.stagger, model_name=args.model)
+        rows += head_rows
+        for row in head_rows:
+            print(f"rollout {head:7s} {row['physics']:3s} num_envs={args.num_envs} {row['decisions_per_s']:9.2f} "
+                  f"decisions/s ({row['env_steps_per_s']} env steps/s; compile {row['compile_s']} s; resets/call "
+                  f"{row['resets_per_call']})", flush=True)
+        if head_ratios:
+            ratios[head] = head_ratios
+            print(f"rollout {head:7s} paired ratios (per call, median [min, max]): {head_ratios}", flush=True)
     result = {
         "benchmark": "rollout",
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -183,7 +247,10 @@ def main(argv: list[str]) -> int:
         "backend": jax.default_backend(),
         "stagger": args.stagger,
         "episode_length": args.episode_length,
+        "physics": list(args.physics),
+        "command": "python -m vlajax.bench rollout " + " ".join(argv),
         "rows": rows,
+        "paired_ratios": ratios,
     }
     write_result(args.json, result)
     return 0
