@@ -65,7 +65,7 @@ def evaluate_robustness(cfg: TrainConfig, bridge, model, params, *, spec: str | 
 
     spec = spec or cfg.env.robustness or "all"
     runs = plan(spec)
-    if any(a == "dynamics" for a, _ in runs) and cfg.env.physics_impl != "jax":
+    if any(a == "dynamics" for a, _ in runs) and cfg.env.physics_impl not in ("jax", "auto"):
         raise ConfigError("env.robustness: the dynamics axis needs env.physics_impl='jax'")
     if cfg.env.randomize:  # the env's own randomization would override nothing, but keep resets plain
         cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, randomize=""))

@@ -43,3 +43,23 @@ def test_bench_rollout_refuses_bad_physics_flags():
 
     assert main(["--physics", "mjx", "mjx"]) == 2
     assert main(["--physics", "c", "--num-envs", "0"]) == 2
+
+
+def _base(env):
+    while not hasattr(env, "c_physics"):
+        env = env.env
+    return env
+
+
+def test_auto_physics_is_c_on_a_one_device_cpu_host_unless_mjx_is_needed(monkeypatch):
+    auto = EnvConfig(task="goal/stack", obs_mode="state", num_envs=2, physics_impl="auto")
+    assert jax.default_backend() == "cpu"
+    if jax.device_count() > 1:  # the suite's process has several CPU devices: a sharded rollout would use MJX
+        assert ro.rollout_physics(auto) == "jax"
+    monkeypatch.setattr(jax, "device_count", lambda *a: 1)  # a one-device CPU host, as `rl` runs by default
+    assert ro.rollout_physics(auto) == "c" and _base(ro.make_env(auto, H)).c_physics is not None
+    assert ro.rollout_physics(EnvConfig(physics_impl="auto", randomize="dynamics=0:1")) == "jax"
+    assert ro.rollout_physics(EnvConfig(physics_impl="auto", robustness="all")) == "jax"  # all has dynamics
+    assert _base(ro.make_env(EnvConfig(task="goal/stack", obs_mode="state", num_envs=2), H)).c_physics is None
+    from vlajax.envs import registry  # outside the RL rollout (demos, SFT eval), auto is MJX
+    assert registry.config_from_env_config(auto)["physics_impl"] == "jax"

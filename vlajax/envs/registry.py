@@ -65,7 +65,7 @@ def config_from_env_config(env_cfg) -> dict[str, Any]:
         "image_size": env_cfg.image_size,
         "cameras": tuple(env_cfg.cameras),
         "render_backend": env_cfg.render_backend,
-        "physics_impl": env_cfg.physics_impl,
+        "physics_impl": "jax" if env_cfg.physics_impl == "auto" else env_cfg.physics_impl,  # auto: MJX outside RL
         "num_envs": env_cfg.num_envs,
         "n_substeps": env_cfg.action_repeat * TabletopConfig.n_substeps,
         "randomize": tuple((a, lo, hi) for a, (lo, hi) in perturb.parse_ranges(env_cfg.randomize).items()),

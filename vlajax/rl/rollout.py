@@ -30,6 +30,7 @@ one episode from `reset`; decisions after its end are invalid no-ops).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -82,6 +83,8 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
     step can outweigh finishing, since success ends the episode); `reward='progress'` pays the
     success bonus plus the *change* of the shaped terms (`ProgressRewardWrapper`: an episode's
     return is the bonus plus the shaped terms of its final state)."""
+    if env_cfg.physics_impl == "auto":
+        env_cfg = dataclasses.replace(env_cfg, physics_impl=rollout_physics(env_cfg))
     names = registry.tasks_for(env_cfg)
     overrides = registry.config_from_env_config(env_cfg)
     n = num_envs or env_cfg.num_envs
@@ -99,6 +102,20 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
     suite = SuiteEnv(base, tuple(_task_index(t) for t in names))
     env = ActionChunkWrapper(EpisodeWrapper(suite, env_cfg.episode_length), action_horizon)
     return VmapWrapper(env, n)
+
+
+def rollout_physics(env_cfg) -> str:
+    """What `env.physics_impl='auto'` means for an RL rollout: 'c' (C MuJoCo on the host) when this
+    program's JAX backend is a single CPU device and nothing needs MJX (warp rendering, the dynamics
+    perturbation axis); else 'jax' (MJX: accelerators, rollouts sharded over several devices). Chosen
+    from `bench rollout --physics mjx c`: on the 2-core CPU host C gave 2.2-2.5x MJX's decisions/s."""
+    from vlajax.envs import perturb
+
+    axes = {*perturb.parse_ranges(env_cfg.randomize), *(perturb.parse_eval(env_cfg.robustness)
+                                                         if env_cfg.robustness else ())}
+    if env_cfg.render_backend != "jax" or "dynamics" in axes:
+        return "jax"
+    return "c" if jax.default_backend() == "cpu" and jax.device_count() == 1 else "jax"
 
 
 def _task_index(name: str) -> int:
