@@ -71,6 +71,7 @@ class Policy:
 
     def infer(self, obs: dict, *, noise: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """One raw observation (unbatched arrays, `prompt` a string) -> {'actions': float32 [H, A]}."""
+        obs = _flatten(obs)
         batch = {k: (v if k == "prompt" else np.asarray(v)[None]) for k, v in obs.items()}
         batch["prompt"] = [obs.get("prompt")]
         return {"actions": self.infer_batch(batch, noise=None if noise is None else np.asarray(noise)[None])[
@@ -79,6 +80,7 @@ class Policy:
     def infer_batch(self, obs: dict, *, noise: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Raw observations batched ([B, ...] arrays, `prompt` B strings) -> {'actions': float32 [B, H, A]};
         noise: float [B, H, model.action_dim] or None (Gaussian)."""
+        obs = _flatten(obs)  # openpi's nested keys ({'images': {'cam_high': ...}}) as 'images/cam_high'
         env_obs = {k: np.asarray(v) for k, v in obs.items() if k not in ("prompt", "tokens", "token_mask", "noise")}
         if "tokens" in obs:
             tokens, mask = np.asarray(obs["tokens"], np.int32), np.asarray(obs["token_mask"], bool)
@@ -99,6 +101,17 @@ class Policy:
             self.calls += 1
         out = self._sample(self.params, env_obs, np.uint32(k % (1 << 32)))
         return {"actions": np.asarray(out, np.float32)}
+
+
+def _flatten(obs: dict, prefix: str = "") -> dict:
+    """Nested observation dicts -> one level, keys joined with '/' (openpi's `flatten_dict`)."""
+    out = {}
+    for k, v in obs.items():
+        if isinstance(v, dict):
+            out |= _flatten(v, f"{prefix}{k}/")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def deterministic_answers(bridge, deterministic_sampler: bool) -> bool:

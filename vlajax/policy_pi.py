@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.data.openpi import load_tokenizer, model_slots, state_in_prompt
+from vlajax.data.openpi import check_vocab, load_tokenizer, model_slots, state_in_prompt
 
 __all__ = ["PiInputs", "resize_with_pad", "resize_uint8_with_pad"]
 
@@ -72,7 +72,7 @@ class PiInputs:
         if missing:
             raise ValueError(f"cameras {missing} have no openpi slot in the camera map {dict(camera_map)}")
         self.optional = tuple(optional)
-        tok = load_tokenizer(model.tokenizer_path, model.max_text_len)
+        tok = check_vocab(load_tokenizer(model.tokenizer_path, model.max_text_len), model)
         self.tok = tok
         n = max(len(t) for t in instructions)
         flat = [p for t in instructions for p in t]

@@ -38,7 +38,7 @@ from vlajax.data.transforms import (
 )
 
 __all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
-           "make_transform", "TokenizePi", "load_tokenizer"]
+           "make_transform", "TokenizePi", "load_tokenizer", "check_vocab"]
 
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's image keys (sorted = its order)
 
@@ -109,6 +109,14 @@ def load_tokenizer(path: str, max_len: int):
     return PromptTokenizer.load(path, max_len)
 
 
+def check_vocab(tok, model_cfg):
+    """The tokenizer's ids must fit the model's embedding table (ConfigError naming both). -> tok."""
+    if tok.vocab_size > model_cfg.vocab_size:
+        raise ConfigError(f"model.tokenizer_path={tok.path} has {tok.vocab_size} pieces > model.vocab_size="
+                          f"{model_cfg.vocab_size} (its ids would index past the embedding table)")
+    return tok
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenizePi:
     """Instruction (+ normalized state for π0.5) -> `tokens` int32 [max_len], `token_mask` bool [max_len]."""
@@ -130,7 +138,7 @@ def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, N
                    train: bool = True) -> Group:
     """inputs: the module docstring's steps; outputs: unnormalize (on the dataset's dims)."""
     m = cfg.model
-    load_tokenizer(m.tokenizer_path, m.max_text_len)  # a missing file fails here, before any compile
+    check_vocab(load_tokenizer(m.tokenizer_path, m.max_text_len), m)  # a missing file fails here, before any compile
     steps = [SelectCameras(keep=cameras),
              RenameCameras(camera_map(cfg.data.camera_map, cameras, model_slots(m))),
              ResizeWithPad(m.image_size)]
