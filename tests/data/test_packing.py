@@ -275,3 +275,29 @@ def test_compact_windows_never_reach_into_the_next_row():
     # B's window [3, 11) runs past row 0 into row 1, whose 3rd token is also segment 2: not B's
     np.testing.assert_array_equal(np.asarray(own).sum(1), [3, 5, 2, 4])
     np.testing.assert_array_equal(np.asarray(out)[1][np.asarray(own)[1] > 0], [3, 4, 5, 6, 7])
+
+
+def test_rows_sized_by_samples_and_tokens_carry_every_slot_in_fewer_tokens():
+    """Issue 44.4: with every prefix ~138 of 200 tokens (our demos), rows sized by the mean tokens alone
+    (12 rows of 400) hold 2 samples each -- 24 of 32 per batch in 4,800 tokens, fixed padding's 200 per
+    sample; first-fit sizing gives 16 rows of ~280: all 32 samples in ~4,500 tokens (~140 per sample)."""
+    from vlajax.data.build import auto_packed_layout, first_fit_rows, fit_packed_layout
+
+    demos = np.random.default_rng(0).integers(134, 140, 256)  # 128 image tokens + instruction + state
+    assert auto_packed_layout(138.4, 32, 200, 1) == (12, 400)  # the demos' measured mean, the old rule
+    assert first_fit_rows([138] * 32, 400) == 16  # the old layout needs 16 rows of 400 for 32 such samples
+    rows, row_len = fit_packed_layout(demos, 32, 200, 1)
+    assert rows == 16 and 2 * demos.max() <= row_len <= 288 and rows * row_len / 32 < 0.75 * 200
+    # through the packer: every batch of 32 demo-like samples is whole in that layout
+    samples = [sample(i, ("a", "b"), 1 + i % 3) for i in range(64)]
+    spec_len = SPEC.num_tokens(samples[0])
+    lengths = [SPEC.num_tokens(s) for s in samples]
+    r, t = fit_packed_layout(lengths, 8, SPEC.length, 1, step=1)
+    out = batches(samples, "packed", 8, rows=r, row_len=t)
+    assert [int(b["sample_mask"].sum()) for b in out] == [8] * 8 and spec_len <= t <= 2 * SPEC.length
+    # a two-camera + one-camera mix packs in fewer tokens than fixed padding, every sample carried
+    mix = np.concatenate([demos[:128], np.random.default_rng(1).integers(76, 96, 128)])
+    rows, row_len = fit_packed_layout(mix, 32, 200, 1)
+    assert 200 <= row_len <= 400 and rows * row_len < 0.7 * 32 * 200
+    assert fit_packed_layout(mix, 32, 200, 8)[0] % 8 == 0  # rows rounded up to the mesh's multiple
+    assert first_fit_rows([5, 5, 5], 10, max_segments=1) == 3

@@ -11,7 +11,8 @@ its model shape.
                cameras at 32x32, `--episodes-per-task` successful episodes per task, episode
                length 200 as in `sft-small`), generated at bench time into a temp dir, read
                through `make_loader` (the SFT input pipeline, default data config: no camera
-               dropout, no augmentation; packed rows sized by its own rule). Lengths vary only
+               dropout, no augmentation; packed rows sized by its own rule, `fit_packed_layout`:
+               rows and row length from a first-fit of the records' prefix lengths). Lengths vary only
                with the instruction (goal: 5-16 tokens); every sample has both cameras.
     mixture    two demo datasets written by the same generator with different camera counts:
                the goal suite with both cameras (the `demos` dataset) and the spatial suite
@@ -294,7 +295,7 @@ class _Runner:
 
 def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_task: int) -> tuple[dict, object, dict]:
     """({mode: host batches}, PrefixSpec, the data's declaration and packing setup)."""
-    from vlajax.data.build import auto_packed_layout, packed_rows
+    from vlajax.data.build import fit_packed_layout, packed_rows
 
     if data == "synthetic":
         cfg = _train_config(mcfg)
@@ -325,7 +326,8 @@ def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_ta
         decl = {"data": "demos", "datasets": [_describe(demos_root)],
                 "camera_drop": "none (every sample has both cameras; lengths vary with the instruction)",
                 "pipeline": "make_loader (the SFT input pipeline), default data config",
-                "packing_rule": "make_loader's own (mean prefix of 256 records)", **pack}
+                "packing_rule": "make_loader's own (fit_packed_layout: rows and row length sized by first-fit of "
+                                "32-sample draws from the prefix lengths of 256 records)", **pack}
         return batches, spec, decl
     if data != "mixture":
         raise ValueError(f"unknown data {data!r}; choose from {DATA}")
@@ -335,7 +337,8 @@ def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_ta
     roots = [demos_root, mix_root]
     fixed, spec = _mixture_batches(roots, mcfg, "fixed", n_batches)
     # make_loader's own sizing rule, for one process
-    rows, row_len = auto_packed_layout(float(np.mean(_sample_tokens(fixed, spec))), BATCH, spec.length, 1)
+    rows, row_len = fit_packed_layout(_sample_tokens(fixed, spec), BATCH, spec.length, 1,
+                                      step=max(spec.seq_multiple, 8))
     batches = {"fixed": fixed, "dynamic": _mixture_batches(roots, mcfg, "dynamic", n_batches)[0],
                "packed": _mixture_batches(roots, mcfg, "packed", n_batches, rows, row_len)[0]}
     decl = {"data": "mixture", "datasets": [_describe(r) for r in roots], "weights": [1.0, 1.0],
@@ -344,7 +347,8 @@ def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_ta
             "pipeline": "per dataset: make_source, make_transform (own cameras and stats), grain shuffle + "
                         "repeat; grain IterDataset.mix 1:1; vlajax.data PackedBatchDataset (vlajax.data has no "
                         "multi-dataset loader: this mixing is the bench's)",
-            "packing_rule": "make_loader's rule on the fixed batches' mean prefix", "pack_rows": rows,
+            "packing_rule": "make_loader's rule (fit_packed_layout: first-fit of 32-sample draws) on the fixed "
+                            "batches' prefix lengths", "pack_rows": rows,
             "pack_row_len": row_len}
     return batches, spec, decl
 

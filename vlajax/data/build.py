@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -43,7 +43,8 @@ from vlajax.data.transforms import (
     Unnormalize,
 )
 
-__all__ = ["DataInfo", "auto_packed_layout", "dataset_dir", "make_source", "make_transform", "packed_rows",
+__all__ = ["DataInfo", "auto_packed_layout", "dataset_dir", "first_fit_rows", "fit_packed_layout", "make_source",
+           "make_transform", "packed_rows",
            "packing_groups", "make_loader", "mix_aux_frames"]
 
 
@@ -130,6 +131,54 @@ def auto_packed_layout(mean_tokens: float, slots: int, prefix_len: int, multiple
                key=lambda rt: (rt[0] * rt[1], -rt[1]))
 
 
+def first_fit_rows(lengths: Sequence[int], row_len: int, max_segments: int = 0) -> int:
+    """Rows of `row_len` tokens that first-fit in arrival order (what `PackedBatchDataset` does, at most
+    `max_segments` samples per row; 0 = no limit) opens for samples of `lengths` tokens."""
+    fill: list[int] = []
+    segs: list[int] = []
+    for k in lengths:
+        for r, f in enumerate(fill):
+            if f + k <= row_len and (not max_segments or segs[r] < max_segments):
+                fill[r] += k
+                segs[r] += 1
+                break
+        else:
+            fill.append(int(k))
+            segs.append(1)
+    return len(fill)
+
+
+def fit_packed_layout(lengths: Sequence[int], slots: int, min_row_len: int, multiple: int, *,
+                      step: int = 8, max_segments: int = 0, row_lens: Sequence[int] = (), batches: int = 32,
+                      seed: int = 0) -> tuple[int, int]:
+    """(rows, row_len) sized by samples and tokens: the layout whose batches carry all `slots` samples in
+    the fewest tokens.
+
+    `lengths`: prefix tokens of sampled records. For each candidate row length T (`row_lens`, else
+    `min_row_len` -- the longest possible prefix -- to 2 x it in steps of `step`), `batches` batches of
+    `slots` lengths drawn from `lengths` are first-fit into rows of T as the packer does; R(T) = the
+    most rows any of them needed, rounded up to `multiple`, so a batch is not cut short by its rows
+    (a cut batch carries fewer samples per step in the same tokens). -> the T with the fewest R x T
+    tokens; within 2% of the fewest, the shortest T (attention per row grows with T)."""
+    lengths = np.asarray(lengths, np.int64)
+    if lengths.size == 0 or slots < 1:
+        raise ValueError("fit_packed_layout needs sampled lengths and slots >= 1")
+    draws = np.random.default_rng(seed).choice(lengths, (batches, slots))
+    cands = tuple(row_lens) or tuple(range(min_row_len, 2 * min_row_len + 1, step))
+    layouts = []
+    for t in cands:
+        if t < int(lengths.max()):
+            continue
+        need = max(first_fit_rows(b, t, max_segments) for b in draws)
+        r = max(multiple, -(-need // multiple) * multiple)
+        layouts.append((r * t, t, r))
+    if not layouts:
+        raise ValueError(f"no row length in {cands[0]}..{cands[-1]} holds a sample of {int(lengths.max())} tokens")
+    best = min(tok for tok, _, _ in layouts)
+    _, t, r = min((lay for lay in layouts if lay[0] <= 1.02 * best), key=lambda lay: lay[1])
+    return r, t
+
+
 def packing_groups(slots: int, shards: int, min_slots: int = 8) -> int:
     """Packing groups for one process: one per data shard (device) when each still gets
     `min_slots` samples, so that `gather_prefix` compiles without collectives; else 1 (a group
@@ -177,21 +226,25 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
         raise ValueError(f"data.batch_size={d.batch_size} is not divisible by {pc} processes")
     row_len = d.pack_row_len or 2 * spec.length
     rows = d.pack_rows
+    groups = packing_groups(d.batch_size // pc, dp // pc if dp % pc == 0 else 1) if d.batching == "packed" else 1
     if d.batching == "packed" and rows == 0:
+        # sized by samples and tokens: first-fit of one packing group's slots, drawn from the prefix lengths
+        # of 256 records, into rows of each candidate length (fit_packed_layout); all groups alike
         n = min(len(src), 256)
         picks = np.random.default_rng(cfg.data.shuffle_seed).choice(len(src), n, replace=False)
-        mean = float(np.mean([spec.num_tokens(transform(src[int(i)])) for i in picks]))
-        m = math.lcm(dp, pc)
-        if d.pack_row_len:
-            rows = packed_rows(mean, d.batch_size, row_len, m)
-        else:
-            rows, row_len = auto_packed_layout(mean, d.batch_size, spec.length, m)
+        lengths = [spec.num_tokens(transform(src[int(i)])) for i in picks]
+        per_group, unit = groups * pc, math.lcm(dp, pc, groups * pc)  # total rows: a multiple of unit
+        rows_g, row_len = fit_packed_layout(lengths, d.batch_size // per_group, spec.length,
+                                            unit // math.gcd(unit, per_group),
+                                            step=max(spec.seq_multiple, 8), max_segments=d.max_segments_per_row,
+                                            row_lens=(d.pack_row_len,) if d.pack_row_len else (),
+                                            seed=cfg.data.shuffle_seed)
+        rows = rows_g * per_group
     if d.batching == "packed" and rows % math.lcm(dp, pc):
         raise ValueError(f"data.pack_rows={rows} is not divisible by mesh dp={dp} and {pc} processes")
     if d.batching == "dynamic" and pc > 1:
         raise ValueError("data.batching='dynamic' needs one process (each process would pick its own padded "
                          "length, and a global array needs one); use 'packed' or 'fixed' across hosts")
-    groups = packing_groups(d.batch_size // pc, dp // pc if dp % pc == 0 else 1) if d.batching == "packed" else 1
     if d.batching == "packed" and (rows // pc) % groups:
         raise ValueError(f"data.pack_rows={rows} is not divisible by {groups * pc} packing groups")
     ds = make_dataset(records, transform, spec, d.batching, d.batch_size // pc, seed=d.shuffle_seed,
