@@ -6,6 +6,7 @@
     python -m vlajax.plan profile --out RUN_DIR [workload flags]    # measure the costs (vlajax.plan.profile)
     python -m vlajax.plan validate --profile-from RUN_DIR --json OUT --plot PNG   # vs measured bench rows
     python -m vlajax.plan contention --json OUT                     # do the workload's calls overlap here?
+    python -m vlajax.plan ceiling RUN_DIR ...                       # host-core ceiling of any async speed-up
 
 For each device count it simulates every mode (sync, train_async, rollout_async, both,
 +streaming, +partial_rollout) under each placement (colocated, disaggregated r:t and hybrid r:t
@@ -117,6 +118,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "contention":
         from vlajax.plan import contention
         return contention.main(argv[1:])
+    if argv and argv[0] == "ceiling":
+        from vlajax.plan import ceiling
+        return ceiling.main(argv[1:])
     a = cli.parse(Args, argv, prog="python -m vlajax.plan", description=__doc__.splitlines()[0])
     if sum(x is not None for x in (a.preset, a.profile_from, a.costs)) != 1:
         cli.error("give exactly one of --preset, --profile-from, --costs")
