@@ -192,3 +192,33 @@ def test_eval_command_against_a_policy_server(server, tmp_path):
     assert [e["id"] for e in result["episodes"]] == ["libero_spatial-t1-i0"]
     assert result["suites"][0]["episodes"] == 1 and result["tasks"][0]["task"] == 1
     assert os.path.isfile(result["episodes"][0]["video"]) and "| libero_spatial | 1 |" in out.stdout
+
+
+FIXTURE = os.path.join(REPO, "..", "shared", "fixtures", "openpi", "policies")
+
+
+@pytest.mark.slow
+def test_imported_pi05_libero_runs_closed_loop_in_process(tmp_path):
+    """openpi's pi05_libero (the reference checkpoint, random weights at reduced sizes) imported, served
+    in-process by `eval --checkpoint`, drives a LIBERO episode end to end (it fails the task: the point is
+    shapes, transforms and timing)."""
+    if not os.path.isdir(os.path.join(FIXTURE, "pi05_libero", "ckpt")):
+        pytest.skip("../shared/fixtures/openpi/policies (the pi05_libero reference checkpoint) is absent")
+    _venv_or_skip()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    ckpt = str(tmp_path / "pi05_libero")
+    imp = subprocess.run([sys.executable, "-m", "vlajax.models.import_openpi", "--checkpoint",
+                          os.path.join(FIXTURE, "pi05_libero", "ckpt"), "--config", "pi05_libero", "--size", "dummy",
+                          "--tokenizer", os.path.join(FIXTURE, "tokenizer.model"), "--out", ckpt],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert imp.returncode == 0, imp.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-m", "vlajax.train", "eval", "--suite", "libero_spatial", "--checkpoint",
+                          ckpt, "--episodes-per-task", "1", "--tasks", "0", "--workers", "1", "--max-steps", "12",
+                          "--out", str(tmp_path / "eval")], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(tmp_path / "eval" / "eval.json") as f:
+        result = json.load(f)
+    ep = result["episodes"][0]
+    assert "error" not in ep and ep["steps"] == 12 and ep["policy_calls"] == 3 and ep["success"] is False
+    assert result["server"]["openpi"]["train_config"] == "pi05_libero" and os.path.isfile(ep["video"])
