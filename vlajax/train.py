@@ -239,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
 
         return libero_eval(rest)
+    if command == "rl" and _libero_suite(rest):  # RL on LIBERO workers (vlajax.libero.rl_train, docs/libero.md)
+        from vlajax.libero.rl_train import main as libero_rl  # noqa: PLC0415
+
+        return libero_rl(rest, parse)
     try:
         cfg = parse(command, rest)
         preflight(cfg, command)

@@ -149,8 +149,11 @@ class WorkerPool:
     # ------------------------------------------------------------ episodes
 
     def run(self, episodes: Sequence[P.Episode], on_result: Callable[[dict], None] | None = None,
-            on_event: Callable[[int, dict], None] | None = None) -> dict[str, dict[str, Any]]:
-        """Run every episode once; -> {episode id: result} (a result has 'success'; an error has 'error')."""
+            on_event: Callable[[int, dict], None] | None = None,
+            abort: Callable[[], bool] | None = None) -> dict[str, dict[str, Any]]:
+        """Run every episode once; -> {episode id: result} (a result has 'success'; an error has 'error').
+        `abort()` (polled about every second) True: return the results so far at once (the episodes still
+        running stay with their workers until `close`)."""
         ids = [e.id for e in episodes]
         if len(set(ids)) != len(ids):
             raise ValueError("episode ids must be unique")
@@ -185,7 +188,7 @@ class WorkerPool:
             self.procs[proc.index] = new
             by_gen[new.gen] = new
 
-        while len(results) < len(episodes):
+        while len(results) < len(episodes) and not (abort is not None and abort()):
             for proc in self.procs:  # deal: an episode of the task the worker has built first
                 while pending and len(proc.assigned) < self.envs and proc.alive():
                     k = next((i for i, e in enumerate(pending) if (e.suite, e.task) == proc.last_key), 0)

@@ -1,0 +1,183 @@
+"""Asynchronous RL on LIBERO workers (vlajax.libero.rl_lane / rl_train): the recording rules without LIBERO,
+and one real end to end -- the imported dummy-size pi05_libero on a real LIBERO worker, 3 async updates at
+staleness 1, checkpoints, a resume, a worker killed mid-episode and its episode counted once.
+
+The end to end needs the LIBERO venv (`make libero`; skipped without it unless VLAJAX_LIBERO_REQUIRED) and
+the openpi reference fixtures (`../shared`; skipped without them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from vlajax.libero import protocol as P
+from vlajax.libero.rl_lane import LiberoArgs, Recorder, assemble_group
+from vlajax.libero.rl_train import split_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(REPO, "..", "shared", "fixtures", "openpi", "policies")
+EP, STEP, DONE, SUCCESS = (P.EXTRA_KEYS[k] for k in ("episode", "step", "done", "success"))
+
+
+def _decision(step, version=0, value=0.0):
+    return {"step": step, "version": version, "obs": {"observation/state": np.full(8, value, np.float32)},
+            "chain": np.full((3, 10, 32), value, np.float32), "sde_step": np.int32(2),
+            "logp_terms": np.full((10, 32), value, np.float32)}
+
+
+def test_assemble_group_layout():
+    k, t_max = 5, 4  # a 20-step limit, replan 5
+    a = [_decision(0, 0, 1.0), _decision(5, 1, 2.0), _decision(10, 1, 3.0), _decision(15, 2, 4.0)]  # ran out
+    b = [_decision(0, 0, 5.0), _decision(5, 0, 6.0)]  # succeeded 3 steps into its second chunk
+    data, versions = assemble_group([a, b], [{"success": False, "steps": 20}, {"success": True, "steps": 8}], k, t_max)
+    assert data["obs"]["observation/state"].shape == (4, 2, 8) and data["chain"].shape == (4, 2, 3, 10, 32)
+    np.testing.assert_array_equal(data["valid"], [[1, 1], [1, 1], [1, 0], [1, 0]])
+    np.testing.assert_array_equal(data["done"], [[0, 0], [0, 1], [0, 0], [1, 0]])
+    np.testing.assert_array_equal(data["rewards"][:, 1], [0, 1, 0, 0])
+    assert data["rewards"][:, 0].sum() == 0 and data["truncated"][3, 0] and data["terminated"][1, 1]
+    np.testing.assert_array_equal(data["action_mask"][:, 1].sum(-1), [5, 3, 0, 0])  # executed chunk steps
+    np.testing.assert_array_equal(data["action_mask"][:, 0].sum(-1), [5, 5, 5, 5])
+    np.testing.assert_array_equal(versions, [[0, 0], [1, 0], [1, 0], [2, 0]])  # padding keeps the last version
+    assert data["episode_length"][1, 1] == 8 and data["success"][1, 1] == 1
+    data, _ = assemble_group([a[:1], b[:1]], [{"success": False, "steps": 5, "reward": 0.25},
+                                              {"success": False, "steps": 5, "reward": 0.75}], k, 1)
+    np.testing.assert_array_equal(data["rewards"], [[0.25, 0.75]])  # a given return replaces the success
+    with pytest.raises(ValueError, match="strictly increasing"):  # a decision recorded twice
+        assemble_group([[_decision(0), _decision(5), _decision(5)]], [{"success": False, "steps": 15}], k, 3)
+
+
+def test_recorder_keeps_one_attempt_per_episode():
+    rec = Recorder()
+    ep = P.Episode("e0", "libero_spatial", 0, 0, max_steps=15, replan_steps=5)
+    rec.deal([ep])
+    req = lambda step, done=False: {EP: "e0", STEP: step, DONE: done, SUCCESS: False}  # noqa: E731
+    r, _ = rec.admit(1, req(0))
+    assert rec.add(r, 1, _decision(0)) and rec.add(*rec.admit(1, req(5))[:1], 1, _decision(5))
+    r_old, _ = rec.admit(2, req(0))  # the worker died: the episode re-runs over connection 2
+    assert r_old is not None and r_old.decisions == [] and r_old.attempts == 2
+    assert not rec.add(r, 1, _decision(10))  # a late decision of the dead attempt is not recorded
+    assert rec.admit(1, req(10)) == (None, False)  # ... nor a late request of it
+    for s in (0, 5, 10):
+        if s:
+            r2, _ = rec.admit(2, req(s))
+        else:
+            r2 = r_old
+        assert rec.add(r2, 2, _decision(s))
+    r3, done = rec.admit(2, req(15, True))
+    assert done and r3.final == {"success": False, "steps": 15}
+    (got,) = rec.take([ep])
+    assert [d["step"] for d in got.decisions] == [0, 5, 10] and got.ignored == 1 and got.attempts == 2
+    assert rec.admit(3, {EP: "unknown", STEP: 0}) == (None, False)  # not dealt (e.g. an eval): answered only
+
+
+def test_split_args_and_refusals(tmp_path):
+    mine, rest = split_args(["--suite", "libero_goal", "--preset", "x", "--libero.tasks", "1", "2",
+                             "--libero.workers=3", "--rl.num-iterations", "4"])
+    assert mine == ["--suite", "libero_goal", "--tasks", "1", "2", "--workers=3"]
+    assert rest == ["--preset", "x", "--rl.num-iterations", "4"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "VLAJAX_LIBERO_VENV": str(tmp_path / "nope")}
+    for extra, needle in ((["--rl.algo", "ppo", "--libero.workers", "0"], "--libero.workers"), ([], "make libero")):
+        out = subprocess.run([sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
+                              "rl-pi05-libero-dummy", "--rl.init-from", str(tmp_path), *extra], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+        lines = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+        assert out.returncode == 2 and len(lines) == 1 and needle in lines[0], (extra, out.stderr[-2000:])
+
+
+# ---------------------------------------------------------------- the real chain
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    from vlajax.libero import pool as pool_mod
+
+    try:
+        pool_mod.libero_python()
+    except pool_mod.LiberoEnvMissing as e:
+        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
+            raise
+        pytest.skip(f"{e}")
+    if not os.path.isdir(FIXTURES):
+        pytest.skip("../shared (the openpi reference fixtures) is absent")
+    from vlajax.models import import_openpi
+
+    out = str(tmp_path_factory.mktemp("libero-rl") / "imported")
+    assert import_openpi.main(["--checkpoint", os.path.join(FIXTURES, "pi05_libero", "ckpt"), "--config",
+                               "pi05_libero", "--size", "dummy", "--tokenizer",
+                               os.path.join(FIXTURES, "tokenizer.model"), "--out", out]) == 0
+    return out
+
+
+def _cfg(imported, out, iterations):
+    from vlajax.train import parse
+
+    return parse("rl", ["--preset", "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", out,
+                        "--model.tokenizer-path", os.path.join(FIXTURES, "tokenizer.model"),
+                        "--rl.num-iterations", str(iterations)])
+
+
+def _eef_height(final, decisions):
+    """A dense stand-in for the success reward (random weights never succeed in 10 steps, and a group of
+    equal returns has no gradient): the eef height the last request saw, real LIBERO state."""
+    return float(decisions[-1]["obs"][P.STATE_KEY][2])
+
+
+def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
+    """3 async updates at staleness 1 (checkpoint each), then a resume to 4 in which the worker is killed
+    mid-episode: the episode re-runs, is recorded once, and its group trains update 4."""
+    from vlajax.libero import rl_train
+
+    largs = LiberoArgs(suite="libero_spatial", tasks=(0,), max_steps=10, num_steps_wait=2)  # 2 decisions / episode
+    out = str(tmp_path / "run")
+    t0 = time.perf_counter()
+    first = rl_train.train(_cfg(imported, out, 3), largs, reward_fn=_eef_height)
+    t_first = time.perf_counter() - t0
+    assert first["status"] == "done" and first["updates"] == 3 and first["server_errors"] == []
+    hist = first["history"]
+    assert [h["update"] for h in hist] == [1, 2, 3]
+    assert max(max(h["staleness"]) for h in hist) >= 1, [h["staleness"] for h in hist]  # rollout ran ahead
+    assert abs(hist[0]["train"]["ratio_mean"] - 1.0) < 1e-3  # recorded log-probs = the learner's, on fresh data
+    assert all(h["train"]["decisions"] == 4 and h["train"]["episodes"] == 2 for h in hist)  # 2 x 2, each once
+    assert any(h["train"]["grad_norm"] > 0 for h in hist)
+    ckpt = first["checkpoint_dir"]
+    assert first["checkpoints"] == [1, 2, 3] and "3" in os.listdir(ckpt)  # (the preset keeps the newest 2)
+    print("first run:", t_first, [(h["update"], round(h["time"] - hist[0]["time"], 1), h["train"]["rollout_s"])
+                                  for h in hist])
+    with open(os.path.join(ckpt, "policy.json")) as f:
+        assert json.load(f)["source"] == "async-rl"  # a servable policy
+
+    killed: list[int] = []
+
+    def kill_mid_episode(rollout):
+        def watch():
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline and not killed:
+                with rollout.recorder.lock:
+                    live = [r for r in rollout.recorder.episodes.values() if r.decisions and r.final is None]
+                if live:
+                    pid = rollout.pool.procs[0].popen.pid
+                    os.killpg(pid, signal.SIGKILL)
+                    killed.append(pid)
+                time.sleep(0.02)
+        threading.Thread(target=watch, daemon=True).start()
+
+    t1 = time.perf_counter()
+    second = rl_train.train(_cfg(imported, out, 4), largs, reward_fn=_eef_height, on_rollout=kill_mid_episode)
+    t_second = time.perf_counter() - t1
+    assert killed and second["status"] == "done" and second["updates"] == 4
+    assert [h["update"] for h in second["history"]] == [4]  # resumed after update 3
+    (h4,) = second["history"]
+    assert len(second["restarts"]) == 1 and second["restarts"][0]["pid"] == killed[0]
+    assert h4["train"]["attempts_max"] == 2  # the group update 4 trained on had the re-run episode ...
+    assert h4["train"]["decisions"] == 4 and h4["train"]["episodes"] == 2  # ... with its decisions counted once
+    assert second["checkpoints"] == [4] and "4" in os.listdir(ckpt)
+    print(f"libero rl end to end: first run {t_first:.1f} s, resumed run with a kill {t_second:.1f} s")

@@ -1,0 +1,362 @@
+"""LIBERO workers as the environment lane of the async pipeline: the rollout source of `vlajax.libero.rl_train`.
+
+    rollout = LiberoRollout(cfg, setup, args, start_call)      # a pool of workers + an in-process endpoint
+    items = rollout.sample_step(version, params, call)         # one GRPO group -> [Trajectory]
+    rollout.close()
+
+The shape (what runs where):
+
+    LIBERO worker processes (CPU, .venv-libero)       this process
+    K env slots each, openpi-protocol clients   --->  BatchingServer (`vlajax.libero.inference`): requests of all
+      request = openpi's LIBERO keys + extras          connections batched (max_batch = workers x envs, max_wait_ms)
+      (episode id, step, reward, done, success)   <---   -> `actor.act` (the one sampling path, `Bridge.sample`):
+                                                             chunk [k, 7] answered; recorded per (episode, step):
+                                                             the request's images/state/tokens, the flow chain,
+                                                             per-entry log-densities, the policy version used
+    `sample_step(version, params, call)` (the AsyncRunner's rollouter lane, or run_sync) deals one group: G =
+    `rl.group_size` episodes of one (task, init state), runs them on the pool, and turns their recorded decisions
+    into ONE `Trajectory` of the buffer's format: records `[T, G, ...]` (T = ceil(max_steps / k) decisions, rows
+    past an episode's end `valid` False), `versions` [T, G], `num_samples` G (an episode is a sample),
+    `env_steps` the LIBERO steps taken. The trainer's `prepare_segment` turns it into a flat GRPO batch.
+
+Weights: with `pipeline.partial_rollout` every inference batch takes the newest installed weights
+(`bind(runner.weights)`), so an episode in flight continues under new weights and its decisions carry
+several versions; without, the group runs under the version `sample_step` was called with.
+
+Reward (LIBERO's sparse success): 1 on the decision whose chunk reached LIBERO's goal check (`done`), 0
+elsewhere; an episode that hits the step limit ends with 0 (`truncated`). `action_mask` [k] per decision:
+the chunk steps the worker executed (fewer than k on the last decision when the episode ended inside it).
+
+Faults: a worker that dies or hangs is replaced by the pool and its episodes re-run from their initial state
+(`vlajax.libero.pool`). Here a re-run is recognised by its first request (step 0): it starts the episode's
+record afresh over its new connection, and requests still arriving over the old connection are answered but
+not recorded -- an episode's decisions come from one attempt only, never twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vlajax.config import ConfigError, TrainConfig
+from vlajax.libero import protocol as P
+from vlajax.libero.inference import BatchingServer, Request
+from vlajax.libero.pool import WorkerPool
+from vlajax.pipeline.buffer import Trajectory
+from vlajax.pipeline.lanes import PipelineStopped
+
+__all__ = ["LiberoArgs", "LiberoRollout", "Recorder", "assemble_group"]
+
+EP, STEP, DONE, SUCCESS = (P.EXTRA_KEYS[k] for k in ("episode", "step", "done", "success"))
+
+
+@dataclasses.dataclass(frozen=True)
+class LiberoArgs:
+    """Where the RL episodes run: LIBERO suite, tasks and the worker pool."""
+
+    suite: str = "libero_spatial"  # libero_spatial | libero_object | libero_goal | libero_10 (or a LIBERO-PRO one)
+    tasks: tuple[int, ...] = (0,)  # task indices the groups cycle over
+    inits: int = 50  # initial states 0..inits-1 cycled per task (LIBERO has 50)
+    workers: int = 1  # LIBERO worker processes
+    envs_per_worker: int = 1  # env slots per worker (episodes at once)
+    max_steps: int = 0  # step limit after the wait (0 = the suite's: 220 / 280 / 300 / 520)
+    num_steps_wait: int = 10  # dummy-action steps at the start (openpi: 10)
+    env_seed: int = 7  # env.seed of every episode (openpi: 7)
+    hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
+    gl: str = "egl"  # headless GL backend of the workers: egl | osmesa
+
+    def check(self) -> None:
+        """ValueError naming the first bad field (before anything loads)."""
+        if not self.suite.startswith("libero_"):
+            raise ValueError(f"--libero.suite {self.suite!r}: not a LIBERO suite")
+        if not self.max_steps:
+            P.max_steps_for(self.suite)  # ValueError for an unknown base
+        if not self.tasks or min(self.tasks) < 0:
+            raise ValueError("--libero.tasks: one or more task indices >= 0")
+        for name in ("inits", "workers", "envs_per_worker"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--libero.{name.replace('_', '-')} must be >= 1")
+        if self.max_steps < 0 or self.num_steps_wait < 0 or self.hang_timeout_s <= 0:
+            raise ValueError("--libero.max-steps and --libero.num-steps-wait must be >= 0, --libero.hang-timeout-s > 0")
+        if self.gl not in ("egl", "osmesa"):
+            raise ValueError(f"--libero.gl {self.gl!r}: egl or osmesa")
+
+    @property
+    def limit(self) -> int:
+        return self.max_steps or P.max_steps_for(self.suite)
+
+
+class _Episode:
+    """The recorded decisions of one episode's current attempt."""
+
+    def __init__(self, ep: P.Episode):
+        self.ep = ep
+        self.conn: int | None = None
+        self.decisions: list[dict[str, Any]] = []
+        self.final: dict[str, Any] | None = None  # the terminal request's extras
+        self.attempts = 0
+        self.ignored = 0  # requests of an older attempt (answered, not recorded)
+
+
+class Recorder:
+    """Which requests are recorded, and where: the episodes dealt, each with its current attempt.
+
+    `admit(conn, obs)` -> (the episode record to add this request's decision to, or None; whether it is
+    the terminal request). An attempt starts at its first request (step 0, not done): the record is
+    emptied and bound to that connection; requests of the episode over any other connection (an attempt
+    lost to a dead or hung worker) are answered but not recorded. Thread-safe."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.episodes: dict[str, _Episode] = {}
+
+    def deal(self, eps: list[P.Episode]) -> None:
+        with self.lock:
+            for e in eps:
+                self.episodes[e.id] = _Episode(e)
+
+    def take(self, eps: list[P.Episode]) -> list[_Episode]:
+        with self.lock:
+            return [self.episodes.pop(e.id) for e in eps]
+
+    def admit(self, conn: int, obs: dict[str, Any]) -> tuple[_Episode | None, bool]:
+        step, done = int(obs.get(STEP, 0)), bool(obs.get(DONE, False))
+        with self.lock:
+            rec = self.episodes.get(str(obs.get(EP, "")))
+            if rec is None:
+                return None, done
+            if step == 0 and not done:  # an attempt's first request: (re)start the record
+                rec.conn, rec.decisions, rec.final = conn, [], None
+                rec.attempts += 1
+            if rec.conn != conn:  # an older attempt's connection
+                rec.ignored += 1
+                return None, done
+            if done:
+                rec.final = {"success": bool(obs.get(SUCCESS, False)), "steps": step}
+            return rec, done
+
+    def add(self, rec: _Episode, conn: int, decision: dict[str, Any]) -> bool:
+        """Append a decision unless the attempt changed meanwhile. -> whether it was recorded."""
+        with self.lock:
+            if rec.conn != conn:
+                return False
+            rec.decisions.append(decision)
+            return True
+
+
+def assemble_group(decisions: list[list[dict[str, Any]]], finals: list[dict[str, Any]], k: int, t_max: int
+                   ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """G episodes' decisions -> (records `[T, G, ...]` without log-probs, versions int [T, G]).
+
+    decisions[g]: the episode's decisions in order, each `{'step', 'version', 'obs': {...}, 'chain', 'sde_step',
+    'logp_terms'}`; finals[g]: `{'success': bool, 'steps': int}` (env steps after the wait when it ended) and
+    optionally `'reward'` (the episode's return; default its success, LIBERO's sparse reward).
+    Raises ValueError when an episode's steps are not strictly increasing (a decision counted twice)."""
+    g_n = len(decisions)
+    rows: list[list[dict]] = []
+    for g, ds in enumerate(decisions):
+        steps = [d["step"] for d in ds]
+        if not ds or any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(f"episode {g}: decision steps {steps} are not strictly increasing")
+        if len(ds) > t_max:
+            raise ValueError(f"episode {g}: {len(ds)} decisions > {t_max}")
+        rows.append(ds + [ds[-1]] * (t_max - len(ds)))  # padding rows repeat the last decision (valid False)
+    stack = lambda f: np.stack([np.stack([f(rows[g][t]) for g in range(g_n)]) for t in range(t_max)])  # noqa: E731
+    obs_keys = rows[0][0]["obs"].keys()
+    data: dict[str, Any] = {"obs": {key: stack(lambda d, key=key: d["obs"][key]) for key in obs_keys},
+                            "chain": stack(lambda d: d["chain"]), "sde_step": stack(lambda d: d["sde_step"]),
+                            "logp_terms": stack(lambda d: d["logp_terms"])}
+    valid = np.zeros((t_max, g_n), bool)
+    mask = np.zeros((t_max, g_n, k), bool)
+    rewards = np.zeros((t_max, g_n), np.float32)
+    done = np.zeros((t_max, g_n), bool)
+    success = np.zeros((t_max, g_n), np.float32)
+    length = np.zeros((t_max, g_n), np.float32)
+    versions = np.zeros((t_max, g_n), np.int64)
+    for g, ds in enumerate(decisions):
+        n = len(ds)
+        end = int(finals[g]["steps"])
+        ok = bool(finals[g]["success"])
+        for t in range(t_max):
+            versions[t, g] = ds[min(t, n - 1)]["version"]
+        for t, d in enumerate(ds):
+            nxt = ds[t + 1]["step"] if t + 1 < n else end
+            mask[t, g, : max(0, min(k, nxt - d["step"]))] = True
+        valid[:n, g] = True
+        done[n - 1, g] = True
+        rewards[n - 1, g] = float(finals[g].get("reward", ok))
+        success[n - 1, g] = float(ok)
+        length[n - 1, g] = float(end)
+    data |= {"task_id": np.zeros((t_max, g_n), np.int32), "action_mask": mask, "rewards": rewards, "done": done,
+             "terminated": done & (success > 0), "truncated": done & (success <= 0), "valid": valid,
+             "success": success, "episode_return": rewards.copy(), "episode_length": length}
+    return data, versions
+
+
+class LiberoRollout:
+    """A pool of LIBERO workers and the endpoint they ask; `sample_step` runs one GRPO group (module docstring)."""
+
+    def __init__(self, cfg: TrainConfig, setup, args: LiberoArgs, start_call: int = 0, *, log_dir: str | None = None,
+                 python: str | None = None, reward_fn=None):
+        if cfg.rl.algo != "grpo":
+            raise ConfigError(f"rl.algo={cfg.rl.algo!r}: RL on LIBERO workers runs GRPO (episodes of a group share "
+                              "an initial state; LIBERO's reward is its sparse success)")
+        self.cfg, self.setup, self.args = cfg, setup, args
+        # reward_fn(final, decisions) -> an episode's return (tests: a dense stand-in where random weights never
+        # succeed); None: LIBERO's sparse success
+        self.reward_fn = reward_fn
+        self.actor, self.bridge = setup.actor, setup.bridge
+        m = self.bridge.model
+        self.k = cfg.rl.chunk_steps or m.action_horizon  # replan: chunk steps executed per request
+        self.G = cfg.rl.group_size
+        self.t_max = math.ceil(args.limit / self.k)
+        self.slots = args.workers * args.envs_per_worker
+        self.call0 = start_call
+        self.tag = f"r{os.getpid()}-{int(time.time()) % 100000}"  # episode ids unique across resumed runs
+        self.weights = None  # the runner's ParamServer (bind): partial rollout reads the newest weights
+        self.lifetime = None  # the runner's Lifetime (bind)
+        self._round: tuple[int, Any] = (0, None)
+        self.recorder = Recorder()
+        self._batches = itertools.count()
+        self._key = jax.random.key(cfg.seed + 17)
+        self.by_call: dict[int, dict[str, float]] = {}
+        actor, rows = self.actor, self.slots
+
+        def act(params, obs, key):  # [rows, ...] -> env actions [rows, k, 7], record, per-entry log-densities
+            return actor.act(params, obs, jnp.zeros((rows,), jnp.int32), key)
+
+        self._act = jax.jit(act)
+
+        def score(logp_terms, action_mask):  # [N, H, A], [N, k] -> old_logp [N] (or [N, F]), logp_mask
+            logp, _ = actor.score({"logp_terms": logp_terms}, action_mask)
+            lm = actor.logp_mask(action_mask, logp_terms.shape[0]) if actor.logp_mask is not None else None
+            return logp, lm
+
+        self._score = jax.jit(score)
+        size = m.image_size
+        meta = {"observation": {P.IMAGE_KEY: {"shape": [size, size, 3], "dtype": "uint8"},
+                                P.WRIST_KEY: {"shape": [size, size, 3], "dtype": "uint8"},
+                                P.STATE_KEY: {"shape": [8], "dtype": "float32"}},
+                "action": {"shape": [self.k, P.ACTION_DIM], "dtype": "float32"}, "policy": {"rl": True}}
+        self.server = BatchingServer(self._handle, meta, max_batch=rows, max_wait_ms=cfg.pipeline.max_wait_ms)
+        try:
+            self.pool = WorkerPool(args.workers, self.server.url, envs_per_worker=args.envs_per_worker,
+                                   log_dir=log_dir, gl=args.gl, hang_timeout_s=args.hang_timeout_s, python=python)
+        except BaseException:
+            self.server.close()
+            raise
+
+    def bind(self, runner) -> None:
+        """The runner's ParamServer (partial rollout: every inference batch takes `weights.latest()`) and its
+        lifetime (a stop ends a group in flight: `PipelineStopped`, the lane's normal exit)."""
+        self.weights, self.lifetime = runner.weights, runner.lifetime
+
+    # ------------------------------------------------------------ the endpoint
+
+    def _params(self) -> tuple[int, Any]:
+        if self.weights is not None and self.cfg.pipeline.partial_rollout:
+            return self.weights.latest()
+        return self._round
+
+    def _handle(self, requests: list[Request]) -> list[dict[str, Any]]:
+        chunk0 = {"actions": np.zeros((self.k, P.ACTION_DIM), np.float32)}
+        replies: list[dict[str, Any] | None] = [None] * len(requests)
+        todo: list[tuple[int, Request, _Episode | None]] = []
+        for i, r in enumerate(requests):
+            rec, done = self.recorder.admit(r.conn, r.obs)
+            if done:  # the terminal request: its answer is not executed
+                replies[i] = chunk0
+            else:
+                todo.append((i, r, rec))
+        if todo:
+            version, params = self._params()
+            obs = self._batch([r.obs for _, r, _ in todo])
+            key = jax.random.fold_in(jax.random.fold_in(self._key, self.call0), next(self._batches))
+            env_actions, record, scores = jax.device_get(self._act(params, obs, key))
+            for row, (i, r, rec) in enumerate(todo):
+                replies[i] = {"actions": np.asarray(env_actions[row], np.float32)}
+                if rec is not None:
+                    self.recorder.add(rec, r.conn, {
+                        "step": int(r.obs[STEP]), "version": int(version), "obs": {k: v[row] for k, v in obs.items()},
+                        "chain": record["chain"][row], "sde_step": record["sde_step"][row],
+                        "logp_terms": scores["logp_terms"][row]})
+        return replies
+
+    def _batch(self, reqs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """Requests -> the actor's observation dict `[slots, ...]` (padded by repeating the last row)."""
+        reqs = reqs + [reqs[-1]] * (self.slots - len(reqs))
+        env = {P.IMAGE_KEY: np.stack([np.asarray(r[P.IMAGE_KEY], np.uint8) for r in reqs]),
+               P.WRIST_KEY: np.stack([np.asarray(r[P.WRIST_KEY], np.uint8) for r in reqs]),
+               P.STATE_KEY: np.stack([np.asarray(r[P.STATE_KEY], np.float32) for r in reqs])}
+        tokens, mask = self.bridge.encode_instructions([str(r.get(P.PROMPT_KEY, "")) for r in reqs], env)
+        return env | {"tokens": np.asarray(tokens, np.int32), "token_mask": np.asarray(mask, bool)}
+
+    # ------------------------------------------------------------ the rollout lane
+
+    def episodes_of(self, call: int) -> list[P.Episode]:
+        """The group of call `call`: G episodes of one (task, initial state), cycling tasks then states."""
+        a = self.args
+        task = a.tasks[call % len(a.tasks)]
+        init = (call // len(a.tasks)) % a.inits
+        return [P.Episode(f"{self.tag}-c{call}-e{j}", a.suite, task, init, max_steps=a.limit,
+                          num_steps_wait=a.num_steps_wait, replan_steps=self.k, seed=a.env_seed, video=False,
+                          report_terminal=True) for j in range(self.G)]
+
+    def sample_step(self, version: int, params: Any, call: int) -> list[Trajectory]:
+        """One group on the workers under `version` (newer ones too with partial rollout) -> [Trajectory]."""
+        self._round = (version, params)
+        eps = self.episodes_of(call)
+        self.recorder.deal(eps)
+        t0 = time.perf_counter()
+        stopped = (lambda: self.lifetime.stopped) if self.lifetime is not None else None
+        results = self.pool.run(eps, abort=stopped)
+        recs = self.recorder.take(eps)
+        if len(results) < len(eps):
+            raise PipelineStopped(f"stopped while group {call} ran on the LIBERO workers")
+        bad = [f"{e.id}: {results[e.id]['error']}" for e in eps if "error" in results[e.id]]
+        if bad:
+            raise RuntimeError(f"LIBERO episodes failed: {'; '.join(bad)}")
+        finals = []
+        for rec in recs:
+            res = results[rec.ep.id]
+            if rec.final is not None and rec.final["steps"] != res["steps"]:
+                raise RuntimeError(f"{rec.ep.id}: the terminal request says step {rec.final['steps']}, the worker's "
+                                   f"result {res['steps']}")
+            final = {"success": bool(res["success"]), "steps": int(res["steps"])}
+            if self.reward_fn is not None:
+                final["reward"] = float(self.reward_fn(final, rec.decisions))
+            finals.append(final)
+        data, versions = assemble_group([r.decisions for r in recs], finals, self.k, self.t_max)
+        flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+        logp, lm = jax.device_get(self._score(flat(data.pop("logp_terms")), flat(data["action_mask"])))
+        data["old_logp"] = np.asarray(logp).reshape(self.t_max, self.G, *np.shape(logp)[1:])
+        if lm is not None:
+            data["logp_mask"] = np.asarray(lm).reshape(self.t_max, self.G, *np.shape(lm)[1:])
+        env_steps = int(sum(r["env_steps"] for r in results.values()))
+        self.by_call[call] = {"success": float(np.mean([f["success"] for f in finals])),
+                              "return": float(np.mean([f.get("reward", f["success"]) for f in finals])),
+                              "episode_length": float(np.mean([f["steps"] for f in finals])),
+                              "decisions": float(sum(len(r.decisions) for r in recs)), "episodes": float(self.G),
+                              "env_steps": float(env_steps), "rollout_s": time.perf_counter() - t0,
+                              "attempts_max": float(max(r.attempts for r in recs)),
+                              "version_span": float(versions.max() - versions.min())}
+        return [Trajectory(data, versions, num_samples=self.G, env_steps=env_steps)]
+
+    def consumed_metrics(self, calls: range) -> dict[str, float]:
+        rows = [self.by_call.pop(c) for c in calls if c in self.by_call]
+        return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+
+    def close(self) -> None:
+        try:
+            self.pool.close()
+        finally:
+            self.server.close()

@@ -1,0 +1,244 @@
+"""Asynchronous RL on LIBERO workers: `python -m vlajax.train rl --suite libero_spatial --preset rl-pi05-libero ...`.
+
+    python -m vlajax.train rl --suite libero_spatial --preset rl-pi05-libero-dummy \
+        --rl.init-from IMPORTED_OR_SFT_DIR --output-dir runs/libero-rl [--libero.workers 2] [--libero.max-steps 20] \
+        [--pipeline.staleness-threshold 1] [--pipeline.partial-rollout] [--rl.num-iterations 3] ...
+
+The LIBERO flags (`--suite` / `--libero.suite`, `--libero.tasks`, `--libero.workers`, ...: `LiberoArgs`) pick
+the episodes and the worker pool; every other flag is the `rl` command's (`TrainConfig`). The policy is
+`rl.init_from` (an imported openpi policy, e.g. pi05_libero, or an SFT / RL run on LIBERO's keys); its
+`Bridge` reads openpi's LIBERO keys. The rollout source is `vlajax.libero.rl_lane.LiberoRollout` (one GRPO
+group of `rl.group_size` episodes per sample call, `rl.chunk_steps` = replan steps); the pipeline is
+`vlajax.pipeline.AsyncRunner` (staleness-paced buffer, trainer lane, ParamServer) with the RL core's
+`Trainer` (`vlajax.rl.async_workload`: GRPO advantages per group, PPO-clip / decoupled loss, streaming).
+`pipeline.staleness_threshold=0` is the synchronous schedule (rollout waits for each update).
+
+Checkpoints (Orbax, `checkpoint.every_steps` updates and at the end; `checkpoint.resume`): the train state
+and the runner counters; `config.json` + `policy.json` make the checkpoint directory a policy that
+`eval --suite libero_* --checkpoint` and `vlajax.serve` load. A resumed run continues the update count and
+the group sequence after the groups its updates consumed. Metrics: `<output_dir>/libero_rl.jsonl`
+(per update: loss metrics, staleness, versions, success of the consumed groups, rollout seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+
+from vlajax import compile_cache, run_files, sharding
+from vlajax.config import ConfigError, TrainConfig
+from vlajax.libero import pool as pool_mod
+from vlajax.libero.rl_lane import LiberoArgs, LiberoRollout
+from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
+from vlajax.rl import actors, learner
+from vlajax.rl import setup as rl_setup
+from vlajax.rl.async_workload import Trainer, check_streaming, prepare_segment
+from vlajax.train_state import TrainState
+
+__all__ = ["build_setup", "main", "split_args", "train"]
+
+log = logging.getLogger(__name__)
+PROG = "python -m vlajax.train rl --suite libero_*"
+
+
+def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
+    """The actor of `rl.init_from` (no env: the envs are the LIBERO workers)."""
+    from vlajax.models import build_model
+    from vlajax.models.observation import fake_observation
+
+    if not cfg.rl.init_from:
+        raise ConfigError("RL on LIBERO needs --rl.init-from: a policy directory that reads openpi's LIBERO keys "
+                          "(e.g. `python -m vlajax.models.import_openpi --config pi05_libero ...`'s output)")
+    model_cfg, bridge, loaded = rl_setup.load_sft(cfg, mesh)
+    if bridge.openpi is None:
+        raise ConfigError(f"rl.init_from={cfg.rl.init_from}: its policy does not read openpi's LIBERO keys "
+                          "(import one with `python -m vlajax.models.import_openpi --config pi05_libero`)")
+    if model_cfg.action_head == "flow" and model_cfg.flow_sampler == "ode":
+        raise ConfigError("RL needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
+    model = build_model(model_cfg)
+    k = cfg.rl.chunk_steps or model_cfg.action_horizon
+    actor = actors.vla_actor(model, bridge, use_value=False, temperature=cfg.rl.temperature, execute=k,
+                             per_factor=cfg.rl.ratio_level == "factor" or cfg.rl.kl_coef > 0)
+
+    def init_params(rng):
+        params = model.init(rng, fake_observation(rng, 1, model_cfg, cameras=bridge.cameras))["params"]
+        return rl_setup.merge_params(params, loaded)
+
+    def no_eval(params, iteration):
+        raise ConfigError("rl.eval_every: evaluate a LIBERO RL checkpoint with `eval --suite libero_*`")
+
+    return rl_setup.Setup(actor, None, init_params, no_eval, k, 0, bridge)
+
+
+def _check(cfg: TrainConfig, largs: LiberoArgs) -> None:
+    """ConfigError for what this run cannot do (before anything loads)."""
+    largs.check()
+    if cfg.rl.algo != "grpo":
+        raise ConfigError(f"rl.algo={cfg.rl.algo!r}: RL on LIBERO workers runs GRPO (rl.algo='grpo')")
+    if cfg.rl.eval_every > 0:
+        raise ConfigError("rl.eval_every > 0: evaluate LIBERO RL checkpoints with `eval --suite libero_*` "
+                          "(set rl.eval_every -1)")
+    p = cfg.pipeline
+    if p.num_slots != 1 or p.placement != "colocated":
+        raise ConfigError("RL on LIBERO: the worker pool is the rollout lane (pipeline.num_slots=1, colocated); "
+                          "scale with --libero.workers / --libero.envs-per-worker")
+    if largs.workers * largs.envs_per_worker < 1:
+        raise ConfigError("no env slots")
+    if p.streaming:
+        check_streaming(cfg, p.require_batches)
+
+
+def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, python: str | None = None,
+          on_rollout: Any = None, reward_fn: Any = None) -> dict[str, Any]:
+    """Run to `rl.num_iterations` updates (resuming from the newest checkpoint). -> summary.
+
+    `stop_at`: stop after that many updates (with a checkpoint), as if interrupted. `python`: the LIBERO
+    venv's python (default `make libero`'s). `on_rollout(rollout)`: called once the
+    `LiberoRollout` is up (tests: fault injection).
+    `reward_fn(final, decisions)`: an episode's return instead of LIBERO's success (`LiberoRollout`; tests)."""
+    _check(cfg, largs)
+    python = python or pool_mod.libero_python()  # LiberoEnvMissing before anything loads
+    p = cfg.pipeline
+    compile_cache.enable(cfg.compilation_cache_dir)
+    mesh = sharding.make_mesh(cfg.mesh)
+    rules = cfg.mesh.logical_rules
+    setup = build_setup(cfg, mesh)
+    tx = learner.make_optimizer(cfg.rl)
+    state, _ = sharding.init_sharded(lambda rng: TrainState.create(setup.init_params(rng), tx,
+                                                                   jax.random.fold_in(rng, 1)),
+                                     mesh, rules, jax.random.key(cfg.seed))
+    ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
+    run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
+    counters = RunnerCounters()
+    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+        from vlajax import checkpoint
+
+        restored, extra = ckpt.restore(checkpoint.abstract_state({"train": state}))
+        state = restored["train"]
+        counters = RunnerCounters(**extra["counters"])
+        log.info("rl libero: resumed at update %d (version %d, group %d)", counters.updates, counters.version,
+                 counters.sample_calls)
+    start_updates = counters.updates
+    total = cfg.rl.num_iterations
+    end = total if stop_at is None else min(stop_at, total)
+    trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
+                      prepare=jax.jit(functools.partial(prepare_segment, cfg)))
+    trainer.updates = counters.updates
+
+    def train_step(s, micro_batches):
+        with sharding.use_mesh(mesh, rules):
+            return trainer(s, micro_batches)
+
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    json_path = os.path.join(cfg.output_dir, "libero_rl.jsonl")
+    rollout = LiberoRollout(cfg, setup, largs, counters.sample_calls, python=python,
+                            log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=reward_fn)
+    history: list[dict] = []
+    ends: list[float] = []  # time.monotonic() at the end of each update of this run
+    saved: list[int] = []
+
+    def save(runner: AsyncRunner, force: bool) -> None:
+        c = runner.resume_counters()  # groups consumed (not started): a resume re-runs the unconsumed ones
+        extra = {"counters": c.to_json(), "seed": cfg.seed, "config": cfg.name, "suite": largs.suite}
+        if ckpt.save(c.updates, {"train": runner.state}, force=force, extra=extra):
+            saved.append(c.updates)
+
+    def on_update(runner: AsyncRunner, record: dict) -> None:
+        u = record["update"]
+        g, c0 = p.require_batches, counters.sample_calls  # update u consumed the next g groups in order
+        m = dict(record["metrics"]) | rollout.consumed_metrics(range((u - 1 - start_updates) * g + c0,
+                                                                     (u - start_updates) * g + c0))
+        row = {"update": u, "version": record["version"], "staleness": record["staleness"],
+               "staleness_updates": record["staleness_updates"], "span": record["span"],
+               "env_steps": record["env_steps"], "time": time.time(), "train": m}
+        ends.append(time.monotonic())
+        history.append(row)
+        with open(json_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        log.info("rl libero: update %d/%d staleness %s success %.2f loss %.4g", u, total, record["staleness"],
+                 m.get("success", float("nan")), m.get("loss", float("nan")))
+        save(runner, force=u >= end)
+        if u >= end:
+            runner.lifetime.stop()
+
+    def on_interrupt(runner: AsyncRunner) -> None:
+        if runner.counters.updates != start_updates:
+            save(runner, force=True)
+
+    t0 = time.perf_counter()
+    try:
+        if on_rollout is not None:
+            on_rollout(rollout)
+        runner = AsyncRunner(p, sample_step=rollout.sample_step, train_step=train_step,
+                             get_params=lambda s: s.params, state=state, num_updates=total,
+                             samples_per_step=rollout.G, mini_batch=rollout.G, counters=counters, on_update=on_update)
+        rollout.bind(runner)
+        status = "done" if counters.updates >= end else runner.run(on_interrupt=on_interrupt)
+        ckpt.wait()
+    finally:
+        rollout.close()
+        ckpt.close()
+    steady = runner.summary(ends[0], ends[-1]) if len(ends) > 1 else {}  # after the first update (compiles)
+    return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
+            "seconds": round(time.perf_counter() - t0, 1), "history": history, "checkpoint_dir": ckpt_dir,
+            "checkpoints": saved, "summary": runner.summary(), "summary_steady": steady,
+            "restarts": rollout.pool.events, "server_batches": list(rollout.server.batches),
+            "server_errors": list(rollout.server.errors), "state": runner.state}
+
+
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(LIBERO flags for `LiberoArgs`, the rest for the `rl` command). `--suite X` = `--libero.suite X`."""
+    mine, rest = [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        flag, eq, _ = a.partition("=")
+        if flag in ("--suite", "--env.suite") or flag.startswith("--libero."):
+            name = "--" + flag.split(".", 1)[1] if flag.startswith("--libero.") else "--suite"
+            if flag == "--env.suite":
+                name = "--suite"
+            if eq:
+                mine.append(name + "=" + a.partition("=")[2])
+                i += 1
+                continue
+            mine.append(name)
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):  # its values (tasks take several)
+                mine.append(argv[i])
+                i += 1
+            continue
+        rest.append(a)
+        i += 1
+    return mine, rest
+
+
+def main(argv: list[str], parse) -> int:
+    """The `rl` command for a LIBERO suite: `vlajax.train` dispatches here with its `parse(command, args)`
+    (passed in: this module sits below the entry points)."""
+    from vlajax import cli
+
+    mine, rest = split_args(list(argv))
+    try:
+        largs = cli.parse(LiberoArgs, mine, prog=PROG, description="LIBERO flags (--libero.*)")
+        cfg = parse("rl", rest)
+        largs.check()
+        _check(cfg, largs)
+        pool_mod.libero_python()
+    except (ConfigError, ValueError, pool_mod.LiberoEnvMissing) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    out = train(cfg, largs)
+    short = {k: v for k, v in out.items() if k not in ("history", "state", "summary", "summary_steady")}
+    short["staleness_max"] = max((max(h["staleness"]) for h in out["history"]), default=0)
+    short["success"] = [h["train"].get("success") for h in out["history"]]
+    print(json.dumps(short, default=str), flush=True)
+    return 0
+
