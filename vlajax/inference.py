@@ -37,9 +37,12 @@ __all__ = ["Policy"]
 class Policy:
     """A loaded policy with openpi's `infer` (module docstring). Thread-safe."""
 
-    def __init__(self, bridge, model, params, *, seed: int = 0, deterministic: bool = True, info: dict | None = None):
+    def __init__(self, bridge, model, params, *, seed: int = 0, deterministic: bool = True, info: dict | None = None,
+                 device: jax.Device | None = None):
         self.bridge, self.model = bridge, model
-        self.params = jax.device_put(params)
+        # one copy on one device (as each server replica): a policy restored onto a mesh would otherwise
+        # run every call as a sharded program with collectives
+        self.params = jax.device_put(jax.device_get(params), device or jax.local_devices()[0])
         self.seed, self.deterministic = seed, deterministic
         self.calls = 0
         self._lock = threading.Lock()
