@@ -181,3 +181,20 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
     assert h4["train"]["decisions"] == 4 and h4["train"]["episodes"] == 2  # ... with its decisions counted once
     assert second["checkpoints"] == [4] and "4" in os.listdir(ckpt)
     print(f"libero rl end to end: first run {t_first:.1f} s, resumed run with a kill {t_second:.1f} s")
+
+
+def test_bench_libero_prediction_from_a_sync_row():
+    """The planner's prediction of the libero rows from a sync row's measurements (no LIBERO needed):
+    overlapping a group's rollout with the previous update cannot be slower than running them in turn."""
+    from vlajax.bench.async_libero import Args, predict
+
+    a = Args(updates=3, group=2, max_steps=20, replan=5)
+    sync_row = {"infer_times": [(2, 0.5)] * 20, "update_s": [30.0, 8.0, 8.0, 8.0], "step_s_p50": 0.05,
+                "step_s_mean": 0.2, "reset_s": 0.5}
+    out = predict(a, sync_row, ["sync", "train_async", "+partial_rollout"])
+    rows = out["rows"]
+    assert out["costs"]["sim"]["median_s"] == 0.05 and out["costs"]["sim"]["sigma"] > 0
+    assert out["costs"]["train_update_s"] == [[8, 8.0]]  # 2 episodes x 4 decisions, the compile excluded
+    assert rows["sync"]["updates_per_s"] > 0
+    assert rows["train_async"]["updates_per_s"] >= rows["sync"]["updates_per_s"] * 0.99
+    assert rows["train_async"]["staleness_max"] >= 1 and rows["sync"]["staleness_max"] == 0

@@ -332,6 +332,10 @@ def _check(a: Args) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if "libero" in argv:  # the `libero` regime: real LIBERO workers (vlajax.bench.async_libero)
+        from vlajax.bench import async_libero
+
+        return async_libero.main(argv)
     a = cli.parse(Args, argv, prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
     _check(a)
     if a.render:

@@ -1,7 +1,7 @@
 """LIBERO workers as the environment lane of the async pipeline: the rollout source of `vlajax.libero.rl_train`.
 
     rollout = LiberoRollout(cfg, setup, args, start_call)      # a pool of workers + an in-process endpoint
-    items = rollout.sample_step(version, params, call)         # one GRPO group -> [Trajectory]
+    items = rollout.sample_step(version, params, call)         # pipeline.require_batches GRPO groups -> Trajectories
     rollout.close()
 
 The shape (what runs where):
@@ -13,9 +13,10 @@ The shape (what runs where):
                                                              chunk [k, 7] answered; recorded per (episode, step):
                                                              the request's images/state/tokens, the flow chain,
                                                              per-entry log-densities, the policy version used
-    `sample_step(version, params, call)` (the AsyncRunner's rollouter lane, or run_sync) deals one group: G =
-    `rl.group_size` episodes of one (task, init state), runs them on the pool, and turns their recorded decisions
-    into ONE `Trajectory` of the buffer's format: records `[T, G, ...]` (T = ceil(max_steps / k) decisions, rows
+    `sample_step(version, params, call)` (the AsyncRunner's rollouter lane) deals `pipeline.require_batches` groups
+    at once (all the episodes of one update in flight together), each G = `rl.group_size` episodes of one (task,
+    init state), runs them on the pool, and turns each group's recorded decisions into one `Trajectory` of the
+    buffer's format: records `[T, G, ...]` (T = ceil(max_steps / k) decisions, rows
     past an episode's end `valid` False), `versions` [T, G], `num_samples` G (an episode is a sample),
     `env_steps` the LIBERO steps taken. The trainer's `prepare_segment` turns it into a flat GRPO batch.
 
@@ -218,6 +219,7 @@ class LiberoRollout:
         m = self.bridge.model
         self.k = cfg.rl.chunk_steps or m.action_horizon  # replan: chunk steps executed per request
         self.G = cfg.rl.group_size
+        self.groups = cfg.pipeline.require_batches  # groups per sample call (= per update): episodes in flight
         self.t_max = math.ceil(args.limit / self.k)
         self.slots = args.workers * args.envs_per_worker
         self.call0 = start_call
@@ -229,6 +231,7 @@ class LiberoRollout:
         self._batches = itertools.count()
         self._key = jax.random.key(cfg.seed + 17)
         self.by_call: dict[int, dict[str, float]] = {}
+        self.infer_times: list[tuple[int, float]] = []  # (requests, seconds) of every inference batch (the bench)
         actor, rows = self.actor, self.slots
 
         def act(params, obs, key):  # [rows, ...] -> env actions [rows, k, 7], record, per-entry log-densities
@@ -278,6 +281,7 @@ class LiberoRollout:
             else:
                 todo.append((i, r, rec))
         if todo:
+            t0 = time.perf_counter()
             version, params = self._params()
             obs = self._batch([r.obs for _, r, _ in todo])
             key = jax.random.fold_in(jax.random.fold_in(self._key, self.call0), next(self._batches))
@@ -289,6 +293,7 @@ class LiberoRollout:
                         "step": int(r.obs[STEP]), "version": int(version), "obs": {k: v[row] for k, v in obs.items()},
                         "chain": record["chain"][row], "sde_step": record["sde_step"][row],
                         "logp_terms": scores["logp_terms"][row]})
+            self.infer_times.append((len(todo), time.perf_counter() - t0))
         return replies
 
     def _batch(self, reqs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -302,29 +307,16 @@ class LiberoRollout:
 
     # ------------------------------------------------------------ the rollout lane
 
-    def episodes_of(self, call: int) -> list[P.Episode]:
-        """The group of call `call`: G episodes of one (task, initial state), cycling tasks then states."""
+    def episodes_of(self, group: int) -> list[P.Episode]:
+        """Group `group`: G episodes of one (task, initial state), cycling tasks, then initial states."""
         a = self.args
-        task = a.tasks[call % len(a.tasks)]
-        init = (call // len(a.tasks)) % a.inits
-        return [P.Episode(f"{self.tag}-c{call}-e{j}", a.suite, task, init, max_steps=a.limit,
+        task = a.tasks[group % len(a.tasks)]
+        init = (group // len(a.tasks)) % a.inits
+        return [P.Episode(f"{self.tag}-g{group}-e{j}", a.suite, task, init, max_steps=a.limit,
                           num_steps_wait=a.num_steps_wait, replan_steps=self.k, seed=a.env_seed, video=False,
                           report_terminal=True) for j in range(self.G)]
 
-    def sample_step(self, version: int, params: Any, call: int) -> list[Trajectory]:
-        """One group on the workers under `version` (newer ones too with partial rollout) -> [Trajectory]."""
-        self._round = (version, params)
-        eps = self.episodes_of(call)
-        self.recorder.deal(eps)
-        t0 = time.perf_counter()
-        stopped = (lambda: self.lifetime.stopped) if self.lifetime is not None else None
-        results = self.pool.run(eps, abort=stopped)
-        recs = self.recorder.take(eps)
-        if len(results) < len(eps):
-            raise PipelineStopped(f"stopped while group {call} ran on the LIBERO workers")
-        bad = [f"{e.id}: {results[e.id]['error']}" for e in eps if "error" in results[e.id]]
-        if bad:
-            raise RuntimeError(f"LIBERO episodes failed: {'; '.join(bad)}")
+    def _finals(self, recs: list[_Episode], results: dict[str, dict]) -> list[dict[str, Any]]:
         finals = []
         for rec in recs:
             res = results[rec.ep.id]
@@ -335,21 +327,50 @@ class LiberoRollout:
             if self.reward_fn is not None:
                 final["reward"] = float(self.reward_fn(final, rec.decisions))
             finals.append(final)
+        return finals
+
+    def _trajectory(self, recs: list[_Episode], finals: list[dict[str, Any]], env_steps: int) -> Trajectory:
         data, versions = assemble_group([r.decisions for r in recs], finals, self.k, self.t_max)
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
         logp, lm = jax.device_get(self._score(flat(data.pop("logp_terms")), flat(data["action_mask"])))
         data["old_logp"] = np.asarray(logp).reshape(self.t_max, self.G, *np.shape(logp)[1:])
         if lm is not None:
             data["logp_mask"] = np.asarray(lm).reshape(self.t_max, self.G, *np.shape(lm)[1:])
-        env_steps = int(sum(r["env_steps"] for r in results.values()))
+        return Trajectory(data, versions, num_samples=self.G, env_steps=env_steps)
+
+    def sample_step(self, version: int, params: Any, call: int) -> list[Trajectory]:
+        """`groups` GRPO groups (groups call*groups ...) on the workers at once, under `version` (newer ones too
+        with partial rollout) -> one Trajectory per group."""
+        self._round = (version, params)
+        groups = [self.episodes_of(call * self.groups + j) for j in range(self.groups)]
+        eps = [e for g in groups for e in g]
+        self.recorder.deal(eps)
+        t0 = time.perf_counter()
+        stopped = (lambda: self.lifetime.stopped) if self.lifetime is not None else None
+        results = self.pool.run(eps, abort=stopped)
+        recs = self.recorder.take(eps)
+        if len(results) < len(eps):
+            raise PipelineStopped(f"stopped while call {call} ran on the LIBERO workers")
+        bad = [f"{e.id}: {results[e.id]['error']}" for e in eps if "error" in results[e.id]]
+        if bad:
+            raise RuntimeError(f"LIBERO episodes failed: {'; '.join(bad)}")
+        finals = self._finals(recs, results)
+        items = [self._trajectory(recs[j * self.G:(j + 1) * self.G], finals[j * self.G:(j + 1) * self.G],
+                                  int(sum(results[e.id]["env_steps"] for e in g))) for j, g in enumerate(groups)]
+        res = [results[e.id] for e in eps]
         self.by_call[call] = {"success": float(np.mean([f["success"] for f in finals])),
                               "return": float(np.mean([f.get("reward", f["success"]) for f in finals])),
                               "episode_length": float(np.mean([f["steps"] for f in finals])),
-                              "decisions": float(sum(len(r.decisions) for r in recs)), "episodes": float(self.G),
-                              "env_steps": float(env_steps), "rollout_s": time.perf_counter() - t0,
+                              "decisions": float(sum(len(r.decisions) for r in recs)), "episodes": float(len(eps)),
+                              "env_steps": float(sum(it.env_steps for it in items)),
+                              "rollout_s": time.perf_counter() - t0,
                               "attempts_max": float(max(r.attempts for r in recs)),
-                              "version_span": float(versions.max() - versions.min())}
-        return [Trajectory(data, versions, num_samples=self.G, env_steps=env_steps)]
+                              # LIBERO's step-time distribution as the workers measured it (the planner's profile)
+                              "step_s_p50": float(np.mean([r["step_s_p50"] for r in res])),
+                              "step_s_mean": float(np.mean([r["step_s_mean"] for r in res])),
+                              "reset_s": float(np.mean([r["reset_s"] for r in res])),
+                              "version_span": float(max(it.span for it in items))}
+        return items
 
     def consumed_metrics(self, calls: range) -> dict[str, float]:
         rows = [self.by_call.pop(c) for c in calls if c in self.by_call]

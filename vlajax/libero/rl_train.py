@@ -132,9 +132,14 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
                       prepare=jax.jit(functools.partial(prepare_segment, cfg)))
     trainer.updates = counters.updates
 
+    update_s: list[float] = []  # seconds of each train_step (its micro-batch waits excluded only when not streaming)
+
     def train_step(s, micro_batches):
         with sharding.use_mesh(mesh, rules):
-            return trainer(s, micro_batches)
+            t = time.perf_counter()
+            out = trainer(s, micro_batches if p.streaming else list(micro_batches))
+            update_s.append(time.perf_counter() - t)
+            return out
 
     os.makedirs(cfg.output_dir, exist_ok=True)
     json_path = os.path.join(cfg.output_dir, "libero_rl.jsonl")
@@ -152,12 +157,12 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
 
     def on_update(runner: AsyncRunner, record: dict) -> None:
         u = record["update"]
-        g, c0 = p.require_batches, counters.sample_calls  # update u consumed the next g groups in order
-        m = dict(record["metrics"]) | rollout.consumed_metrics(range((u - 1 - start_updates) * g + c0,
-                                                                     (u - start_updates) * g + c0))
+        c0 = counters.sample_calls  # update u trained on call c0 + (u - 1 - start_updates): require_batches groups
+        call = c0 + u - 1 - start_updates
+        m = dict(record["metrics"]) | rollout.consumed_metrics(range(call, call + 1))
         row = {"update": u, "version": record["version"], "staleness": record["staleness"],
                "staleness_updates": record["staleness_updates"], "span": record["span"],
-               "env_steps": record["env_steps"], "time": time.time(), "train": m}
+               "env_steps": record["env_steps"], "time": time.time(), "update_s": update_s[-1], "train": m}
         ends.append(time.monotonic())
         history.append(row)
         with open(json_path, "a") as f:
@@ -178,7 +183,8 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             on_rollout(rollout)
         runner = AsyncRunner(p, sample_step=rollout.sample_step, train_step=train_step,
                              get_params=lambda s: s.params, state=state, num_updates=total,
-                             samples_per_step=rollout.G, mini_batch=rollout.G, counters=counters, on_update=on_update)
+                             samples_per_step=rollout.G * rollout.groups, mini_batch=rollout.G, counters=counters,
+                             on_update=on_update)
         rollout.bind(runner)
         status = "done" if counters.updates >= end else runner.run(on_interrupt=on_interrupt)
         ckpt.wait()
@@ -190,6 +196,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             "seconds": round(time.perf_counter() - t0, 1), "history": history, "checkpoint_dir": ckpt_dir,
             "checkpoints": saved, "summary": runner.summary(), "summary_steady": steady,
             "restarts": rollout.pool.events, "server_batches": list(rollout.server.batches),
+            "infer_times": list(rollout.infer_times), "update_times": list(ends),
             "server_errors": list(rollout.server.errors), "state": runner.state}
 
 
