@@ -1,26 +1,39 @@
-"""Stop a step loop at its next boundary on SIGTERM / Ctrl-C: the preemption path of `sft` and the
-synchronous `rl` loop (the asynchronous loop's lanes have their own: `vlajax.pipeline.lanes`).
+"""Stop a run wherever SIGTERM / Ctrl-C lands: the preemption path of `sft` and of both `rl` loops.
 
 A preemptible cluster (SLURM, Kubernetes, spot VMs) sends SIGTERM and kills the job a grace period
-later. Inside `with StopRequest("sft") as stop:` the first SIGTERM or Ctrl-C only sets a flag; the
-loop reads `stop.requested(...)` after each completed step, saves that step's checkpoint (forced,
-so the periodic cadence does not matter) and leaves with status "interrupted". The same command
-run again resumes from it. A second signal exits at once (code 130) without waiting for the step
-or a write in flight: the newest complete checkpoint (Orbax renames a checkpoint into place only
-when it is whole) is the one to resume from.
+later. The command installs one `StopRequest` as it starts (`stop_request(what)`; the loops enter the
+same one again), so a signal never meets Python's default action (exit -15) from set-up to exit.
+The first SIGTERM or Ctrl-C then does one of two things, depending on where it lands:
 
-Multi-process runs: a signal may reach some processes and not others, and processes that stop at
-different steps would hang in the next collective. With more than one process, `requested` agrees
-on the flag across processes every step (one tiny all-gather), so all stop after the same step.
+- inside an *abandonable* region (`with stop.abandonable(doing, kept, cleanup):`) -- work that
+  would lose nothing if dropped: set-up, compiles, a restore, an evaluation after its step's
+  checkpoint was written, a step whose predecessor is saved -- the watcher thread abandons it at
+  once: `cleanup()` (wait for a checkpoint write in flight, flush TensorBoard), one line on stderr
+  (`rl: SIGTERM during the evaluation at iteration 3: abandoned it; newest checkpoint: iteration 3;
+  exit 0`) and `os._exit(0)`. Nothing is waited for but the write in flight; a long XLA call (an
+  evaluation, a compile) cannot delay the exit because nothing waits for it.
+- anywhere else (a step with unsaved predecessors in flight) it only sets a flag; the loop reads
+  `stop.requested()` after the step, saves that step's checkpoint (forced) and leaves with status
+  "interrupted", printing the same kind of line (`stop.report`). The wait is one step.
+
+The same command run again resumes from the newest checkpoint. A second signal exits at once (code
+130) without waiting for anything: Orbax renames a checkpoint into place only when it is whole.
+
+Multi-process runs: a signal may reach some processes and not others, and a process that left
+alone would leave its peers hanging in the next collective. So once a loop marks the request
+`collective` (more than one process), regions are not abandoned: `requested` agrees on the flag
+across processes at every step boundary (one tiny all-gather) and all stop after the same step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 
 import jax
 import numpy as np
@@ -28,29 +41,42 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_ACTIVE: StopRequest | None = None  # the installed one (one per process)
+
+
+def stop_request(what: str) -> StopRequest:
+    """The process's installed `StopRequest` (entering it again nests), or a new one for `what`."""
+    return _ACTIVE if _ACTIVE is not None else StopRequest(what)
 
 
 class StopRequest:
-    """Context manager: the first SIGTERM / SIGINT requests a stop at the next step boundary, the
-    second exits the process at once (code 130).
+    """Context manager: the first SIGTERM / SIGINT abandons an abandonable region at once or asks
+    for a stop at the next step boundary; the second exits the process at once (code 130).
 
     Python runs signal handlers in the main thread between bytecodes, i.e. only after a long
     compile or a blocking device wait returns. So the handlers here do nothing themselves: the C
     level writes each signal's number to a wakeup pipe (`signal.set_wakeup_fd`) the moment it
-    arrives, and a watcher thread reads it -- the first is logged at once (even mid-compile), the
-    second ends the process at once. Installed only in the main thread (elsewhere signals cannot
-    be caught; the loop then runs as before); everything is restored on exit.
+    arrives, and a watcher thread reads it -- and acts at once, even mid-compile. Installed only
+    in the main thread (elsewhere signals cannot be caught; the run then goes on as before);
+    re-entrant (nested `with` blocks share one installation); everything is restored on the
+    outermost exit.
     """
 
     def __init__(self, what: str):
         self.what = what
         self.signal_name: str | None = None  # the first signal received, e.g. "SIGTERM"
+        self.collective = False  # more than one process: never abandon alone (see the module docstring)
         self._old: dict[int, object] = {}
         self._old_fd = -1
         self._pipe: tuple[int, int] | None = None
+        self._depth = 0
+        self._lock = threading.RLock()  # the watcher vs entering / leaving an abandonable region
+        self._region: tuple[str, Callable[[], str], Callable[[], None] | None] | None = None
 
     def __enter__(self) -> StopRequest:
-        if threading.current_thread() is not threading.main_thread():
+        global _ACTIVE
+        self._depth += 1
+        if self._depth > 1 or threading.current_thread() is not threading.main_thread():
             return self
         r, w = os.pipe()
         os.set_blocking(w, False)
@@ -58,18 +84,23 @@ class StopRequest:
         self._old = {s: signal.signal(s, _ignore) for s in _SIGNALS}
         self._old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         threading.Thread(target=self._watch, args=(r,), name=f"{self.what}-signals", daemon=True).start()
-        log.info("%s: SIGTERM / Ctrl-C from here on stop after the current step with its checkpoint "
-                 "(a second one exits at once)", self.what)
+        _ACTIVE = self
+        log.info("%s: SIGTERM / Ctrl-C from here on stop the run (at once where nothing would be lost, else after "
+                 "the current step with its checkpoint; a second one exits at once)", self.what)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._pipe is None:
+        global _ACTIVE
+        self._depth -= 1
+        if self._depth > 0 or self._pipe is None:
             return
         signal.set_wakeup_fd(self._old_fd)
         for s, old in self._old.items():
             signal.signal(s, old)
         os.close(self._pipe[1])  # the watcher reads EOF and ends (it closes the read end)
         self._old, self._pipe = {}, None
+        if _ACTIVE is self:
+            _ACTIVE = None
 
     def _watch(self, r: int) -> None:
         try:
@@ -81,14 +112,60 @@ class StopRequest:
             os.close(r)
 
     def _received(self, name: str) -> None:
-        if self.signal_name is None:
+        if self.signal_name is not None:
+            print(f"error: {self.what}: a second interrupt ({name}): exiting at once without saving; the last "
+                  "complete checkpoint is kept", file=sys.stderr, flush=True)
+            os._exit(130)
+        with self._lock:
             self.signal_name = name
-            log.warning("%s: %s received: stopping after the current step, with a checkpoint "
-                        "(send it again to exit at once)", self.what, name)
+            if self._region is not None and not self.collective:
+                self._abandon(*self._region)
+        log.warning("%s: %s received: stopping after the current step, with a checkpoint "
+                    "(send it again to exit at once)", self.what, name)
+
+    @contextlib.contextmanager
+    def abandonable(self, doing: str, kept: Callable[[], str],
+                    cleanup: Callable[[], None] | None = None) -> Iterator[None]:
+        """A region whose work may be dropped: a signal inside it (or before it) ends the process
+        with code 0 -- `cleanup()` (e.g. wait for the checkpoint write in flight), then the line
+        `<what>: <SIGNAL> during <doing>: abandoned it; <kept()>; exit 0`. The caller must not be
+        writing anything `cleanup` waits for while inside (enter after issuing a save)."""
+        with self._lock:
+            if self.signal_name is not None and not self.collective:
+                self._abandon(doing, kept, cleanup)
+            outer, self._region = self._region, (doing, kept, cleanup)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._region = outer
+
+    def _abandon(self, doing: str, kept: Callable[[], str], cleanup: Callable[[], None] | None,
+                 verb: str = "abandoned it; ") -> None:
+        code = 0
+        try:
+            if cleanup is not None:
+                cleanup()
+            what_kept = kept()
+        except BaseException as e:  # noqa: BLE001 - the exit below must happen whatever failed
+            what_kept, code = f"the cleanup failed ({type(e).__name__}: {e})", 1
+        print(f"{self.what}: {self.reason} during {doing}: {verb}{what_kept}; exit {code}", file=sys.stderr,
+              flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+
+    def exit_now(self, doing: str, did: str, cleanup: Callable[[], None] | None = None) -> None:
+        """After a stop at a boundary whose checkpoint is written: drop whatever else is in flight
+        (other threads' calls) -- `cleanup()`, the line `<what>: <SIGNAL> during <doing>: <did>; exit 0`,
+        `os._exit(0)`. Not with `collective` (a peer may still be in a collective): returns then."""
+        if self.collective:
             return
-        print(f"error: {self.what}: a second interrupt ({name}): exiting at once without saving; the last "
-              "complete checkpoint is kept", file=sys.stderr, flush=True)
-        os._exit(130)
+        with self._lock:
+            self._abandon(doing, lambda: did, cleanup, verb="")
+
+    def report(self, doing: str, did: str) -> None:
+        """The one line of a stop at a step boundary: `<what>: <SIGNAL> during <doing>: <did>; exit 0`."""
+        print(f"{self.what}: {self.reason} during {doing}: {did}; exit 0", file=sys.stderr, flush=True)
 
     @property
     def reason(self) -> str:
@@ -103,6 +180,10 @@ class StopRequest:
         from jax.experimental import multihost_utils
 
         return bool(np.max(multihost_utils.process_allgather(np.int32(local))))
+
+    def local(self) -> bool:
+        """Whether this process got a signal (no collective: safe from any thread, any time)."""
+        return self.signal_name is not None
 
 
 def _ignore(signum: int, frame) -> None:

@@ -5,8 +5,10 @@ train state built on its shards, one jitted step with explicit shardings and sta
 global batches from the grain loader (`vlajax.data.make_loader`), TensorBoard scalars,
 progress, async Orbax checkpoints (params, optimizer state, step, RNG, EMA and the loader's
 iterator state) and exact resume: re-running the same command continues from the newest
-checkpoint in `checkpoint.dir` (default `<output_dir>/checkpoints`). SIGTERM / Ctrl-C stop after the
-current step with its checkpoint (`vlajax.preemption`; a second signal exits at once).
+checkpoint in `checkpoint.dir` (default `<output_dir>/checkpoints`). SIGTERM / Ctrl-C (`vlajax.preemption`;
+docs/reliability.md): set-up, compiles, a restore, an evaluation (its step is saved before it starts)
+and a step whose predecessor is saved are abandoned at once (exit 0 after the write in flight); a
+step with unsaved predecessors is finished and saved, then the run leaves. A second signal exits at once.
 
 The step consumes every batching mode through one path (`data.batching`):
 
@@ -53,7 +55,7 @@ from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA, aux_loss, weighted_mse
 from vlajax.policy import Bridge
-from vlajax.preemption import StopRequest
+from vlajax.preemption import stop_request
 from vlajax.run_files import (
     eval_params,
     inference_model,
@@ -229,109 +231,135 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     """
     from vlajax.data.build import make_loader
 
-    distributed.initialize(cfg.distributed)
-    compile_cache.enable(cfg.compilation_cache_dir)
-    cfg = init_from.resolve_config(cfg)  # sft.init_from: an empty model.tokenizer_path takes the source's
-    mesh = sharding.make_mesh(cfg.mesh)
-    rules = cfg.mesh.logical_rules
-    _check(cfg, mesh)
-    log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
+    with stop_request("sft") as stop:
+        saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
+        kept = lambda: _kept(saved["step"])  # noqa: E731
+        with stop.abandonable("set-up (before the first step)", kept):  # nothing new yet: abandon at once
+            distributed.initialize(cfg.distributed)
+            stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
+            compile_cache.enable(cfg.compilation_cache_dir)
+            cfg = init_from.resolve_config(cfg)  # sft.init_from: an empty model.tokenizer_path takes the source's
+            mesh = sharding.make_mesh(cfg.mesh)
+            rules = cfg.mesh.logical_rules
+            _check(cfg, mesh)
+            log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
-    # ---- Data first: bad data fails before anything compiles ------------------------------
-    frames = None
-    if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head (after the data checks)
-        from vlajax.demos import grounding_frames
+            # ---- Data first: bad data fails before anything compiles ------------------------------
+            frames = None
+            if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head
+                from vlajax.demos import grounding_frames
 
-        frames = functools.partial(grounding_frames, cfg)
-    loader, info = make_loader(cfg, mesh, aux_frames=frames)
-    bridge = Bridge.from_data(cfg, info)
-    log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
-             cfg.data.batching, info.slots, info.rows, info.row_len)
+                frames = functools.partial(grounding_frames, cfg)
+            loader, info = make_loader(cfg, mesh, aux_frames=frames)
+            bridge = Bridge.from_data(cfg, info)
+            log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
+                     cfg.data.batching, info.slots, info.rows, info.row_len)
 
-    # ---- Train state on its shards, one jitted step ---------------------------------------
-    model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
-    te_scope = contextlib.ExitStack()  # model.fp8='te': init and every step trace inside TE's autocast
-    if cfg.model.fp8 == "te":
-        te_scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
-    state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
-                                                   jax.random.key(cfg.seed))
-    n_params = sum(x.size for x in jax.tree.leaves(state.params))
-    step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh, cfg.sft.aux_target_weight,
-                              cfg.sft.target_noise)
+            # ---- Train state on its shards, one jitted step ---------------------------------------
+            model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
+            te_scope = contextlib.ExitStack()  # model.fp8='te': init and every step trace inside TE's autocast
+            if cfg.model.fp8 == "te":
+                te_scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
+            state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
+                                                           jax.random.key(cfg.seed))
+            n_params = sum(x.size for x in jax.tree.leaves(state.params))
+            step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh,
+                                      cfg.sft.aux_target_weight, cfg.sft.target_noise)
 
-    # ---- Checkpoints, config and policy files, resume -------------------------------------
-    ckpt_dir, ckpt = run_checkpointer(cfg)
-    if distributed.is_main_process():
-        write_policy(ckpt_dir, cfg, bridge, "sft")
-    start = 0
-    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-        state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
-        start = int(extra["step"])
-        log.info("sft: resumed from step %d", start)
-    elif cfg.sft.init_from:  # a fresh run starts from another run's (or an imported checkpoint's) weights
-        state = init_from.load_into(cfg, state, mesh)
+            # ---- Checkpoints, config and policy files, resume -------------------------------------
+            ckpt_dir, ckpt = run_checkpointer(cfg)
+            if distributed.is_main_process():
+                write_policy(ckpt_dir, cfg, bridge, "sft")
+            start = 0
+            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+                state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
+                start = int(extra["step"])
+                saved["step"] = start
+                log.info("sft: resumed from step %d", start)
+            elif cfg.sft.init_from:  # a fresh run starts from another run's (or an imported checkpoint's) weights
+                state = init_from.load_into(cfg, state, mesh)
 
-    # ---- Train ----------------------------------------------------------------------------
-    logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
-    schedule = make_schedule(cfg)
-    losses: list[float] = []
-    evals: list[dict] = []
-    totals = {"prefix_tokens": 0, "row_tokens": 0, "samples": 0}
-    t_start = time.perf_counter()
-    t_last, last_logged = t_start, start
-    total = cfg.sft.num_steps
-    status = "done"
-    with (sharding.use_mesh(mesh, rules), StopRequest("sft") as stop,
-          Progress(total, f"sft {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
-        end = total if stop_at is None else min(stop_at, total)
-        for step in range(start, end):
-            batch = next(loader)
-            state, metrics = step_fn(state, batch)
-            host = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            losses.append(host["loss"])
-            for k in totals:
-                totals[k] += host[k]
-            done = step + 1
-            if not np.isfinite(host["loss"]):
-                raise FloatingPointError(f"sft: non-finite loss {host['loss']} at step {done}")
-            if done % cfg.logging.every_steps == 0 or done == total:
-                now = time.perf_counter()
-                host["lr"] = float(schedule(step))
-                host["steps_per_s"] = (done - last_logged) / max(now - t_last, 1e-9)
-                host["padding_fraction"] = 1.0 - host["prefix_tokens"] / max(host["row_tokens"], 1)
-                t_last, last_logged = now, done
-                logger.scalars(done, host, prefix="train/")
-                progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
-            limit = cfg.sft.time_limit_minutes
-            if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
-                log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
-                end = done
-            if done < end and stop.requested():  # SIGTERM / Ctrl-C: this step's checkpoint, then leave
-                log.warning("sft: interrupted (%s) after step %d; saving it", stop.reason, done)
-                end, status = done, "interrupted"
-            ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
-                      data_iter=loader, force=done in (total, end))
-            periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
-            if periodic or (done == end and cfg.sft.eval_every >= 0 and status == "done"):
-                evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
-            if done >= end:
-                break
-    ckpt.close()
-    loader.close()
-    logger.close()
-    te_scope.close()
-    seconds = time.perf_counter() - t_start
-    summary = {
-        "status": status, "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total,
-        "params": int(n_params),
-        "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
-        "losses": losses, "seconds": round(seconds, 1),
-        "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),
-        "checkpoint_dir": ckpt_dir, "evals": evals,
-    }
-    if return_state:
-        summary["state"] = state
-    return summary
+        # ---- Train ----------------------------------------------------------------------------
+        logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
+        schedule = make_schedule(cfg)
+        losses: list[float] = []
+        evals: list[dict] = []
+        totals = {"prefix_tokens": 0, "row_tokens": 0, "samples": 0}
+        t_start = time.perf_counter()
+        t_last, last_logged = t_start, start
+        total = cfg.sft.num_steps
+        status = "done"
+
+        def cleanup():  # an abandoned region: the checkpoint write in flight, then the TensorBoard events
+            ckpt.wait()
+            logger.close()
+
+        with (sharding.use_mesh(mesh, rules),
+              Progress(total, f"sft {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
+            end = total if stop_at is None else min(stop_at, total)
+            safe_at = start  # the newest step whose state a rerun gets back (saved, or the start)
+            for step in range(start, end):
+                # nothing since that state would be lost: a signal abandons the step at once
+                region = (stop.abandonable(f"step {step + 1} (its predecessor is saved)", kept, cleanup)
+                          if safe_at == step else contextlib.nullcontext())
+                with region:
+                    batch = next(loader)
+                    state, metrics = step_fn(state, batch)
+                    host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                losses.append(host["loss"])
+                for k in totals:
+                    totals[k] += host[k]
+                done = step + 1
+                if not np.isfinite(host["loss"]):
+                    raise FloatingPointError(f"sft: non-finite loss {host['loss']} at step {done}")
+                if done % cfg.logging.every_steps == 0 or done == total:
+                    now = time.perf_counter()
+                    host["lr"] = float(schedule(step))
+                    host["steps_per_s"] = (done - last_logged) / max(now - t_last, 1e-9)
+                    host["padding_fraction"] = 1.0 - host["prefix_tokens"] / max(host["row_tokens"], 1)
+                    t_last, last_logged = now, done
+                    logger.scalars(done, host, prefix="train/")
+                    progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
+                limit = cfg.sft.time_limit_minutes
+                if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
+                    log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
+                    end = done
+                if done < end and stop.requested():  # SIGTERM / Ctrl-C: this step's checkpoint, then leave
+                    log.warning("sft: interrupted (%s) after step %d; saving it", stop.reason, done)
+                    end, status = done, "interrupted"
+                periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
+                evaluate = status == "done" and (periodic or (done == end and cfg.sft.eval_every >= 0))
+                # an evaluation follows: save its step first, so a signal during it loses nothing
+                if ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
+                             data_iter=loader, force=done in (total, end) or evaluate):
+                    saved["step"] = safe_at = done
+                if status == "interrupted":
+                    stop.report(f"step {done}", f"finished it and saved checkpoint {done}")
+                if evaluate:
+                    with stop.abandonable(f"the evaluation at step {done}", kept, cleanup):
+                        evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
+                if done >= end:
+                    break
+        ckpt.close()
+        loader.close()
+        logger.close()
+        te_scope.close()
+        seconds = time.perf_counter() - t_start
+        summary = {
+            "status": status, "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total,
+            "params": int(n_params),
+            "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
+            "losses": losses, "seconds": round(seconds, 1),
+            "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),
+            "checkpoint_dir": ckpt_dir, "evals": evals,
+        }
+        if return_state:
+            summary["state"] = state
+        return summary
+
+
+def _kept(step: int | None) -> str:
+    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: step {step}")
 
 
 def _evaluate(cfg, bridge, model, params, step, logger) -> dict:

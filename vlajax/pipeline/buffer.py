@@ -32,6 +32,7 @@ import dataclasses
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,11 @@ import numpy as np
 from vlajax.pipeline.lanes import Lifetime
 from vlajax.pipeline.metrics import Timeline
 
-__all__ = ["Ticket", "Trajectory", "TrajectoryBuffer", "window_samples"]
+__all__ = ["GetAborted", "Ticket", "Trajectory", "TrajectoryBuffer", "window_samples"]
+
+
+class GetAborted(Exception):
+    """`TrajectoryBuffer.get` gave up because its `abort` flag turned True (e.g. a stop request)."""
 
 KEEP_VERSIONS = 16  # published versions remembered below the installed one (a slot may still hold one)
 
@@ -233,19 +238,23 @@ class TrajectoryBuffer:
         window = self.consumed // self.window
         return next((i for i, (deadline, _) in enumerate(self._items) if deadline <= window), None)
 
-    def get(self, timeout: float | None = None, updates: int | None = None) -> Trajectory:
+    def get(self, timeout: float | None = None, updates: int | None = None,
+            abort: Callable[[], bool] | None = None) -> Trajectory:
         """Pop the first item of the current sync window (blocking, with a timeout); count its staleness.
 
         Items arrive in completion order; one whose reservation belongs to a later window waits
         until the current window is complete (a straggler of this window is waited for).
         `updates`: optimizer updates the trainer has done (staleness in updates is counted from
-        it; None = the updates behind the trainer's published version).
+        it; None = the updates behind the trainer's published version). `abort`: re-checked at
+        every poll of the wait (however long the wait goes on); True ends it with `GetAborted`.
         """
         with self._cond:
-            self.lifetime.wait_until(self._cond, lambda: self._next_index() is not None,
+            self.lifetime.wait_until(self._cond, lambda: self._next_index() is not None or (abort and abort()),
                                      self.timeout_s if timeout is None else timeout,
                                      "rollout to produce this window's samples")
             idx = self._next_index()
+            if idx is None:
+                raise GetAborted("the wait for a sample was aborted")
             if idx:
                 self.deferred += 1
             _, item = self._items[idx]

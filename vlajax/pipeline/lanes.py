@@ -227,18 +227,20 @@ class LaneGroup:
 
     def run(self, timeout: float | None = None, on_interrupt: Callable[[], None] | None = None,
             join_timeout: float | Callable[[], float] = 10.0, handle_sigterm: bool = True,
-            drain: Callable[[], float] | None = None) -> str:
+            drain: Callable[[], float] | None = None, stop: Callable[[], bool] | None = None) -> str:
         """Start every lane, wait for all to finish; returns 'done' or 'interrupted'.
 
         Re-raises the first lane error (original traceback, note naming the lane). `timeout`
         bounds the whole run (raises `PipelineTimeout`). Installs a SIGTERM handler while
         running when called from the main thread. `drain` / `on_interrupt`: see the module
         docstring. `join_timeout` (seconds, or a function giving them when the lanes stop)
-        bounds the wait for the lanes after the stop.
+        bounds the wait for the lanes after the stop. `stop`: a flag someone else keeps (e.g.
+        `vlajax.preemption.StopRequest.local`, which owns the signals): polled instead of
+        installing a handler; its first True counts as the first interrupt.
         """
         sigterms: list[float] = []
         old_handler = None
-        if handle_sigterm and threading.current_thread() is threading.main_thread():
+        if stop is None and handle_sigterm and threading.current_thread() is threading.main_thread():
             old_handler = signal.signal(signal.SIGTERM, lambda *_: sigterms.append(time.monotonic()))
         deadline = None if timeout is None else time.monotonic() + timeout
         interrupts, handled, aborted = 0, 0, False
@@ -251,6 +253,8 @@ class LaneGroup:
                         if len(sigterms) > handled:
                             handled += 1
                             raise KeyboardInterrupt("SIGTERM")
+                        if stop is not None and not interrupts and stop():
+                            raise KeyboardInterrupt("stop requested")
                         now = time.monotonic()
                         if deadline is not None and now > deadline:
                             self.lifetime.stop(PipelineTimeout(f"run exceeded {timeout:.3g} s"), "main")

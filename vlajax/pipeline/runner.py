@@ -36,6 +36,7 @@ parameters (tests/pipeline/test_runner.py).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import threading
@@ -44,8 +45,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from vlajax.config import AsyncConfig, ConfigError
-from vlajax.pipeline.buffer import Trajectory, TrajectoryBuffer, window_samples
-from vlajax.pipeline.lanes import Lane, LaneGroup, Lifetime, PipelineTimeout
+from vlajax.pipeline.buffer import GetAborted, Trajectory, TrajectoryBuffer, window_samples
+from vlajax.pipeline.lanes import Lane, LaneGroup, Lifetime
 from vlajax.pipeline.metrics import Timeline, summarize
 from vlajax.pipeline.weights import ParamServer
 
@@ -53,7 +54,6 @@ __all__ = ["AsyncRunner", "RunnerCounters", "run_sync"]
 
 HISTORY = 1000  # per-update records an AsyncRunner keeps (on_update sees every one)
 DRAIN_MARGIN_S = 10.0  # added to twice the longest measured update when waiting for an update boundary
-_GET_SLICE_S = 0.25  # the trainer re-checks a stop request this often while it waits for its first micro-batch
 
 
 class _AtBoundary(Exception):
@@ -92,8 +92,12 @@ class AsyncRunner:
                  on_update: Callable[[AsyncRunner, dict], None] | None = None,
                  extra_lanes: Sequence[tuple[str, Callable[[Lane], bool | None]]] = (),
                  rollout: Callable[[AsyncRunner], Sequence[tuple[str, Callable[[Lane], bool | None]]]] | None = None,
-                 timeline: Timeline | None = None, sync_peers: Callable[[str], None] | None = None):
+                 timeline: Timeline | None = None, sync_peers: Callable[[str], None] | None = None,
+                 update_scope: Callable[[AsyncRunner], contextlib.AbstractContextManager] | None = None):
         self.cfg = cfg
+        # entered around each update's micro-batch waits and `train_step` (not `on_update`): e.g. a region a
+        # stop may abandon when nothing since the last checkpoint would be lost (`vlajax.rl.async_loop`)
+        self.update_scope = update_scope
         self.window = _check_sizes(cfg, samples_per_step, mini_batch)
         self.sample_step, self.train_step, self.get_params = sample_step, train_step, get_params
         self.state, self.num_updates = state, num_updates
@@ -153,17 +157,14 @@ class AsyncRunner:
         return True
 
     def _first_get(self) -> Trajectory:
-        """The update's first micro-batch; raises `_AtBoundary` if a stop is requested meanwhile."""
-        deadline = time.monotonic() + self.cfg.queue_timeout_s
-        while True:
-            if self._stop_at_boundary.is_set():
-                raise _AtBoundary
-            left = deadline - time.monotonic()
-            try:
-                return self.buffer.get(timeout=max(min(left, _GET_SLICE_S), 0.0), updates=self.counters.updates)
-            except PipelineTimeout:
-                if left <= _GET_SLICE_S:
-                    raise
+        """The update's first micro-batch; raises `_AtBoundary` if a stop is requested meanwhile
+        (re-checked at every poll of the wait, which goes on while rollout is busy)."""
+        if self._stop_at_boundary.is_set():
+            raise _AtBoundary
+        try:
+            return self.buffer.get(updates=self.counters.updates, abort=self._stop_at_boundary.is_set)
+        except GetAborted:
+            raise _AtBoundary from None
 
     def _micro_batches(self, lane: Lane, taken: list[Trajectory]) -> Iterator[Trajectory]:
         for i in range(self.cfg.require_batches):
@@ -206,10 +207,11 @@ class AsyncRunner:
 
     def _update(self, lane: Lane) -> None:
         taken: list[Trajectory] = []
-        batches = self._micro_batches(lane, taken)
-        if not self.cfg.streaming:
-            batches = iter(list(batches))
-        self.state, metrics = self.train_step(self.state, batches)
+        with self.update_scope(self) if self.update_scope is not None else contextlib.nullcontext():
+            batches = self._micro_batches(lane, taken)
+            if not self.cfg.streaming:
+                batches = iter(list(batches))
+            self.state, metrics = self.train_step(self.state, batches)
         # (short-circuit: `next` runs only when all were taken, so it never pulls an extra sample)
         if len(taken) != self.cfg.require_batches or next(batches, None) is not None:
             raise RuntimeError(f"train_step must consume exactly require_batches={self.cfg.require_batches} "
@@ -261,16 +263,18 @@ class AsyncRunner:
         with self._state_lock:
             return fn(self)
 
-    def run(self, timeout: float | None = None, on_interrupt: Callable[[AsyncRunner], None] | None = None) -> str:
+    def run(self, timeout: float | None = None, on_interrupt: Callable[[AsyncRunner], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> str:
         """Run until `num_updates` updates; 'done' or 'interrupted'.
 
         On SIGTERM / Ctrl-C the trainer finishes its update in progress, calls
         `on_interrupt(self)` in its own lane at that boundary (save a checkpoint there: state,
         counters and buffer are of that one update), and the run stops; the wait is bounded by
-        `drain_bound()`. A second signal raises `RunAborted` at once (nothing saved).
+        `drain_bound()`. A second signal raises `RunAborted` at once (nothing saved). `stop`: a
+        flag kept by the caller's signal handling (`LaneGroup.run`), polled instead of a handler.
         """
         self._on_interrupt = on_interrupt
-        status = self.group.run(timeout=timeout, drain=self.request_stop, join_timeout=self.drain_bound)
+        status = self.group.run(timeout=timeout, drain=self.request_stop, join_timeout=self.drain_bound, stop=stop)
         self.weights.install_pending()  # the last publication reaches the rollout side, lanes or not
         return status
 

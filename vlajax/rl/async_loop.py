@@ -48,6 +48,7 @@ Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window m
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -72,6 +73,7 @@ from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
+from vlajax.preemption import stop_request
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_progress import AsyncProgress
@@ -143,11 +145,17 @@ class _Collect:
 
     def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
         k_collect, _ = rl_setup.iteration_keys(self.cfg.seed, call)
-        with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules), self.lock:
-            if self.env_state is not None:  # kept until consumed: a checkpoint resumes from here
-                self.before[call] = jax.tree.map(jnp.copy, self.env_state)
-            self.env_state, batch, roll = self.fn(params, self.env_state, k_collect, jnp.int32(version))
-            self.calls = call + 1
+        # the lock guards the bookkeeping only, not the call (minutes for a VLA): the trainer's
+        # `consumed_metrics` / `snapshot` must not wait for a rollout in flight
+        with self.lock:
+            env_state = self.env_state  # donated to the call below
+            if env_state is not None:  # kept until consumed: a checkpoint resumes from here
+                self.before[call] = jax.tree.map(jnp.copy, env_state)
+            self.env_state = None
+        with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules):
+            env_state, batch, roll = self.fn(params, env_state, k_collect, jnp.int32(version))
+        with self.lock:
+            self.env_state, self.calls = env_state, call + 1
         roll = {k: float(v) for k, v in jax.device_get(roll).items()}
         with self.lock:
             self.by_call[call] = roll
@@ -166,8 +174,9 @@ class _Collect:
         with self.lock:
             for c in [c for c in self.before if c < consumed]:
                 del self.before[c]
+            # call `consumed` started (its copy; also while it is in flight) or not yet (the current state);
             # episodic (GRPO) collect calls reset their envs: no env state to keep
-            state = self.env_state if consumed >= self.calls or self.env_state is None else self.before[consumed]
+            state = self.before.get(consumed, self.env_state)
             return consumed, None if state is None else jax.tree.map(jnp.copy, state)
 
 
@@ -181,186 +190,229 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     10,000 updates ended; bounded, like every per-update record of a run).
     """
     p = cfg.pipeline
-    distributed.initialize(cfg.distributed)
-    compile_cache.enable(cfg.compilation_cache_dir)
-    placement = make_placement(p, cfg.mesh)
-    colocated = placement.kind == "colocated"
-    mesh = sharding.make_mesh(cfg.mesh) if colocated else placement.train_mesh  # the train state's mesh
-    hosts = _Hosts(cfg, mesh) if jax.process_count() > 1 else None
-    # the collect path's env state and scan; multi-process rollout stays on this host's devices
-    roll_mesh = placement.rollout_mesh if hosts is not None or not colocated else mesh
-    roll_cfg = cfg if hosts is None else dataclasses.replace(hosts.cfg, seed=hosts.seed)  # this host's envs
-    rules = cfg.mesh.logical_rules
-    setup = setup or rl_setup.build(cfg if hosts is None else hosts.cfg, mesh)
-    decisions = rl_setup.check_decisions(roll_cfg, setup, mesh)  # per process
-    log.info("rl async: process %d/%d, %d envs here; placement %s (rollout on this host's devices)",
-             jax.process_index(), jax.process_count(), roll_cfg.env.num_envs,
-             Placement(placement.kind, roll_mesh, mesh).describe())
-    if p.streaming:
-        check_streaming(cfg, p.require_batches)
-    tx = learner.make_optimizer(cfg.rl)
+    with stop_request("rl") as stop:
+        saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
+        kept = lambda: _kept(saved["step"])  # noqa: E731
+        with stop.abandonable("set-up (before the first update)", kept):  # nothing new yet: abandon at once
+            distributed.initialize(cfg.distributed)
+            stop.collective = jax.process_count() > 1  # then only update boundaries stop
+            compile_cache.enable(cfg.compilation_cache_dir)
+            placement = make_placement(p, cfg.mesh)
+            colocated = placement.kind == "colocated"
+            mesh = sharding.make_mesh(cfg.mesh) if colocated else placement.train_mesh  # the train state's mesh
+            hosts = _Hosts(cfg, mesh) if jax.process_count() > 1 else None
+            # the collect path's env state and scan; multi-process rollout stays on this host's devices
+            roll_mesh = placement.rollout_mesh if hosts is not None or not colocated else mesh
+            roll_cfg = cfg if hosts is None else dataclasses.replace(hosts.cfg, seed=hosts.seed)  # this host's envs
+            rules = cfg.mesh.logical_rules
+            setup = setup or rl_setup.build(cfg if hosts is None else hosts.cfg, mesh)
+            decisions = rl_setup.check_decisions(roll_cfg, setup, mesh)  # per process
+            log.info("rl async: process %d/%d, %d envs here; placement %s (rollout on this host's devices)",
+                     jax.process_index(), jax.process_count(), roll_cfg.env.num_envs,
+                     Placement(placement.kind, roll_mesh, mesh).describe())
+            if p.streaming:
+                check_streaming(cfg, p.require_batches)
+            tx = learner.make_optimizer(cfg.rl)
 
-    def init(rng):
-        return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
+            def init(rng):
+                return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
 
-    state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
-    # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
-    ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
-    update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
-                        in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
-                        donate_argnums=(1,))
-    slots = p.num_slots > 1
-    with sharding.use_mesh(roll_mesh, rules):
-        env_state = None if slots else rl_setup.place_env_state(
-            jax.jit(functools.partial(rl_setup.initial_env_state, roll_cfg, setup.env))(), roll_mesh)
+            state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+            # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
+            ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
+            update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
+                                in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
+                                donate_argnums=(1,))
+            slots = p.num_slots > 1
+            with sharding.use_mesh(roll_mesh, rules):
+                env_state = None if slots else rl_setup.place_env_state(
+                    jax.jit(functools.partial(rl_setup.initial_env_state, roll_cfg, setup.env))(), roll_mesh)
 
-    # ---- Checkpoint and resume -------------------------------------------------------------
-    ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
-    if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
-        run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
-    env_rows = rl_setup.env_leaves if hosts is None else (lambda e: hosts.stack(rl_setup.env_leaves(e)))
-    pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_rows(e)})  # multi-host: a row per process
-    counters, env_steps = RunnerCounters(), 0.0
-    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-        if hosts is None:
-            target = checkpoint.abstract_state(pack(state, env_state))
-        else:
-            target = {"train": checkpoint.abstract_state(state)} | (
-                {} if env_state is None else {"env": hosts.abstract_stack(rl_setup.env_leaves(env_state))})
-        restored, extra = ckpt.restore(target)
-        state = restored["train"]
-        if env_state is not None and hosts is None:
-            env_state = rl_setup.env_unleaves(env_state, restored["env"])
-        elif env_state is not None:
-            env_state = rl_setup.place_env_state(
-                rl_setup.env_unleaves(env_state, hosts.unstack(restored["env"])), roll_mesh)
-        counters = RunnerCounters(**extra["counters"])
-        env_steps = float(extra["env_steps"])
-        log.info("rl async: resumed at update %d (version %d)", counters.updates, counters.version)
+            # ---- Checkpoint and resume -------------------------------------------------------------
+            ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
+            if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
+                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
+            env_rows = rl_setup.env_leaves if hosts is None else (lambda e: hosts.stack(rl_setup.env_leaves(e)))
+            # multi-host: a row per process
+            pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_rows(e)})  # noqa: E731
+            counters, env_steps = RunnerCounters(), 0.0
+            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+                if hosts is None:
+                    target = checkpoint.abstract_state(pack(state, env_state))
+                else:
+                    target = {"train": checkpoint.abstract_state(state)} | (
+                        {} if env_state is None else {"env": hosts.abstract_stack(rl_setup.env_leaves(env_state))})
+                restored, extra = ckpt.restore(target)
+                state = restored["train"]
+                if env_state is not None and hosts is None:
+                    env_state = rl_setup.env_unleaves(env_state, restored["env"])
+                elif env_state is not None:
+                    env_state = rl_setup.place_env_state(
+                        rl_setup.env_unleaves(env_state, hosts.unstack(restored["env"])), roll_mesh)
+                counters = RunnerCounters(**extra["counters"])
+                saved["step"] = counters.updates
+                env_steps = float(extra["env_steps"])
+                log.info("rl async: resumed at update %d (version %d)", counters.updates, counters.version)
 
-    # ---- Rollout: placement, the collect path or env slots ---------------------------------
-    # colocated: the loop's own param shardings (so collect compiles as in the loop); else replicated.
-    # Multi-process: replicated on this host's rollout mesh, gathered replicated on the train mesh first.
-    rollout_sharding = (state_shardings.params if colocated and hosts is None
-                        else NamedSharding(placement.rollout_mesh, PartitionSpec()))
-    trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
-                      prepare=None if hosts is None else hosts.to_global, update_fn=update_fn, ref_params=ref_params)
-    trainer.updates = counters.updates
-    if slots:
-        work = RLWorkload(roll_cfg, setup)
-        reset, step, infer = work.env(p.num_slots, None, start=counters.updates)  # resumed: new key streams
-        per = roll_cfg.env.num_envs // p.num_slots
-        slot_rollout = SlotRollout(p, reset=reset, step=step, infer=infer, horizon=cfg.rl.rollout_length,
-                                   samples_per_slot=per * cfg.rl.rollout_length,
-                                   env_steps_per_decision=per * setup.action_horizon)
-        trainer.prepare = work._prepare if hosts is None else (lambda d: hosts.to_global(work._prepare(d)))
-        sample_step, rollout_lanes, mini = slot_rollout.sample_step, slot_rollout.lanes, per * cfg.rl.rollout_length
-        collect = None
-    else:
-        collect = _Collect(roll_cfg, setup, roll_mesh, env_state, counters.sample_calls)
-        sample_step, rollout_lanes, mini = collect, None, decisions
+            # ---- Rollout: placement, the collect path or env slots ---------------------------------
+            # colocated: the loop's own param shardings (so collect compiles as in the loop); else replicated.
+            # Multi-process: replicated on this host's rollout mesh, gathered replicated on the train mesh first.
+            rollout_sharding = (state_shardings.params if colocated and hosts is None
+                                else NamedSharding(placement.rollout_mesh, PartitionSpec()))
+            trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
+                              prepare=None if hosts is None else hosts.to_global, update_fn=update_fn,
+                              ref_params=ref_params)
+            trainer.updates = counters.updates
+            if slots:
+                work = RLWorkload(roll_cfg, setup)
+                reset, step, infer = work.env(p.num_slots, None, start=counters.updates)  # resumed: new key streams
+                per = roll_cfg.env.num_envs // p.num_slots
+                slot_rollout = SlotRollout(p, reset=reset, step=step, infer=infer, horizon=cfg.rl.rollout_length,
+                                           samples_per_slot=per * cfg.rl.rollout_length,
+                                           env_steps_per_decision=per * setup.action_horizon)
+                trainer.prepare = work._prepare if hosts is None else (lambda d: hosts.to_global(work._prepare(d)))
+                sample_step, rollout_lanes = slot_rollout.sample_step, slot_rollout.lanes
+                mini = per * cfg.rl.rollout_length
+                collect = None
+            else:
+                collect = _Collect(roll_cfg, setup, roll_mesh, env_state, counters.sample_calls)
+                sample_step, rollout_lanes, mini = collect, None, decisions
 
-    def train_step(s, micro_batches):
-        with sharding.use_mesh(mesh, rules):
-            return trainer(s, micro_batches)
+        def train_step(s, micro_batches):
+            with sharding.use_mesh(mesh, rules):
+                return trainer(s, micro_batches)
 
-    # ---- Logging, saving -------------------------------------------------------------------
-    logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
-    os.makedirs(cfg.output_dir, exist_ok=True)
-    main = distributed.is_main_process()
-    json_path = os.path.join(cfg.output_dir, "async_metrics.jsonl")
-    timeline = Timeline()
-    reporter = WindowReporter(timeline, logger, every=cfg.logging.every_steps, json_path=json_path if main else None)
-    total = cfg.rl.num_iterations
-    end = total if stop_at is None else min(stop_at, total)
-    evals: list[dict] = []
-    steps_box = [env_steps]
-    consumed = [0]  # env steps of the samples trained on in this run (all processes)
-    update_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic end of each update
-    first_update_end: list[float] = []  # the first one (it compiles): where the steady window starts
-    progress = AsyncProgress(total, f"rl async {cfg.name}", cfg.logging.progress, cfg.logging.every_steps,
-                             counters.updates, env_steps=timeline.total_env_steps)
+        # ---- Logging, saving -------------------------------------------------------------------
+        logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
+        os.makedirs(cfg.output_dir, exist_ok=True)
+        main = distributed.is_main_process()
+        json_path = os.path.join(cfg.output_dir, "async_metrics.jsonl")
+        timeline = Timeline()
+        reporter = WindowReporter(timeline, logger, every=cfg.logging.every_steps,
+                                  json_path=json_path if main else None)
+        total = cfg.rl.num_iterations
+        end = total if stop_at is None else min(stop_at, total)
+        evals: list[dict] = []
+        steps_box = [env_steps]
+        consumed = [0]  # env steps of the samples trained on in this run (all processes)
+        update_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic end of each update
+        first_update_end: list[float] = []  # the first one (it compiles): where the steady window starts
+        progress = AsyncProgress(total, f"rl async {cfg.name}", cfg.logging.progress, cfg.logging.every_steps,
+                                 counters.updates, env_steps=timeline.total_env_steps)
 
-    def save(runner: AsyncRunner, force: bool) -> None:
-        c = runner.counters
-        if collect is not None:  # one collect call per micro-batch: the calls consumed so far
-            calls, env_copy = collect.snapshot(c.updates * p.require_batches)
-        else:
-            calls, env_copy = runner.resume_counters().sample_calls, None  # rounds consumed, not started
-        extra = {"counters": {"updates": c.updates, "version": c.version, "sample_calls": calls},
-                 "env_steps": steps_box[0], "seed": cfg.seed, "config": cfg.name, "iteration": c.updates}
-        ckpt.save(c.updates, pack(runner.state, env_copy), force=force, extra=extra)
+        def save(runner: AsyncRunner, force: bool) -> None:
+            c = runner.counters
+            if collect is not None:  # one collect call per micro-batch: the calls consumed so far
+                calls, env_copy = collect.snapshot(c.updates * p.require_batches)
+            else:
+                calls, env_copy = runner.resume_counters().sample_calls, None  # rounds consumed, not started
+            extra = {"counters": {"updates": c.updates, "version": c.version, "sample_calls": calls},
+                     "env_steps": steps_box[0], "seed": cfg.seed, "config": cfg.name, "iteration": c.updates}
+            if ckpt.save(c.updates, pack(runner.state, env_copy), force=force, extra=extra):
+                saved["step"] = c.updates
 
-    def on_update(runner: AsyncRunner, record: dict) -> None:
-        update_times.append(time.monotonic())
-        if not first_update_end:
-            first_update_end.append(update_times[-1])
-        u = record["update"]
-        m = dict(record["metrics"])
-        if collect is not None:  # update u trained on collect calls (u - 1) * rb .. u * rb - 1
-            m |= collect.consumed_metrics(range((u - 1) * p.require_batches, u * p.require_batches))
-        produced = timeline.total_env_steps()  # by this process so far (O(1))
-        used = int(record["env_steps"])
-        if hosts is not None:  # every process's trainer is here after the same update: sum over them
-            produced, used = hosts.sum([produced, used])
-        steps_box[0] = env_steps + float(produced)  # produced so far
-        consumed[0] += used
-        m |= {"staleness_max": float(max(record["staleness"])), "version": float(record["version"]),
-              "staleness_updates_max": float(max((s for s in record["staleness_updates"] if s is not None), default=0))}
-        logger.scalars(u, m, prefix="train/")
-        reporter(u)
-        progress.update(u, m["staleness_max"], m.get("success"))
-        if main:
-            with open(json_path, "a") as f:
-                f.write(json.dumps({"update": u, "train": m}) + "\n")
-        save(runner, force=u in (total, end))
-        if (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or (u == total and cfg.rl.eval_every >= 0):
-            with runner.trainer_lane.heartbeat():  # evaluating in the trainer lane: busy, not stalled
-                evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0],
-                                               step_name="update"))
-            progress.evaluated(evals[-1]["mean_success"])
-        if u >= end:
-            runner.lifetime.stop()
-
-    def save_on_interrupt(runner: AsyncRunner) -> None:
-        ckpt.wait()  # the newest update may already be saved (every_steps=1, or a forced save)
-        if runner.counters.updates not in ckpt.all_steps():
-            save(runner, force=True)
-        log.info("rl async: interrupted after update %d; checkpoint in %s", runner.counters.updates, ckpt_dir)
-
-    runner = AsyncRunner(p, sample_step=sample_step, train_step=train_step, get_params=lambda s: s.params,
-                         state=state, num_updates=total, samples_per_step=mini, mini_batch=mini,
-                         rollout_shardings=rollout_sharding, counters=counters, on_update=on_update,
-                         rollout=rollout_lanes, timeline=timeline,
-                         publish_sharding=None if hosts is None else hosts.repl,
-                         sync_peers=None if hosts is None else hosts.barrier)
-    t0 = time.perf_counter()
-    try:
-        with progress:  # the terminal hears from the run at least every 30 s
-            if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 (as in sync)
-                evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
-                progress.evaluated(evals[-1]["mean_success"])
-            status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt)
-        ckpt.wait()
-    finally:
-        if runner.group.alive:  # a lane outlived its stop: closing under it could corrupt a checkpoint
-            log.error("rl async: lanes %s still running; checkpointer and logger left open", runner.group.alive)
-        else:
-            ckpt.close()
+        def cleanup():  # an abandoned region: the checkpoint write in flight, then the TensorBoard events
+            ckpt.wait()
             logger.close()
-    version, rollout_params = runner.weights.latest()
-    checksum = float(jax.jit(_abs_sum)(rollout_params))  # reduced on device: no weight copy to the host
-    log.info("rl async: process %d: %s after %d updates; rollout weights version %d (checksum %.9g); "
-             "env steps trained on: %d by this process, %d by all", jax.process_index(), status,
-             runner.counters.updates, version, checksum,
-             sum(r["env_steps"] for r in runner.history), consumed[0])
-    # the steady state: from the end of this run's first update (which compiles) to its last
-    steady = runner.summary(first_update_end[0], update_times[-1]) if len(update_times) > 1 else {}
-    return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
-            "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
-            "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
-            "update_times": list(update_times), "summary_steady": steady,
-            "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
+
+        start_updates = counters.updates
+
+        def update_scope(runner: AsyncRunner):
+            """An update (its micro-batch waits and its step) that a stop may abandon: its predecessor is saved."""
+            u = runner.counters.updates
+            if u == start_updates or u == saved["step"]:
+                return stop.abandonable(f"update {u + 1} (its predecessor is saved)", kept, cleanup)
+            return contextlib.nullcontext()
+
+        def on_update(runner: AsyncRunner, record: dict) -> None:
+            update_times.append(time.monotonic())
+            if not first_update_end:
+                first_update_end.append(update_times[-1])
+            u = record["update"]
+            m = dict(record["metrics"])
+            if collect is not None:  # update u trained on collect calls (u - 1) * rb .. u * rb - 1
+                m |= collect.consumed_metrics(range((u - 1) * p.require_batches, u * p.require_batches))
+            produced = timeline.total_env_steps()  # by this process so far (O(1))
+            used = int(record["env_steps"])
+            if hosts is not None:  # every process's trainer is here after the same update: sum over them
+                produced, used = hosts.sum([produced, used])
+            steps_box[0] = env_steps + float(produced)  # produced so far
+            consumed[0] += used
+            m |= {"staleness_max": float(max(record["staleness"])), "version": float(record["version"]),
+                  "staleness_updates_max": float(max((s for s in record["staleness_updates"] if s is not None),
+                                                     default=0))}
+            logger.scalars(u, m, prefix="train/")
+            reporter(u)
+            progress.update(u, m["staleness_max"], m.get("success"))
+            if main:
+                with open(json_path, "a") as f:
+                    f.write(json.dumps({"update": u, "train": m}) + "\n")
+            evaluate = (cfg.rl.eval_every > 0 and u % cfg.rl.eval_every == 0) or (u == total and cfg.rl.eval_every >= 0)
+            save(runner, force=u in (total, end) or evaluate)  # an evaluation follows: a stop in it loses nothing
+            if evaluate:
+                # evaluating in the trainer lane: busy, not stalled; a stop abandons it at once
+                with (runner.trainer_lane.heartbeat(),
+                      stop.abandonable(f"the evaluation at update {u}", kept, cleanup)):
+                    evals.append(rl_setup.log_eval(setup, logger, runner.state.params, u, steps_box[0],
+                                                   step_name="update"))
+                progress.evaluated(evals[-1]["mean_success"])
+            if u >= end:
+                runner.lifetime.stop()
+
+        def save_on_interrupt(runner: AsyncRunner) -> None:
+            """In the trainer lane at the boundary after a stop: save the update if it is new, then drop
+            what the other lanes have in flight (a rollout call may take minutes; nothing in it is kept)."""
+            ckpt.wait()  # the newest update may already be saved (every_steps=1, or a forced save)
+            u = runner.counters.updates
+            if u != start_updates and u not in ckpt.all_steps():
+                save(runner, force=True)
+                did = f"stopped at the boundary after update {u}, saved checkpoint {u}, dropped the rollout in flight"
+            else:
+                did = f"stopped at the boundary after update {u}, dropped the rollout in flight; {kept()}"
+            log.info("rl async: interrupted after update %d; checkpoint in %s", u, ckpt_dir)
+            stop.exit_now(f"the async run at update {u}", did, cleanup)  # (multi-process: returns; lanes joined)
+
+        runner = AsyncRunner(p, sample_step=sample_step, train_step=train_step, get_params=lambda s: s.params,
+                             state=state, num_updates=total, samples_per_step=mini, mini_batch=mini,
+                             rollout_shardings=rollout_sharding, counters=counters, on_update=on_update,
+                             rollout=rollout_lanes, timeline=timeline,
+                             publish_sharding=None if hosts is None else hosts.repl,
+                             sync_peers=None if hosts is None else hosts.barrier, update_scope=update_scope)
+        t0 = time.perf_counter()
+        try:
+            with progress:  # the terminal hears from the run at least every 30 s
+                if counters.updates == 0 and cfg.rl.eval_every > 0:  # the starting policy: update 0 (as in sync)
+                    with stop.abandonable("the evaluation at update 0", kept, cleanup):
+                        evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
+                    progress.evaluated(evals[-1]["mean_success"])
+                status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt, stop=stop.local)
+            ckpt.wait()
+            if status == "interrupted":
+                stop.report(f"the async run at update {runner.counters.updates}",
+                            f"stopped at the boundary after update {runner.counters.updates}")
+        finally:
+            if runner.group.alive:  # a lane outlived its stop: closing under it could corrupt a checkpoint
+                log.error("rl async: lanes %s still running; checkpointer and logger left open", runner.group.alive)
+            else:
+                ckpt.close()
+                logger.close()
+        version, rollout_params = runner.weights.latest()
+        checksum = float(jax.jit(_abs_sum)(rollout_params))  # reduced on device: no weight copy to the host
+        log.info("rl async: process %d: %s after %d updates; rollout weights version %d (checksum %.9g); "
+                 "env steps trained on: %d by this process, %d by all", jax.process_index(), status,
+                 runner.counters.updates, version, checksum,
+                 sum(r["env_steps"] for r in runner.history), consumed[0])
+        # the steady state: from the end of this run's first update (which compiles) to its last
+        steady = runner.summary(first_update_end[0], update_times[-1]) if len(update_times) > 1 else {}
+        return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
+                "seconds": round(time.perf_counter() - t0, 1), "history": runner.history, "evals": evals,
+                "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
+                "update_times": list(update_times), "summary_steady": steady,
+                "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
+
+
+def _kept(step: int | None) -> str:
+    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: update {step}")
 
 
 def _abs_sum(tree: Any) -> jax.Array:

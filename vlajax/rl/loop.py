@@ -20,14 +20,20 @@ Algorithms: PPO runs continuing envs (auto-reset, `rl.rollout_length` decisions 
 iteration, GAE); GRPO resets all envs each iteration, `rl.group_size` per initial state, and
 plays one whole episode (`ceil(env.episode_length / H)` decisions). Iteration i uses
 `fold_in(key(seed), i)`; the checkpoint holds the train state and (PPO) the env state, so a
-resumed run continues identically. SIGTERM / Ctrl-C stop after the current iteration with its
-checkpoint (`vlajax.preemption`; a second signal exits at once). A non-finite loss or gradient stops the run before any
-save: the newest checkpoint is the last good one.
+resumed run continues identically. A non-finite loss or gradient stops the run before any save: the
+newest checkpoint is the last good one.
+
+SIGTERM / Ctrl-C (`vlajax.preemption`), wherever they land (docs/reliability.md has the table):
+set-up, the first compile, a restore, an evaluation (its iteration's checkpoint is written before
+it starts) and an iteration whose predecessor is saved are abandoned at once (exit 0 after the
+checkpoint write in flight); an iteration with unsaved predecessors (`checkpoint.every_steps` > 1)
+is finished and saved, then the loop leaves. A second signal exits at once (130).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import os
@@ -40,7 +46,7 @@ import jax.numpy as jnp
 from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger, Progress
-from vlajax.preemption import StopRequest
+from vlajax.preemption import stop_request
 from vlajax.rl import learner
 from vlajax.rl.setup import (
     Setup,
@@ -70,95 +76,121 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     10,000 iterations (bounded memory on runs of any length). Raises
     `learner.NonFiniteError` (after closing the checkpointer) on a non-finite update.
     """
-    # ---- Start-up: processes, compile cache, mesh ----------------------------------------
-    distributed.initialize(cfg.distributed)
-    compile_cache.enable(cfg.compilation_cache_dir)
-    mesh = sharding.make_mesh(cfg.mesh)
-    rules = cfg.mesh.logical_rules
-    setup = setup or build(cfg, mesh)
-    decisions = check_decisions(cfg, setup, mesh)
-    log.info("rl: %s %s, %d envs, %d decisions per iteration, mesh %s", cfg.rl.algo, setup.actor.name,
-             cfg.env.num_envs, decisions, dict(mesh.shape))
+    with stop_request("rl") as stop:
+        saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
+        kept = lambda: _kept(saved["step"])  # noqa: E731
+        with stop.abandonable("set-up (before the first iteration)", kept):  # nothing new yet: abandon at once
+            # ---- Start-up: processes, compile cache, mesh ----------------------------------------
+            distributed.initialize(cfg.distributed)
+            stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
+            compile_cache.enable(cfg.compilation_cache_dir)
+            mesh = sharding.make_mesh(cfg.mesh)
+            rules = cfg.mesh.logical_rules
+            setup = setup or build(cfg, mesh)
+            decisions = check_decisions(cfg, setup, mesh)
+            log.info("rl: %s %s, %d envs, %d decisions per iteration, mesh %s", cfg.rl.algo, setup.actor.name,
+                     cfg.env.num_envs, decisions, dict(mesh.shape))
 
-    # ---- Train state on its shards; jitted collect and update ----------------------------
-    tx = learner.make_optimizer(cfg.rl)
+            # ---- Train state on its shards; jitted collect and update ----------------------------
+            tx = learner.make_optimizer(cfg.rl)
 
-    def init(rng):
-        return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
+            def init(rng):
+                return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
 
-    state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
-    n_params = sum(x.size for x in jax.tree.leaves(state.params))
-    # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
-    ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
-    ref_fn = jax.jit(functools.partial(learner.with_reference, setup.actor.logp_value))
-    collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
-    update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
-                        in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
-                        donate_argnums=(1,))
-    with sharding.use_mesh(mesh, rules):
-        env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
+            state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+            n_params = sum(x.size for x in jax.tree.leaves(state.params))
+            # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
+            ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
+            ref_fn = jax.jit(functools.partial(learner.with_reference, setup.actor.logp_value))
+            collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
+            update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
+                                in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
+                                donate_argnums=(1,))
+            with sharding.use_mesh(mesh, rules):
+                env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
 
-    # ---- Checkpoints and resume ----------------------------------------------------------
-    ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
-    if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
-        run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl")
-    pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})
-    start, env_steps = 0, 0.0
-    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-        restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
-        state = restored["train"]
-        env_state = None if env_state is None else env_unleaves(env_state, restored["env"])
-        start, env_steps = int(extra["iteration"]), float(extra["env_steps"])
-        log.info("rl: resumed from iteration %d", start)
+            # ---- Checkpoints and resume ----------------------------------------------------------
+            ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
+            if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
+                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl")
+            pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})
+            start, env_steps = 0, 0.0
+            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+                restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
+                state = restored["train"]
+                env_state = None if env_state is None else env_unleaves(env_state, restored["env"])
+                start, env_steps = int(extra["iteration"]), float(extra["env_steps"])
+                saved["step"] = start
+                log.info("rl: resumed from iteration %d", start)
+        # ---- Train ---------------------------------------------------------------------------
+        logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
 
-    # ---- Train ---------------------------------------------------------------------------
-    logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
-    total = cfg.rl.num_iterations
-    end = total if stop_at is None else min(stop_at, total)
-    history: collections.deque[dict] = collections.deque(maxlen=10_000)
-    evals = []
-    times: collections.deque[list[float]] = collections.deque(maxlen=10_000)  # monotonic start, end, env steps
-    t_start = time.perf_counter()
-    status = "done"
-    try:
-        with (sharding.use_mesh(mesh, rules), StopRequest("rl") as stop,
-              Progress(total, f"rl {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
-            if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
-                evals.append(log_eval(setup, logger, state.params, 0, env_steps))
-            for it in range(start, end):
-                t0, m0 = time.perf_counter(), time.monotonic()
-                k_collect, k_update = iteration_keys(cfg.seed, it)
-                env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
-                batch = learner.critic_warmup(cfg.rl, it, batch)
-                if ref_params is not None:
-                    batch = ref_fn(ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
-                state, metrics = update_fn(k_update, state, batch)
-                host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
-                learner.check_finite(host, it + 1)  # raises before this iteration is saved
-                done = it + 1
-                seconds = time.perf_counter() - t0
-                env_steps += host["env_steps"]
-                times.append([m0, time.monotonic(), host["env_steps"]])
-                host |= {"env_steps_per_s": host["env_steps"] / seconds, "iteration_s": seconds,
-                         "total_env_steps": env_steps}
-                history.append({k: host[k] for k in ("success", "episode_return", "policy_loss", "env_steps_per_s")})
-                if done % cfg.logging.every_steps == 0 or done == total:
-                    logger.scalars(done, host, prefix="train/")
-                    progress.update(done, {"success": host["success"], "return": host["episode_return"],
-                                           "sps": host["env_steps_per_s"]})
-                if done < end and stop.requested():  # SIGTERM / Ctrl-C: this iteration's checkpoint, then leave
-                    log.warning("rl: interrupted (%s) after iteration %d; saving it", stop.reason, done)
-                    end, status = done, "interrupted"
-                ckpt.save(done, pack(state, env_state), force=done in (total, end),
-                          extra={"iteration": done, "env_steps": env_steps, "config": cfg.name})
-                if status == "interrupted":
-                    break
-                periodic = cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0
-                if periodic or (done == total and cfg.rl.eval_every >= 0):
-                    evals.append(log_eval(setup, logger, state.params, done, env_steps))
-    finally:
-        ckpt.close()
-        logger.close()
-    return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
-            "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": list(history),
-            "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": list(times)}
+        def cleanup():  # an abandoned region: the checkpoint write in flight, then the TensorBoard events
+            ckpt.wait()
+            logger.close()
+
+        total = cfg.rl.num_iterations
+        end = total if stop_at is None else min(stop_at, total)
+        history: collections.deque[dict] = collections.deque(maxlen=10_000)
+        evals = []
+        times: collections.deque[list[float]] = collections.deque(maxlen=10_000)  # monotonic start, end, env steps
+        t_start = time.perf_counter()
+        status = "done"
+        try:
+            with (sharding.use_mesh(mesh, rules),
+                  Progress(total, f"rl {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
+                if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
+                    with stop.abandonable("the evaluation at iteration 0", kept, cleanup):
+                        evals.append(log_eval(setup, logger, state.params, 0, env_steps))
+                safe_at = start  # the newest iteration whose state a rerun gets back (saved, or the start)
+                for it in range(start, end):
+                    # nothing since that state would be lost: a signal abandons the iteration at once
+                    region = (stop.abandonable(f"iteration {it + 1} (its predecessor is saved)", kept, cleanup)
+                              if safe_at == it else contextlib.nullcontext())
+                    with region:
+                        t0, m0 = time.perf_counter(), time.monotonic()
+                        k_collect, k_update = iteration_keys(cfg.seed, it)
+                        env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
+                        batch = learner.critic_warmup(cfg.rl, it, batch)
+                        if ref_params is not None:
+                            batch = ref_fn(ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
+                        state, metrics = update_fn(k_update, state, batch)
+                        host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
+                    learner.check_finite(host, it + 1)  # raises before this iteration is saved
+                    done = it + 1
+                    seconds = time.perf_counter() - t0
+                    env_steps += host["env_steps"]
+                    times.append([m0, time.monotonic(), host["env_steps"]])
+                    host |= {"env_steps_per_s": host["env_steps"] / seconds, "iteration_s": seconds,
+                             "total_env_steps": env_steps}
+                    history.append({k: host[k] for k in
+                                    ("success", "episode_return", "policy_loss", "env_steps_per_s")})
+                    if done % cfg.logging.every_steps == 0 or done == total:
+                        logger.scalars(done, host, prefix="train/")
+                        progress.update(done, {"success": host["success"], "return": host["episode_return"],
+                                               "sps": host["env_steps_per_s"]})
+                    if done < end and stop.requested():  # SIGTERM / Ctrl-C: this iteration's checkpoint, then leave
+                        log.warning("rl: interrupted (%s) after iteration %d; saving it", stop.reason, done)
+                        end, status = done, "interrupted"
+                    periodic = cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0
+                    evaluate = status == "done" and (periodic or (done == total and cfg.rl.eval_every >= 0))
+                    # an evaluation follows: save its iteration first, so a signal during it loses nothing
+                    if ckpt.save(done, pack(state, env_state), force=done in (total, end) or evaluate,
+                                 extra={"iteration": done, "env_steps": env_steps, "config": cfg.name}):
+                        saved["step"] = safe_at = done
+                    if status == "interrupted":
+                        stop.report(f"iteration {done}", f"finished it and saved checkpoint {done}")
+                        break
+                    if evaluate:
+                        with stop.abandonable(f"the evaluation at iteration {done}", kept, cleanup):
+                            evals.append(log_eval(setup, logger, state.params, done, env_steps))
+        finally:
+            ckpt.close()
+            logger.close()
+        return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
+                "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": list(history),
+                "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": list(times)}
+
+
+def _kept(step: int | None) -> str:
+    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: iteration {step}")

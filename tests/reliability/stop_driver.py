@@ -1,0 +1,155 @@
+"""`python -m tests.reliability.stop_driver SLOW SECONDS CMD [train args...]`: the real `vlajax.train`
+command with one phase made slow, and a marker line (`PHASE <name> [n]`) printed as each phase starts,
+so a test can send a signal into the phase it means (tests/reliability/test_stop_anywhere.py).
+
+What is replaced, and why: `rl` runs on the toy point env of `tests/rl/rollout_toy.py` (the MJX
+tabletop takes ~100 s to compile cold here; the loops, checkpointer, logger, lanes and CLI are the
+real ones), and the `sft` evaluation is a sleep (the closed-loop eval renders MJX scenes: minutes).
+The slow phase sleeps `SECONDS`:
+
+- `setup`: inside the policy / data set-up, before anything of the run compiles;
+- `compile`: while the first jitted step is traced (its compile follows);
+- `update` / `step`: inside every optimizer update from the 2nd on (a host callback inside the
+  jitted rl update: an XLA call Python cannot interrupt; sft: before the step's call);
+- `eval`: inside every evaluation;
+- `rollout`: inside every rl rollout call from the 3rd on (a host callback inside the jitted collect).
+
+`STOP_DRIVER_DEVICES=8`: 8 virtual CPU devices, like the test process (tests/conftest.py), which can
+then resume a run in-process on the same mesh (the sync cells do; the async ones stay on one device --
+concurrent lanes on 8 virtual CPU devices can deadlock in XLA's CPU collectives -- and resume in a
+subprocess).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_slow = {"phase": "none", "seconds": 0.0}
+_counts: dict[str, int] = {}
+
+
+def mark(name: str, slow_from: int = 1) -> int:
+    """Print `PHASE name n` (n counts this phase's starts) and sleep when it is the slow phase."""
+    n = _counts[name] = _counts.get(name, 0) + 1
+    print(f"PHASE {name} {n}", flush=True)
+    if name == _slow["phase"] and n >= slow_from:
+        time.sleep(_slow["seconds"])
+    return n
+
+
+def patch(command: str, set_attr=setattr) -> None:
+    """Install the toy / marker replacements for `command` ('rl' or 'sft'); `set_attr`: e.g. pytest's
+    `monkeypatch.setattr` to undo them after an in-process run. Counters start again."""
+    _counts.clear()
+    _patch_rl(set_attr) if command == "rl" else _patch_sft(set_attr)
+
+
+def _host_mark(name: str, slow_from: int):
+    def cb():
+        mark(name, slow_from)
+        return np.int32(0)
+
+    return jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32))
+
+
+def _patch_rl(set_attr) -> None:
+    from tests.rl import rollout_toy as toy
+    from vlajax.rl import actors, learner, loop, mlp_policy
+    from vlajax.rl import rollout as ro
+    from vlajax.rl import setup as rl_setup
+
+    def build(cfg, mesh=None):
+        mark("setup")
+        h, ep = cfg.model.action_horizon, cfg.env.episode_length
+        env = toy.make_env(cfg.env.num_envs, h, ep)
+        model = mlp_policy.MLPActorCritic(action_horizon=h, action_dim=4, hidden=(16, 16), value_hidden=(16, 16))
+        actor = actors.mlp_actor(model, use_value=cfg.rl.algo == "ppo")
+        sample = actor.sample
+
+        def traced_sample(*a, **k):  # runs when the rollout is traced: the first compile
+            if "compile" not in _counts:
+                mark("compile")
+            return sample(*a, **k)
+
+        actor = _replace(actor, sample=traced_sample)
+        eval_env = toy.make_env(8, h, ep)
+        run_eval = jax.jit(lambda p, k: ro.evaluate(actor, eval_env, p, k, jnp.repeat(jnp.arange(2), 4), ep // h))
+
+        def evaluate(params, iteration):
+            mark("eval")
+            s = np.asarray(run_eval(params, jax.random.key(7))["success"])
+            return {"mean_success": float(s.mean()), "per_task": {"t0": float(s[:4].mean()), "t1": float(s[4:].mean())}}
+
+        return rl_setup.Setup(actor, env, lambda k: model.init(k, jnp.zeros((1, toy.OBS_DIM)))["params"], evaluate,
+                              h, ro.decisions_per_episode(ep, h))
+
+    update, collect = learner.update, rl_setup.collect
+
+    def slow_update(config, logp_value, rng, state, batch):
+        z = _host_mark("update", 2).astype(jnp.float32)
+        return update(config, logp_value, rng, state, batch | {"advantages": batch["advantages"] + 0.0 * z})
+
+    def slow_collect(cfg, setup, params, env_state, rng, version):
+        z = _host_mark("rollout", 3)
+        return collect(cfg, setup, params, env_state, rng, version + 0 * z)
+
+    set_attr(learner, "update", slow_update)
+    set_attr(rl_setup, "collect", slow_collect)
+    set_attr(loop, "collect", slow_collect)
+    set_attr(rl_setup, "build", build)
+    set_attr(loop, "build", build)
+
+
+def _replace(actor, **k):
+    import dataclasses
+
+    return dataclasses.replace(actor, **k)
+
+
+def _patch_sft(set_attr) -> None:
+    from vlajax import sft
+    from vlajax.data import build as data_build
+
+    make_loader = data_build.make_loader
+
+    def slow_loader(*a, **k):
+        mark("setup")
+        return make_loader(*a, **k)
+
+    set_attr(data_build, "make_loader", slow_loader)
+    make_step = sft.make_train_step
+
+    def slow_make_step(*a, **k):
+        step_fn = make_step(*a, **k)
+
+        def step(state, batch):
+            if "compile" not in _counts:  # the first call compiles
+                mark("compile")
+            mark("step", 2)
+            return step_fn(state, batch)
+
+        return step
+
+    set_attr(sft, "make_train_step", slow_make_step)
+
+    def evaluate(cfg, bridge, model, params, step, logger):
+        mark("eval")
+        return {"step": step, "mean_success": 0.0, "per_task": {}}
+
+    set_attr(sft, "_evaluate", evaluate)
+
+
+if __name__ == "__main__":
+    if (devices := int(os.environ.get("STOP_DRIVER_DEVICES", "1"))) > 1:  # as the test process: it resumes runs
+        jax.config.update("jax_num_cpu_devices", devices)
+    _slow.update(phase=sys.argv[1], seconds=float(sys.argv[2]))
+    patch(sys.argv[3])
+    from vlajax import train
+
+    sys.exit(train.main(sys.argv[3:]))

@@ -1,0 +1,211 @@
+"""Stop anywhere: SIGTERM into every phase of `rl` (sync and async) and `sft` -- set-up, the first
+compile, the update-0 evaluation, an update (its predecessor saved, or not), a periodic evaluation,
+the async trainer waiting for a batch while rollout is busy. Each cell of docs/reliability.md's table
+is one test here: the command (a subprocess: `tests/reliability/stop_driver.py`, which makes the phase
+slow -- 60-120 s sleeps in evaluations and set-up, 12 s updates -- and marks where it is) gets SIGTERM
+inside the phase and must exit 0 within the phase's documented bound, print one line saying what it
+did, keep the expected checkpoints (no partial ones), and the same command run again (in this
+process) must end on exactly the uninterrupted run's train state.
+
+The bounds (docs/reliability.md): a phase with nothing unsaved is abandoned at once -- exit within
+`ABANDON_S` (the write in flight, interpreter exit); an update with unsaved predecessors is finished
+and saved: its remaining time plus `ABANDON_S`. The run reaches each phase in ~10-20 s here (process
+start-up dominates), so the whole file takes ~4-6 min on a loaded 2-core machine; it holds every cell.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from tests.reliability import stop_driver
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ABANDON_S = 10.0  # nothing unsaved: signal -> exit 0 (measured 0.1-1 s; slack for a loaded machine)
+UPDATE_S = 12.0  # the slow updates / steps
+LONG_S = 120.0  # the slow set-up, compile, evaluation and rollout: far longer than any bound here
+N = 4  # rl iterations / updates
+SFT_STEPS = 4
+
+
+def _cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.getbasetemp() / "stop-anywhere-cache")
+
+
+class _Proc:
+    """The driver in a subprocess; merged output read line by line."""
+
+    def __init__(self, slow: str, seconds: float, args: list[str], devices: int = 1):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "STOP_DRIVER_DEVICES": str(devices),
+               "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env.pop("XLA_FLAGS", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.stop_driver", slow, str(seconds), *args],
+                                     cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for ln in self.proc.stdout:
+            with self.cond:
+                self.lines.append(ln.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_line(self, text: str, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while text not in self.lines:
+                assert self.proc.poll() is None or text in self.lines, "\n".join(self.lines[-40:])
+                assert time.monotonic() < deadline, f"no {text!r} in {timeout} s:\n" + "\n".join(self.lines[-40:])
+                self.cond.wait(0.5)
+
+
+def _interrupt(slow: str, seconds: float, marker: str, args: list[str], devices: int) -> tuple[int, float, str]:
+    """Run, wait for `marker`, SIGTERM 0.5 s into the phase -> (exit code, seconds signal -> exit, output)."""
+    p = _Proc(slow, seconds, args, devices)
+    p.wait_line(marker)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.proc.send_signal(signal.SIGTERM)
+    rc = p.proc.wait(timeout=300)
+    seconds_to_exit = time.monotonic() - t0
+    time.sleep(0.2)
+    return rc, seconds_to_exit, "\n".join(p.lines)
+
+
+def _steps(ckpt: str) -> list[int]:
+    if not os.path.isdir(ckpt):
+        return []
+    names = os.listdir(ckpt)
+    assert not [d for d in names if "tmp" in d], names  # no partial checkpoint
+    return sorted(int(d) for d in names if d.isdigit())
+
+
+def _final_train_state(ckpt: str, step: int) -> list[np.ndarray]:
+    """The train state's leaves as numpy (whatever device count wrote them)."""
+    import orbax.checkpoint as ocp
+
+    path, c = os.path.join(ckpt, str(step), "state"), ocp.PyTreeCheckpointer()
+    meta = c.metadata(path).item_metadata
+    tree = c.restore(path, restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta))
+    return [np.asarray(x) for x in jax.tree.leaves(tree.get("train", tree))]
+
+
+def _run_subprocess(args: list[str]) -> None:
+    """The same command once more, in a process of one device (no slow phase)."""
+    p = _Proc("none", 0.0, args)
+    rc = p.proc.wait(timeout=600)
+    time.sleep(0.2)
+    assert rc == 0, "\n".join(p.lines[-40:])
+
+
+def _run_in_process(command: str, args: list[str], monkeypatch) -> None:
+    """The same command once more, here (no slow phase): it resumes from what the stop kept."""
+    from vlajax import train
+
+    with monkeypatch.context() as m:
+        stop_driver.patch(command, m.setattr)
+        assert train.main(args) == 0
+
+
+def _assert_same(ckpt: str, ref: str, step: int) -> None:
+    got, want = _final_train_state(ckpt, step), _final_train_state(ref, step)
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# ---- rl -------------------------------------------------------------------------------------------
+
+
+def _rl_args(out: str, cache: str, *extra: str) -> list[str]:
+    return ["rl", "--preset", "rl-debug", "--output-dir", out, "--rl.num-iterations", str(N), "--logging.progress",
+            "plain", "--compilation-cache-dir", cache, *extra]
+
+
+ASYNC = ("--pipeline.enabled", "--pipeline.staleness-threshold", "0")
+
+# (id, async, slow phase, seconds, marker, extra flags, kept steps, line pattern, bound s)
+RL_CELLS = [
+    ("set-up", "setup", LONG_S, "PHASE setup 1", ("--rl.eval-every", "-1"), [],
+     r"during set-up \(before the first (iteration|update)\): abandoned it; nothing new to save; no checkpoint yet",
+     ABANDON_S),
+    ("first-compile", "compile", LONG_S, "PHASE compile 1", ("--rl.eval-every", "-1"), [],
+     r"during (iteration|update) 1 \(its predecessor is saved\): abandoned it; nothing new to save; no checkpoint "
+     r"yet",
+     ABANDON_S),
+    ("eval-at-0", "eval", LONG_S, "PHASE eval 1", ("--rl.eval-every", "2"), [],
+     r"during the evaluation at (iteration|update) 0: abandoned it; nothing new to save; no checkpoint yet",
+     ABANDON_S),
+    ("update-predecessor-saved", "update", UPDATE_S, "PHASE update 2", ("--rl.eval-every", "-1"), [1],
+     r"during (iteration|update) 2 \(its predecessor is saved\): abandoned it; nothing new to save; newest "
+     r"checkpoint: (iteration|update) 1", ABANDON_S),
+    ("update-unsaved-predecessor", "update", UPDATE_S, "PHASE update 3",
+     ("--rl.eval-every", "-1", "--checkpoint.every-steps", "1000"), [1, 3],
+     r"(during iteration 3: finished it and saved checkpoint 3|during the async run at update 3: stopped at the "
+     r"boundary after update 3, saved checkpoint 3, dropped the rollout in flight)", UPDATE_S + ABANDON_S),
+    ("periodic-eval", "eval", LONG_S, "PHASE eval 2", ("--rl.eval-every", "2", "--checkpoint.every-steps", "1000"),
+     [1, 2], r"during the evaluation at (iteration|update) 2: abandoned it; nothing new to save; newest checkpoint: "
+     r"(iteration|update) 2", ABANDON_S),
+]
+ASYNC_ONLY = [  # the trainer waits for its first micro-batch while rollout is busy (issue 43's 121.7 s case)
+    ("trainer-waits-for-rollout", "rollout", LONG_S, "PHASE rollout 3",
+     ("--rl.eval-every", "-1", "--checkpoint.every-steps", "1000"), [1, 2],
+     r"during the async run at update 2: stopped at the boundary after update 2, saved checkpoint 2, dropped the "
+     r"rollout in flight",
+     ABANDON_S),
+]
+_CASES = [(False, *c) for c in RL_CELLS] + [(True, *c) for c in RL_CELLS + ASYNC_ONLY]
+
+
+@pytest.fixture(scope="module")
+def rl_reference(tmp_path_factory) -> dict[bool, str]:
+    """The uninterrupted runs: sync here (8 devices), async in a process of one device."""
+    refs = {}
+    for is_async in (False, True):
+        out = str(tmp_path_factory.mktemp("rl-reference"))
+        args = _rl_args(out, _cache(tmp_path_factory), "--rl.eval-every", "-1", *(ASYNC if is_async else ()))
+        if is_async:
+            _run_subprocess(args)
+        else:
+            mp = pytest.MonkeyPatch()
+            try:
+                _run_in_process("rl", args, mp)
+            finally:
+                mp.undo()
+        refs[is_async] = os.path.join(out, "checkpoints")
+    return refs
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("is_async", "cell", "slow", "seconds", "marker", "extra", "kept", "line", "bound"),
+                         _CASES, ids=[f"{'async' if c[0] else 'sync'}-{c[1]}" for c in _CASES])
+def test_rl_sigterm_in_each_phase(tmp_path, tmp_path_factory, monkeypatch, rl_reference, is_async, cell, slow,
+                                  seconds, marker, extra, kept, line, bound):
+    out = str(tmp_path / "run")
+    args = _rl_args(out, _cache(tmp_path_factory), *extra, *(ASYNC if is_async else ()))
+    rc, exit_s, text = _interrupt(slow, seconds, marker, args, devices=1 if is_async else 8)
+    ckpt = os.path.join(out, "checkpoints")
+    print(f"ROW rl {'async' if is_async else 'sync'} | {cell} | rc {rc} | {exit_s:.1f} s (bound {bound:.0f} s) | "
+          f"kept {_steps(ckpt)}")
+    assert rc == 0, text[-4000:]
+    assert re.search(r"^rl: SIGTERM " + line + r"; exit 0$", text, re.M), text[-3000:]
+    assert exit_s <= bound, (exit_s, bound)
+    assert _steps(ckpt) == kept
+    if is_async:  # resumes from what was kept (or starts again)
+        _run_subprocess(args)
+    else:
+        _run_in_process("rl", args, monkeypatch)
+    assert _steps(ckpt)[-1] == N
+    _assert_same(ckpt, rl_reference[is_async], N)
