@@ -21,7 +21,9 @@ the default's (EGL, cameras-all) of the same run: `same_pixels` true means bit-i
 
 Per row: per-worker env steps/s (1 / the worker's mean `env.step` time), the aggregate (sum over
 the workers; `overlap` = fraction of the timed window in which all ran at once), the first env
-build (s, per worker), the per-episode reset (hard reset + init state), renders counted.
+build (s, per worker), the per-episode reset (hard reset + init state), renders counted, cores a
+worker kept busy (process CPU time / wall). A multi-worker row carries `predicted`: its total from
+the same repeat's 1-worker row with the cores shared evenly (`predict`; criterion in docs/libero.md).
 """
 
 from __future__ import annotations
@@ -106,10 +108,23 @@ def run_row(args: Args, mode: str, workers: int, variant: str, frames_dir: str) 
             "env_build_s": [r["env_build_s"] for r in warm.values()],
             "reset_s": [r["reset_s"] for r in timed.values()],
             "renders_per_step": [round(r["renders"] / max(1, r["env_steps"]), 3) for r in timed.values()],
+            # cores a worker kept busy over its timed episode (process CPU time / wall time)
+            "busy_cores_per_worker": [round(r["cpu_s"] / max(1e-9, r["seconds"]), 3) for r in timed.values()],
             "timed_env_steps": [r["env_steps"] for r in timed.values()],
             "frames": {i: timed[f"timed{i}"]["frames"] for i in range(workers)} if cameras else {},
             "wall_s": round(time.perf_counter() - t0, 1), "load_1m_start": round(load0, 2),
             "load_1m_end": round(os.getloadavg()[0], 2)}
+
+
+def predict(one: dict, workers: int, cores: int) -> dict:
+    """Total steps/s of `workers` workers predicted from the 1-worker row `one` of the same repeat: each
+    worker keeps `d` cores busy alone (its CPU time / wall time); W of them get min(1, cores / (W d)) of
+    that each (the cores shared evenly; other tenants of the machine not modelled)."""
+    d = float(np.mean(one["busy_cores_per_worker"]))
+    share = min(1.0, cores / max(1e-9, workers * d))
+    rate = one["steps_per_s_per_worker_mean"] * share
+    return {"model": "cores shared evenly", "busy_cores_per_worker_alone": round(d, 3), "share": round(share, 3),
+            "steps_per_s_per_worker": round(rate, 2), "steps_per_s_aggregate": round(workers * rate, 2)}
 
 
 def _frames(row: dict) -> tuple[np.ndarray, np.ndarray] | None:
@@ -168,6 +183,13 @@ def main(argv: list[str]) -> int:
                     r["pixels_vs_default"] = compare(base, r)
                     r["speedup_vs_default"] = round(r["steps_per_s_per_worker_mean"]
                                                     / base["steps_per_s_per_worker_mean"], 3)
+            for r in rows:  # the core-sharing prediction of every multi-worker row from its 1-worker row
+                one = next((o for o in rows if o["repeat"] == rep and o["mode"] == r["mode"] and o["workers"] == 1
+                            and o["variant"] == r["variant"]), None)
+                if r["repeat"] == rep and r["workers"] > 1 and one is not None:
+                    r["predicted"] = predict(one, r["workers"], os.cpu_count() or 1)
+                    r["predicted"]["error"] = round(r["predicted"]["steps_per_s_aggregate"]
+                                                    / r["steps_per_s_aggregate"] - 1.0, 3)
         for r in rows:
             r.pop("frames", None)
     result = {

@@ -154,6 +154,7 @@ class Slot:
         self.wrist: list[np.ndarray] = []
         self.step_s, self.infer_s = [], []
         self.t_start = time.perf_counter()
+        self.cpu_start = time.process_time()  # all threads of the process (llvmpipe's rasterizers too)
 
     @property
     def policy_step(self) -> int:
@@ -220,6 +221,7 @@ class Slot:
                 "task_description": self.description, "env_build_s": round(self.build_s, 3),
                 "reset_s": round(self.reset_s, 3),
                 "seconds": round(time.perf_counter() - self.t_start, 3),
+                "cpu_s": round(time.process_time() - self.cpu_start, 3),  # this process's CPU (K slots share it)
                 "step_s_mean": float(steps.mean()) if steps.size else 0.0,
                 "step_s_p50": float(np.median(steps)) if steps.size else 0.0,
                 "infer_s_mean": float(np.mean(self.infer_s)) if self.infer_s else 0.0,
