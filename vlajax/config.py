@@ -305,6 +305,9 @@ class RLConfig:
         _check(self.value_learning_rate >= 0 and self.critic_warmup_iterations >= 0,
                "rl.value_learning_rate and rl.critic_warmup_iterations must be >= 0")
         _check(not (self.advantage == "rloo" and self.group_size < 2), "rl.advantage='rloo' needs rl.group_size >= 2")
+        _check(not (self.algo == "grpo" and self.advantage == "gae"),
+               "rl.advantage='gae' bootstraps from a critic; rl.algo='grpo' trains none (its episodes end in the "
+               "rollout): use rl.advantage='grpo', 'rloo' or 'auto', or rl.algo='ppo'")
         _check(not (self.algo == "ppo" and self.advantage in ("grpo", "rloo")),
                f"rl.advantage={self.advantage!r} compares rollouts of one group (one initial state): it needs "
                "rl.algo='grpo'; PPO's envs reset independently, use rl.advantage='gae' (or 'auto')")
@@ -454,6 +457,18 @@ class TrainConfig:
                     and self.rl.critic == "privileged"),
                f"rl.critic='privileged' with pipeline.num_slots={self.pipeline.num_slots}: the env slots carry no "
                "privileged observations; use pipeline.num_slots=1 or rl.critic='head'")
+        p = self.pipeline
+        if p.enabled and p.num_slots > 1:  # the env-slot rollout (vlajax.rl.async_workload)
+            _check(self.rl.algo == "ppo", f"pipeline.num_slots={p.num_slots}: the slot rollout runs continuing envs "
+                   "(PPO with a critic); GRPO's episodic groups run through collect: use pipeline.num_slots=1")
+            _check(self.env.num_envs % p.num_slots == 0,
+                   f"env.num_envs={self.env.num_envs} does not split into pipeline.num_slots={p.num_slots}")
+        _check(not (p.enabled and p.streaming and (self.rl.update_epochs, self.rl.num_minibatches) != (1, 1)),
+               f"pipeline.streaming needs rl.update_epochs=1 and rl.num_minibatches=1 (got {self.rl.update_epochs}, "
+               f"{self.rl.num_minibatches}): one update per global batch, started on its first micro-batch")
+        _check(not (p.enabled and p.streaming and self.rl.micro_batches != p.require_batches),
+               f"pipeline.streaming needs rl.micro_batches=pipeline.require_batches (got {self.rl.micro_batches} vs "
+               f"{p.require_batches}): each micro-batch of the update is one that arrives")
         _check(not (self.rl.ratio_level == "factor" and self.env.obs_mode == "state"),
                "rl.ratio_level='factor' scores the entries of a VLA's chunk (tokens, flow-chain entries); the "
                "state-observation MLP policy (env.obs_mode='state') takes rl.ratio_level='decision'")

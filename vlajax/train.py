@@ -184,6 +184,8 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
     the distributed job first keeps TE's import from starting the backend before it. `rl`
     refuses FP8 (its train states carry no FP8 collections; `vlajax.rl.setup.build` says so too).
     `data.grounding_fraction` is refused by every command but `sft`, the only one that reads it.
+    `rl` on state observations (the MLP policy) refuses the `model.*` flags it does not read;
+    `model.attention='cudnn'` needs a GPU (tests/foundation/test_every_value.py tries every value).
     """
     if command not in ("sft", "") and cfg.data.grounding_fraction > 0:
         raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} is for sft (it mixes rendered "
@@ -192,15 +194,35 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
         raise ConfigError("model.fp8='flax' is for sft: the RL train states carry no FP8 scale collections yet; "
                           "use model.fp8='none' for rl")
     wants = [f for f, v in (("model.attention", cfg.model.attention), ("model.fp8", cfg.model.fp8)) if v == "te"]
-    if not wants:
-        return
-    from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
-    from vlajax.models.attention import te_available  # noqa: PLC0415
+    if wants:
+        from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+        from vlajax.models.attention import te_available  # noqa: PLC0415
 
-    distributed.initialize(cfg.distributed)
-    if not te_available():
-        raise ConfigError(f"{' and '.join(f + '=te' for f in wants)} needs Transformer Engine and a GPU (not found "
-                          "here); use model.attention='xla' or 'auto', model.fp8='flax' or 'none'")
+        distributed.initialize(cfg.distributed)
+        if not te_available():
+            raise ConfigError(f"{' and '.join(f + '=te' for f in wants)} needs Transformer Engine and a GPU (not "
+                              "found here); use model.attention='xla' or 'auto', model.fp8='flax' or 'none'")
+    if command == "rl" and cfg.env.obs_mode == "state" and (unread := _unread_by_mlp(cfg)):
+        raise ConfigError(f"{', '.join(unread)}: env.obs_mode='state' trains the state MLP policy, which reads "
+                          "only model.width, model.depth and model.action_horizon; drop the flag or use "
+                          "env.obs_mode='pixels'")
+    if cfg.model.attention == "cudnn":
+        from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+
+        distributed.initialize(cfg.distributed)
+        import jax  # noqa: PLC0415
+
+        if jax.default_backend() != "gpu":
+            raise ConfigError(f"model.attention='cudnn' needs an NVIDIA GPU (this backend is "
+                              f"{jax.default_backend()!r}); use model.attention='xla' or 'auto'")
+
+
+def _unread_by_mlp(cfg: TrainConfig) -> list[str]:
+    """`model.*` flags set away from their defaults that the state MLP policy (`rl`, env.obs_mode='state') ignores."""
+    read = {"width", "depth", "action_horizon"}
+    default = type(cfg.model)()
+    return [f"model.{f.name}={getattr(cfg.model, f.name)!r}" for f in dataclasses.fields(cfg.model)
+            if f.name not in read and getattr(cfg.model, f.name) != getattr(default, f.name)]
 
 
 def _libero_suite(args: list[str]) -> bool:

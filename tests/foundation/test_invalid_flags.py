@@ -24,6 +24,14 @@ CASES = [  # (command and flags, words the error line must contain)
     (("rl", "--preset", "rl-debug", "--rl.temperature", "0"), "rl.temperature must be > 0"),
     (("rl", "--preset", "rl-debug", "--rl.temperature", "0.5"), "state MLP's Gaussian policy"),
     (("smoke", "--mesh.dp", "3"), "is not divisible by mesh.dp=3"),  # a contradiction found by tyro's parse
+    # issue 43: these ended in a traceback, or were refused only after 8-10 compiles, or were ignored
+    (("sft", "--preset", "sft-tiny", "--model.attention", "cudnn"), "needs an NVIDIA GPU"),
+    (("rl", "--preset", "rl-debug", "--rl.algo", "grpo", "--rl.advantage", "gae"), "bootstraps from a critic"),
+    (("rl", "--preset", "rl-async-debug", "--rl.algo", "grpo"), "GRPO's episodic groups run through collect"),
+    (("rl", "--preset", "rl-async-debug", "--rl.update-epochs", "2"), "pipeline.streaming needs rl.update_epochs=1"),
+    (("rl", "--preset", "rl-async-debug", "--pipeline.num-slots", "3", "--pipeline.require-batches", "3",
+      "--rl.micro-batches", "3"), "does not split into pipeline.num_slots=3"),
+    (("rl", "--preset", "rl-debug", "--model.attention", "cudnn"), "state MLP policy"),
 ]
 
 
