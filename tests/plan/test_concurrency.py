@@ -14,10 +14,10 @@ from vlajax.plan.sim import Pipeline, _Shared, simulate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _finish_times(capacity, caps, jobs):
+def _finish_times(capacity, caps, jobs, fifo=False):
     """jobs: name -> (work, cores, group); -> name -> finish time."""
     env = simpy.Environment()
-    dev = _Shared(env, capacity, caps)
+    dev = _Shared(env, capacity, caps, fifo=fifo)
     done = {}
 
     def job(name, work, cores, group):
@@ -104,3 +104,18 @@ def test_an_older_profile_without_the_measurement_loads_and_predicts_as_before()
     d.pop("concurrency")
     p = Pipeline(envs=16, horizon=8, steps_per_decision=2, mode="rollout_async", slots=4, updates=3)
     assert simulate(p, Costs.from_json(d)) == simulate(p, c)
+
+
+def test_fifo_steps_finish_one_after_another_with_the_same_total_work():
+    """Issue 44.5's model option: a group's share handed out first come, first served. Two one-core
+    steps capped at 1 together: equal shares finish both at 2.0; first come, first served finishes
+    the first at 1.0 and the second at 2.0 -- the same work done by 2.0, arrivals spread; the
+    ungrouped job is untouched (1.0 either way)."""
+    jobs = {"a": (1.0, 1.0, "step"), "b": (1.0, 1.0, "step"), "c": (1.0, 1.0, None)}
+    assert _finish_times(2.0, {"step": 1.0}, jobs, fifo=True) == {
+        "a": pytest.approx(1.0), "b": pytest.approx(2.0), "c": pytest.approx(1.0)}
+    # without a cap: three one-core jobs on 2 cores get 2/3 each; the group's 4/3 cores go to a first (1 core,
+    # done at 1.0), b runs at 1/3 and c at 2/3 until then, and a core each after: b at 1 + 2/3, c at 1 + 1/3
+    assert _finish_times(2.0, None, jobs, fifo=True) == {
+        "a": pytest.approx(1.0), "b": pytest.approx(5 / 3), "c": pytest.approx(4 / 3)}
+    assert _finish_times(2.0, None, jobs) == {k: pytest.approx(1.5) for k in jobs}

@@ -22,11 +22,16 @@ class Shared:
     advance at together (their rates summed; `Costs.concurrency`: measured with the calls in
     threads, what serializes them beyond the cores -- Python's GIL, locks -- included). The group's
     jobs share G max-min fairly in rates, and the cores they then leave go to the other jobs.
-    Without caps (or one job of a group in flight) this is the plain core sharing above."""
+    Without caps (or one job of a group in flight) this is the plain core sharing above. `fifo`: what a
+    group's jobs get together (cores, and rate under a cap) goes to them first come, first served
+    (the oldest at up to its solo speed, the next takes what is left, ...) instead of equally:
+    concurrent jobs of a group then finish one after another."""
 
-    def __init__(self, env: simpy.Environment, capacity: float = 1.0, caps: dict[str, float] | None = None):
+    def __init__(self, env: simpy.Environment, capacity: float = 1.0, caps: dict[str, float] | None = None,
+                 fifo: bool = False):
         self.env, self.capacity, self.jobs, self.last = env, float(capacity), [], 0.0
         self.caps = {g: max(float(v), 1e-3) for g, v in (caps or {}).items()}
+        self.fifo = fifo  # a capped group's jobs served first come, first served (else: an equal share each)
         self.kick = env.event()
         env.process(self._serve())
 
@@ -58,7 +63,23 @@ class Shared:
                     if rates[i] > level * (1 + 1e-12):
                         limit[i], lowered = min(limit[i], level), True
             if not lowered:
-                return rates
+                return self._first_come(rates) if self.fifo else rates
+        return self._first_come(rates) if self.fifo else rates
+
+    def _first_come(self, rates: list[float]) -> list[float]:
+        """Each group's cores (what its jobs got above, in total) handed out first come, first served:
+        the oldest job (self.jobs is in arrival order) at up to its solo speed, the next what is left."""
+        for g in {j[3] for j in self.jobs if j[3] is not None}:
+            members = [i for i, j in enumerate(self.jobs) if j[3] == g]
+            if len(members) < 2:
+                continue
+            budget = sum(rates[i] * self.jobs[i][2] for i in members)  # the group's cores
+            speed = sum(rates[i] for i in members)  # ... and its summed rate (a cap binds it)
+            for i in members:
+                r = min(1.0, budget / self.jobs[i][2], speed)
+                rates[i] = max(r, 0.0)
+                budget -= r * self.jobs[i][2]
+                speed -= r
         return rates
 
     def _advance(self) -> None:

@@ -88,6 +88,10 @@ class Pipeline:
     devices: int = 1
     ratio: tuple[int, int] = (1, 1)  # rollout:train share of the devices (disaggregated / hybrid)
     updates: int = 8  # timed updates (after one warm-up update)
+    # model option (issue 44.5): concurrent slot steps share their measured concurrency cap first come, first
+    # served, so they finish -- and post their requests to the batcher -- one after another (False: equally,
+    # in lockstep: every call then gathers all slots that started together)
+    fifo_steps: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -151,8 +155,8 @@ class _Run:
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
         caps = dict(costs.concurrency)
-        shared = _Shared(self.env, costs.cores, caps) if costs.shared_compute else None
-        self.dev = [shared or _Shared(self.env, caps=caps) for _ in range(p.devices)]
+        shared = _Shared(self.env, costs.cores, caps, fifo=p.fifo_steps) if costs.shared_compute else None
+        self.dev = [shared or _Shared(self.env, caps=caps, fifo=p.fifo_steps) for _ in range(p.devices)]
         self.R = p.rollout_devices
         self.per_slot = p.envs // (self.R * p.num_slots)
         self.rb = self.R * p.num_slots  # require_batches: one item per slot segment

@@ -72,8 +72,14 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
                     ratio=ratio, updates=row.get("updates_timed", 8))
 
 
+def _mean_batch(row: dict) -> float | None:
+    """Requests per inference call of a bench row: its runs' `inference_batch_mean`, median (None: no batcher)."""
+    vals = [r.get("inference_batch_mean") for r in row.get("runs", []) if r.get("inference_batch_mean")]
+    return float(np.median(vals)) if vals else row.get("inference_batch_mean")
+
+
 def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median",
-             cores: dict[str, float] | None = None, host: str = "probed") -> dict:
+             cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False) -> dict:
     """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`:
     the host capacity model (`profile.load`)."""
     cores = cores or {}
@@ -99,7 +105,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["farm"]["latency_model"]))
             if row["regime"] in cores:
                 costs = dataclasses.replace(costs, cores=cores[row["regime"]])
-            pipe = row_pipeline(meta, row)
+            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps)
             pred = simulate_mean(pipe, costs, seeds)
             m = row["env_steps_per_s"]
             # production rows report env steps trained on per second; the older bench, produced ones
@@ -119,6 +125,8 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 "measured_rollouter_idle": row.get("rollouter_idle_ratio"),
                 "predicted_rollouter_idle": pred["rollouter_idle_ratio"],
                 "measured_staleness_mean": row["staleness_mean"], "predicted_staleness_mean": pred["staleness_mean"],
+                "measured_inference_batch": _mean_batch(row),
+                "predicted_inference_batch": pred.get("inference_batch_mean"),
             })
     for r in rows:  # predicted speed-up over the same source's and regime's sync row
         base = next((b for b in rows if b["source"] == r["source"] and b["regime"] == r["regime"]
@@ -129,6 +137,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
+            "fifo_steps": fifo_steps,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
@@ -138,7 +147,8 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
 def render(result: dict) -> str:
     """Markdown table of a `validate` result."""
     out = ["| regime | placement | mode | measured env steps/s | predicted | error | x sync meas. / pred. "
-           "| trainer idle meas. / pred. | rollouter idle meas. / pred. | source |", "|" + "---|" * 10]
+           "| trainer idle meas. / pred. | rollouter idle meas. / pred. | requests per call meas. / pred. | source |",
+           "|" + "---|" * 11]
     f = lambda v: "-" if v is None else f"{v:.2f}"
     for r in result["rows"]:
         out.append(f"| {r['regime']} | {r['placement']} | {r['mode']} | {r['measured_env_steps_per_s']:.0f} "
@@ -146,6 +156,7 @@ def render(result: dict) -> str:
                    f"| {f(r.get('measured_speedup_vs_sync'))} / {f(r.get('predicted_speedup_vs_sync'))} "
                    f"| {f(r['measured_trainer_idle'])} / {r['predicted_trainer_idle']:.2f} "
                    f"| {f(r['measured_rollouter_idle'])} / {r['predicted_rollouter_idle']:.2f} "
+                   f"| {f(r.get('measured_inference_batch'))} / {f(r.get('predicted_inference_batch'))} "
                    f"| {pathlib.Path(r['source']).name} |")
     regimes = ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["median_abs_error_by_regime"].items())
     out.append(f"\nmedian |error| {100 * result['median_abs_error']:.1f}% over {len(result['rows'])} rows "
@@ -194,6 +205,7 @@ class Args:
     # the host's capacity: probed = what the profile's probes measured this process is offered (threads' worth);
     # affinity = every core the process may use, a thread a whole core (the model before the probes)
     host: Literal["probed", "affinity"] = "probed"
+    fifo_steps: bool = False  # model option (issue 44.5): slot steps first come, first served within their cap
 
 
 def main(argv: list[str]) -> int:
@@ -216,7 +228,7 @@ def main(argv: list[str]) -> int:
             raise ValueError
     except ValueError:
         cli.error(f"--override-cores takes REGIME=CORES with CORES > 0, got {' '.join(a.override_cores)}")
-    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host)
+    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
