@@ -111,7 +111,7 @@ class DataConfig:
     prefetch: int = 4  # batches prefetched per process
     drop_cameras: tuple[str, ...] = ()  # cameras removed from the input (their tokens disappear)
     augment: bool = False  # random crop + colour jitter on training images
-    pack_rows: int = 0  # packed: prefix rows per global batch (0 = from the data's mean prefix length)
+    pack_rows: int = 0  # packed: prefix rows per global batch (0 = sized by a first-fit of the data's prefix lengths)
     pack_row_len: int = 0  # packed: tokens per row (0 = 2 x model.prefix_len)
     max_segments_per_row: int = 0  # packed: samples per row at most (0 = no limit)
     # actions: q01/q99 -> [-1, 1], z-score, or min/max -> [-1, 1]; 'auto' = quantile for the flow
