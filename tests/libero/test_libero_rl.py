@@ -1,6 +1,6 @@
 """Asynchronous RL on LIBERO workers (vlajax.libero.rl_lane / rl_train): the recording rules without LIBERO,
 and one real end to end -- the imported dummy-size pi05_libero on a real LIBERO worker, 3 async updates at
-staleness 1, checkpoints, a resume, a worker killed mid-episode and its episode counted once.
+staleness 1, checkpoints, a worker killed mid-episode and its episode counted once -- plus a resume (slow).
 
 The end to end needs the LIBERO venv (`make libero`; skipped without it unless VLAJAX_LIBERO_REQUIRED) and
 the openpi reference fixtures (`../shared`; skipped without them).
@@ -131,33 +131,9 @@ def _eef_height(final, decisions):
     return float(decisions[-1]["obs"][P.STATE_KEY][2])
 
 
-def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
-    """3 async updates at staleness 1 (checkpoint each), then a resume to 4 in which the worker is killed
-    mid-episode: the episode re-runs, is recorded once, and its group trains update 4."""
-    from vlajax.libero import rl_train
-
-    largs = LiberoArgs(suite="libero_spatial", tasks=(0,), max_steps=10, num_steps_wait=2)  # 2 decisions / episode
-    out = str(tmp_path / "run")
-    t0 = time.perf_counter()
-    first = rl_train.train(_cfg(imported, out, 3), largs, reward_fn=_eef_height)
-    t_first = time.perf_counter() - t0
-    assert first["status"] == "done" and first["updates"] == 3 and first["server_errors"] == []
-    hist = first["history"]
-    assert [h["update"] for h in hist] == [1, 2, 3]
-    assert max(max(h["staleness"]) for h in hist) >= 1, [h["staleness"] for h in hist]  # rollout ran ahead
-    assert abs(hist[0]["train"]["ratio_mean"] - 1.0) < 1e-3  # recorded log-probs = the learner's, on fresh data
-    assert all(h["train"]["decisions"] == 4 and h["train"]["episodes"] == 2 for h in hist)  # 2 x 2, each once
-    assert any(h["train"]["grad_norm"] > 0 for h in hist)
-    ckpt = first["checkpoint_dir"]
-    assert first["checkpoints"] == [1, 2, 3] and "3" in os.listdir(ckpt)  # (the preset keeps the newest 2)
-    print("first run:", t_first, [(h["update"], round(h["time"] - hist[0]["time"], 1), h["train"]["rollout_s"])
-                                  for h in hist])
-    with open(os.path.join(ckpt, "policy.json")) as f:
-        assert json.load(f)["source"] == "async-rl"  # a servable policy
-
-    killed: list[int] = []
-
-    def kill_mid_episode(rollout):
+def _killer(killed: list[int]):
+    """on_rollout hook: SIGKILL the first worker as soon as some episode has a decision but no end."""
+    def start(rollout):
         def watch():
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline and not killed:
@@ -169,18 +145,47 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
                     killed.append(pid)
                 time.sleep(0.02)
         threading.Thread(target=watch, daemon=True).start()
+    return start
 
-    t1 = time.perf_counter()
-    second = rl_train.train(_cfg(imported, out, 4), largs, reward_fn=_eef_height, on_rollout=kill_mid_episode)
-    t_second = time.perf_counter() - t1
-    assert killed and second["status"] == "done" and second["updates"] == 4
-    assert [h["update"] for h in second["history"]] == [4]  # resumed after update 3
-    (h4,) = second["history"]
-    assert len(second["restarts"]) == 1 and second["restarts"][0]["pid"] == killed[0]
-    assert h4["train"]["attempts_max"] == 2  # the group update 4 trained on had the re-run episode ...
-    assert h4["train"]["decisions"] == 4 and h4["train"]["episodes"] == 2  # ... with its decisions counted once
-    assert second["checkpoints"] == [4] and "4" in os.listdir(ckpt)
-    print(f"libero rl end to end: first run {t_first:.1f} s, resumed run with a kill {t_second:.1f} s")
+
+LARGS = LiberoArgs(suite="libero_spatial", tasks=(0,), max_steps=10, num_steps_wait=2)  # 2 decisions / episode
+
+
+def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
+    """3 async updates at staleness 1, a checkpoint each; the worker is killed mid-episode in the first group:
+    the episode re-runs, is recorded once, and its group trains update 1."""
+    from vlajax.libero import rl_train
+
+    killed: list[int] = []
+    t0 = time.perf_counter()
+    out = rl_train.train(_cfg(imported, str(tmp_path / "run"), 3), LARGS, reward_fn=_eef_height,
+                         on_rollout=_killer(killed))
+    print(f"libero rl end to end: {time.perf_counter() - t0:.1f} s")
+    assert out["status"] == "done" and out["updates"] == 3 and out["server_errors"] == []
+    hist = out["history"]
+    assert [h["update"] for h in hist] == [1, 2, 3]
+    assert max(max(h["staleness"]) for h in hist) >= 1, [h["staleness"] for h in hist]  # rollout ran ahead
+    assert abs(hist[0]["train"]["ratio_mean"] - 1.0) < 1e-3  # recorded log-probs = the learner's, on fresh data
+    assert all(h["train"]["decisions"] == 4 and h["train"]["episodes"] == 2 for h in hist)  # 2 x 2, each once
+    assert any(h["train"]["grad_norm"] > 0 for h in hist)
+    assert killed and len(out["restarts"]) == 1 and out["restarts"][0]["pid"] == killed[0]
+    assert hist[0]["train"]["attempts_max"] == 2  # update 1's group had the re-run episode, its decisions once
+    assert out["checkpoints"] == [1, 2, 3] and "3" in os.listdir(out["checkpoint_dir"])  # (the preset keeps 2)
+    with open(os.path.join(out["checkpoint_dir"], "policy.json")) as f:
+        assert json.load(f)["source"] == "async-rl"  # a servable policy
+
+
+@pytest.mark.slow
+def test_async_rl_on_libero_workers_resumes(imported, tmp_path):
+    """2 updates, then the same run to 3: it restores update 2's state and counters and trains update 3 only."""
+    from vlajax.libero import rl_train
+
+    run = str(tmp_path / "run")
+    first = rl_train.train(_cfg(imported, run, 2), LARGS, reward_fn=_eef_height)
+    assert first["updates"] == 2 and first["checkpoints"] == [1, 2]
+    second = rl_train.train(_cfg(imported, run, 3), LARGS, reward_fn=_eef_height)
+    assert second["status"] == "done" and [h["update"] for h in second["history"]] == [3]
+    assert second["checkpoints"] == [3] and second["history"][0]["train"]["decisions"] == 4
 
 
 def test_bench_libero_prediction_from_a_sync_row():
