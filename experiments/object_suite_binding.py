@@ -25,11 +25,11 @@ cube (`nearest_ok`; 1/3 = chance).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -49,38 +49,40 @@ def first_frames(num_scenes: int, seed: int, image_size: int, batch: int = 48) -
             "scene": d["scene"], "target": d["cubes"][:, 0]}
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    scenes: int = 400  # training scenes (each x 3 target swaps)
+    heldout_scenes: int = 100  # held-out scenes (another seed)
+    steps: int = 1500
+    every: int = 250  # report every this many steps
+    batch_size: int = 32
+    lr: float = 5e-4
+    image_size: int = 32
+    patch_size: int = 8
+    vision_stem: Literal["patch", "conv"] = "patch"  # model.vision_stem: linear patch embedding or a conv stem
+    cameras: tuple[str, ...] = ("agentview", "wrist")
+    seed: int = 0
+    state_token: bool = False  # the model has the state token (fed zeros here)
+    # build the model with `model.target_conditioning` (its `target_in` projection is initialized, not trained
+    # here), so that --save-init feeds an SFT run with --model.target-conditioning
+    target_conditioning: bool = False
+    with_square: bool = False  # also train the square's xy (aux dims 2-3, as grasp_place's place xy); reported: 0-1
+    # `model.aux_grasp_bins`: the target xy as a K x K classification (cross-entropy, `vlajax.models.vla.aux_loss`)
+    # instead of a regression; 0 = MSE
+    aux_grasp_bins: int = 0
+    # write an `sft.init_from` source here: config.json (sft-small, object suite, this model), policy.json, and an
+    # Orbax step holding the trained params
+    save_init: str = ""
+    json: str = ""  # write the result here too
+    debug: bool = False  # 12 scenes, 4 steps (a wiring check)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scenes", type=int, default=400)
-    ap.add_argument("--heldout-scenes", type=int, default=100)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--every", type=int, default=250)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--image-size", type=int, default=32)
-    ap.add_argument("--patch-size", type=int, default=8)
-    ap.add_argument("--vision-stem", choices=["patch", "conv"], default="patch",
-                    help="model.vision_stem: the ViT's linear patch embedding or a convolutional stem")
-    ap.add_argument("--cameras", nargs="+", default=["agentview", "wrist"])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--state-token", action="store_true", help="the model has the state token (fed zeros here)")
-    ap.add_argument("--target-conditioning", action="store_true",
-                    help="build the model with `model.target_conditioning` (its `target_in` projection is "
-                         "initialized, not trained here), so that --save-init feeds an SFT run with "
-                         "--model.target-conditioning")
-    ap.add_argument("--with-square", action="store_true",
-                    help="also train the square's xy (aux dims 2-3, as grasp_place's place xy); reported: dims 0-1")
-    ap.add_argument("--aux-grasp-bins", type=int, default=0,
-                    help="`model.aux_grasp_bins`: the target xy as a K x K classification (cross-entropy, "
-                         "`vlajax.models.vla.aux_loss`) instead of a regression; 0 = MSE")
-    ap.add_argument("--save-init", default="",
-                    help="write an `sft.init_from` source here: config.json (sft-small, object suite, this "
-                         "model), policy.json, and an Orbax step holding the trained params")
-    ap.add_argument("--json", default="")
-    ap.add_argument("--debug", action="store_true")
-    a = ap.parse_args(argv)
+    from vlajax import cli
+
+    a = cli.parse(Args, argv, prog="experiments/object_suite_binding.py", description=__doc__.split("\n")[0])
     if a.debug:
-        a.scenes, a.heldout_scenes, a.steps, a.every = 12, 12, 4, 2
+        a = dataclasses.replace(a, scenes=12, heldout_scenes=12, steps=4, every=2)
     import optax
 
     from vlajax.config import ConfigError
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
                                    aux_target="grasp_place", use_state_token=a.state_token,
                                    target_conditioning=a.target_conditioning, aux_grasp_bins=a.aux_grasp_bins)
     except ConfigError as e:
-        ap.error(str(e))
+        cli.error(str(e))
     t0 = time.time()
     train = first_frames(a.scenes, 1000 + a.seed, a.image_size)
     held = first_frames(a.heldout_scenes, 5000 + a.seed, a.image_size)

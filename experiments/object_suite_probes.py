@@ -32,11 +32,11 @@ Use an eval seed other than the suite's standard one (0) for the descent probe (
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -202,26 +202,29 @@ def pixel_probe(resets: int, sizes=(32, 64)) -> dict:
     return {"resets": resets, "target_cube_pixels": out}
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    checkpoint: str = ""  # the probed policy (inputs, descent)
+    dataset: str = ""  # the LeRobot dataset of the input probe
+    resets: int = 200  # pixels probe: random resets
+    eval_seed: int = 11
+    episodes_per_task: int = 10
+    batches: int = 12
+    replan: int = 4
+    probes: tuple[Literal["inputs", "descent", "text", "pixels"], ...] = ("inputs", "descent")
+    json: str = ""  # write the result here too
+    aux_frames: Literal["", "pregrasp", "start"] = ""  # inputs probe of a model.aux_target policy: these frames only
+    debug: bool = False  # 2 batches, 1 episode per task, 4 resets (a wiring check)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", default="", help="the probed policy (inputs, descent)")
-    p.add_argument("--dataset", default="", help="the LeRobot dataset of the input probe")
-    p.add_argument("--resets", type=int, default=200, help="pixels probe: random resets")
-    p.add_argument("--eval-seed", type=int, default=11)
-    p.add_argument("--episodes-per-task", type=int, default=10)
-    p.add_argument("--batches", type=int, default=12)
-    p.add_argument("--replan", type=int, default=4)
-    p.add_argument("--probes", nargs="+", default=["inputs", "descent"],
-                   choices=["inputs", "descent", "text", "pixels"])
-    p.add_argument("--json", default="")
-    p.add_argument("--aux-frames", default="", choices=["", "pregrasp", "start"],
-                   help="inputs probe of a model.aux_target policy: its aux error on these frames only")
-    p.add_argument("--debug", action="store_true")
-    a = p.parse_args(argv)
+    from vlajax import cli
+
+    a = cli.parse(Args, argv, prog="experiments/object_suite_probes.py", description=__doc__.splitlines()[0])
     if a.debug:
-        a.batches, a.episodes_per_task, a.resets = 2, 1, 4
+        a = dataclasses.replace(a, batches=2, episodes_per_task=1, resets=4)
     if {"inputs", "descent"} & set(a.probes) and not (a.checkpoint and a.dataset):
-        p.error("the inputs and descent probes need --checkpoint and --dataset")
+        cli.error("the inputs and descent probes need --checkpoint and --dataset")
     out: dict = {"checkpoint": a.checkpoint, "dataset": a.dataset}
     if "text" in a.probes:
         out["text"] = text_probe()

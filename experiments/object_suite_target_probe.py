@@ -21,7 +21,6 @@ Use an eval seed other than the suite's standard one (0).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -140,18 +139,22 @@ def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_f
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    checkpoint: str  # the policy's checkpoint directory (required)
+    eval_seed: int = 7
+    episodes_per_task: int = 10
+    replan: int = 4
+    oracle: bool = False  # condition on the true target instead of the prediction
+    hold_first: bool = False  # condition every chunk on the first chunk's prediction (not with --oracle)
+    target_from: str = ""  # checkpoint whose predicted target conditions the action head
+    json: str = ""  # write the result here too
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--eval-seed", type=int, default=7)
-    p.add_argument("--episodes-per-task", type=int, default=10)
-    p.add_argument("--replan", type=int, default=4)
-    p.add_argument("--oracle", action="store_true", help="condition on the true target instead of the prediction")
-    p.add_argument("--hold-first", action="store_true",
-                   help="condition every chunk on the first chunk's prediction (not with --oracle)")
-    p.add_argument("--target-from", default="", help="checkpoint whose predicted target conditions the action head")
-    p.add_argument("--json", default="")
-    a = p.parse_args(argv)
+    from vlajax import cli
+
+    a = cli.parse(Args, argv, prog="experiments/object_suite_target_probe.py", description=__doc__.split("\n")[0])
     out = probe(a.checkpoint, a.eval_seed, a.episodes_per_task, a.replan, a.oracle, a.hold_first, a.target_from)
     out["command"] = "experiments/object_suite_target_probe.py " + " ".join(argv or __import__("sys").argv[1:])
     print(json.dumps(out, indent=1))
