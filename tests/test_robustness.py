@@ -6,6 +6,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -66,3 +67,26 @@ def test_one_compile_for_every_axis_and_level(tmp_path):
     assert sorted(os.listdir(out)) == ["failure__camera.gif", "failure__language.gif", "robustness.json",
                                        "robustness.md", "robustness.png"]  # no temporary files left
     assert saved["failure_gifs"]["camera"]["file"] == "failure__camera.gif"  # the saved JSON names its GIFs
+
+
+def test_the_dynamics_axis_changes_what_env_step_does():
+    """The dynamics axis through `env.step` itself (fast: state observations, one compile for both levels):
+    from the same reset and the same actions, level 3 (friction x0.4, mass x2.5, servo gain scaled) moves
+    the gripper differently from level 0. An env whose step ignored the axis (stepped the unscaled model)
+    would give identical states and fail here; the reset states are identical (the axis acts per step)."""
+    from vlajax.envs import registry
+
+    env = registry.load("goal/press_button", obs_mode="state", physics_impl="jax")
+    actions = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (2, 4)), jnp.float32)
+
+    @jax.jit
+    def run(levels):
+        s0 = env.reset(jax.random.key(3), levels=levels)
+        s = jax.lax.scan(lambda s, a: (env.step(s, a), None), s0, actions)[0]
+        return s0.data.qpos, s.data.qpos
+
+    g = list(env.idx.gripper_qpos)
+    (q0_base, q_base), (q0_top, q_top) = (jax.device_get(run(jnp.asarray(perturb.levels(dynamics=lv))))
+                                          for lv in (0, 3))
+    np.testing.assert_array_equal(q0_top, q0_base)  # the same start
+    assert np.abs(q_top[g] - q_base[g]).max() > 1e-4  # the same actions, another model
