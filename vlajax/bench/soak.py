@@ -14,7 +14,15 @@ stopped growing, or is a recent-records window below its fixed length). Writes t
 verdict as JSON and, with `--plot`, a PNG of RSS and structure sizes over time.
 
 Workloads: `rl` (default; the RL core: `--preset` rl-debug, MLP PPO on the tabletop MJX envs,
-as in `bench async`), `standin` (point-mass + MLP REINFORCE; no MuJoCo).
+as in `bench async`), `standin` (point-mass + MLP REINFORCE; no MuJoCo), and `train_async`: the
+real `rl --pipeline.enabled` loop (`vlajax.rl.async_loop.train_async`, `--preset`'s config with
+the pipeline on) with everything a user's run does -- Orbax checkpoints every `--checkpoint-every`
+updates, TensorBoard, closed-loop evaluations every `--eval-every` updates, the progress line and
+`async_metrics.jsonl` -- in `--out`. Its samples add the open file descriptors and the threads;
+its verdict is a slope (`slope_verdict`): RSS MiB/hour after `--settle-min` by least squares, with
+its 95% interval, against `--max-mib-per-hour` (5), and no growth in files or threads. When the
+minutes are up it writes the JSON and stops the run with SIGTERM (the run's own stop path: the
+newest checkpoint stays consistent, exit 0).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import time
 from typing import Any, Literal
 
 import jax
+import numpy as np
 from jax.sharding import SingleDeviceSharding
 
 from vlajax import cli
@@ -39,7 +48,7 @@ from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.runner import AsyncRunner
 from vlajax.pipeline.slots import SlotRollout
 
-__all__ = ["rss_mb", "structure_sizes", "verdict", "main"]
+__all__ = ["rss_mb", "process_counts", "structure_sizes", "verdict", "slope_verdict", "main"]
 
 
 def rss_mb() -> float:
@@ -49,6 +58,100 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def process_counts() -> dict[str, int]:
+    """Open file descriptors and threads of this process (Linux /proc)."""
+    with open("/proc/self/status") as f:
+        threads = next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    return {"open_files": len(os.listdir("/proc/self/fd")), "threads": threads}
+
+
+def slope(minutes: list[float], values: list[float]) -> dict[str, float]:
+    """Least-squares slope of `values` per hour, with its 95% interval (Student t, n - 2 dof)."""
+    from scipy import stats
+
+    x, y = np.asarray(minutes, np.float64) / 60.0, np.asarray(values, np.float64)
+    n = len(x)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    b = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
+    resid = y - (y.mean() + b * (x - x.mean()))
+    se = float(np.sqrt((resid ** 2).sum() / max(n - 2, 1) / sxx))
+    half = float(stats.t.ppf(0.975, max(n - 2, 1))) * se
+    return {"per_hour": b, "lo": b - half, "hi": b + half, "n": n}
+
+
+def slope_verdict(samples: list[dict[str, Any]], settle_min: float, max_per_hour: float) -> dict[str, Any]:
+    """RSS slope (MiB/hour, 95% interval) over the samples at >= settle_min; ok when the interval's
+    upper end is <= max_per_hour and the open files and threads did not grow past their settle values
+    (+2: a write or a transient helper thread in flight when sampled)."""
+    settled = [s for s in samples if s["minute"] >= settle_min]
+    if len(settled) < 3:
+        return {"ok": False, "reason": f"fewer than 3 samples after minute {settle_min}"}
+    t = [s["minute"] for s in settled]
+    rss = slope(t, [s["rss_mb"] for s in settled])
+    grow = {k: {"settle": settled[0][k], "max": max(s[k] for s in settled), "last": settled[-1][k]}
+            for k in ("open_files", "threads")}
+    flat = all(g["max"] <= g["settle"] + 2 for g in grow.values())
+    return {"ok": rss["hi"] <= max_per_hour and flat, "rss_mib_per_hour": rss, "max_mib_per_hour": max_per_hour,
+            "rss_settle_mb": settled[0]["rss_mb"], "rss_last_mb": settled[-1]["rss_mb"], "counts": grow,
+            "settle_minute": t[0], "last_minute": t[-1],
+            "updates_settle_to_last": settled[-1]["updates"] - settled[0]["updates"]}
+
+
+def soak_train_async(a: Args) -> int:
+    """The `train_async` workload (see the module docstring); exits through the run's SIGTERM path."""
+    import signal
+
+    from vlajax.config import get_config
+    from vlajax.rl import async_loop
+
+    base = get_config(a.preset)
+    cfg = base.replace(
+        output_dir=a.out,
+        rl=dataclasses.replace(base.rl, num_iterations=10**9, eval_every=a.eval_every),
+        pipeline=dataclasses.replace(base.pipeline, enabled=True),
+        checkpoint=dataclasses.replace(base.checkpoint, every_steps=a.checkpoint_every),
+        logging=dataclasses.replace(base.logging, tensorboard=True, progress="plain"))
+    metrics = os.path.join(a.out, "async_metrics.jsonl")
+    samples: list[dict[str, Any]] = []
+    t0, seen = time.monotonic(), {"offset": 0, "updates": 0}
+
+    def updates() -> int:  # lines appended to async_metrics.jsonl: one per update (read incrementally)
+        if os.path.exists(metrics):
+            with open(metrics, "rb") as f:
+                f.seek(seen["offset"])
+                chunk = f.read()
+            seen["offset"] += len(chunk)
+            seen["updates"] += chunk.count(b"\n")
+        return seen["updates"]
+
+    def sampler() -> None:
+        k = 0
+        while True:
+            s = {"minute": (time.monotonic() - t0) / 60.0, "rss_mb": rss_mb(), "updates": updates(),
+                 **process_counts()}
+            samples.append(s)
+            print(json.dumps(s), flush=True)
+            k += 1
+            if s["minute"] >= a.minutes:
+                break
+            time.sleep(max(t0 + k * a.sample_s - time.monotonic(), 0.0))
+        out = {"meta": {"workload": "train_async", "preset": a.preset, "minutes": a.minutes, "sample_s": a.sample_s,
+                        "out": a.out, "checkpoint_every": a.checkpoint_every, "eval_every": a.eval_every,
+                        "cpu_count": os.cpu_count(), "argv": sys.argv[1:], "loadavg_1m_end": os.getloadavg()[0]},
+               "samples": samples, "verdict": slope_verdict(samples, a.settle_min, a.max_mib_per_hour)}
+        print(json.dumps(out["verdict"]), flush=True)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1)
+        if a.plot:
+            plot([s | {"sizes": {k: s[k] for k in ("open_files", "threads")}} for s in samples], a.plot)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run's own stop path ends the process (exit 0)
+
+    os.makedirs(a.out, exist_ok=True)
+    threading.Thread(target=sampler, name="soak-sampler", daemon=True).start()
+    return async_loop.run_async(cfg)
 
 
 def structure_sizes(runner: AsyncRunner, rollout: SlotRollout) -> dict[str, int]:
@@ -134,20 +237,26 @@ class Args:
     plot: str = ""  # write a PNG of RSS and structure sizes here
     sample_s: float = 60.0  # seconds between samples
     settle_min: float = 5.0  # growth is measured from this minute on
-    workload: Literal['rl', 'standin'] = "rl"
-    preset: str = "rl-debug"  # rl workload: the TrainConfig preset it starts from
+    workload: Literal['rl', 'standin', 'train_async'] = "rl"
+    preset: str = "rl-debug"  # rl / train_async workloads: the TrainConfig preset it starts from
     slots: int = 2
     envs: int = 8  # total envs over the slots
     horizon: int = 4  # decisions per slot segment
     width: int = 64  # MLP width
     report_every: int = 10  # WindowReporter period (updates)
-    cpu_devices: int = 8  # virtual CPU devices when running on CPU
+    cpu_devices: int = 8  # virtual CPU devices when running on CPU (not train_async: one device, as a user's run)
+    out: str = "runs/soak-train-async"  # train_async: the run's output directory (checkpoints, tb, metrics)
+    checkpoint_every: int = 10  # train_async: checkpoint.every_steps (updates)
+    eval_every: int = 50  # train_async: rl.eval_every (updates; closed-loop evaluation in the trainer lane)
+    max_mib_per_hour: float = 5.0  # train_async: the RSS slope criterion (upper end of its 95% interval)
 
 
 def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m vlajax.bench soak", description=__doc__.split("\n")[0])
     if a.minutes <= 0 or a.sample_s <= 0:
         cli.error("--minutes and --sample-s must be > 0")
+    if a.workload == "train_async":
+        return soak_train_async(a)
     with contextlib.suppress(RuntimeError):  # only possible before the backend starts
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
     from vlajax.bench.async_ import StandIn, StandInWorkload, mode_config, rl_workload
