@@ -6,6 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from vlajax.config import EnvConfig
 from vlajax.rl import actors, mlp_policy
@@ -63,3 +64,20 @@ def test_auto_physics_is_c_on_a_one_device_cpu_host_unless_mjx_is_needed(monkeyp
     assert _base(ro.make_env(EnvConfig(task="goal/stack", obs_mode="state", num_envs=2), H)).c_physics is None
     from vlajax.envs import registry  # outside the RL rollout (demos, SFT eval), auto is MJX
     assert registry.config_from_env_config(auto)["physics_impl"] == "jax"
+
+
+@pytest.mark.slow
+def test_bench_rollout_times_both_simulators_side_by_side(tmp_path):
+    import json
+
+    from vlajax.bench.rollout import main
+
+    out = tmp_path / "rollout.json"
+    assert main(["--physics", "mjx", "c", "--heads", "tokens", "--model", "default", "--num-envs", "2",
+                 "--decisions", "1", "--repeats", "2", "--episode-length", "16", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [(r["head"], r["physics"], r["physics_impl"]) for r in res["rows"]] == [("tokens", "mjx", "jax"),
+                                                                                    ("tokens", "c", "c")]
+    assert all(r["decisions_per_s"] > 0 and len(r["seconds"]) == 2 for r in res["rows"])
+    ratio = res["paired_ratios"]["tokens"]["c_over_mjx"]
+    assert ratio["min"] <= ratio["median"] <= ratio["max"] and res["command"].startswith("python -m vlajax.bench")
