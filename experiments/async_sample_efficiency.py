@@ -58,6 +58,11 @@ midpoint of the run on (update >= iterations / 2: updates 10 and 15 of 15 for gr
 10, 15, 20 of 20 for ppo-flow). It is NOT EVALUATED while fewer than 5 seed pairs (ppo-flow: 3)
 exist.
 
+Issue 45 (`--workload eq45-grpo-tokens-factor` / `eq45-ppo-flow`, pre-registered in
+`docs/async/preregistration_45.md`): the same runs on workloads where sync learns, fresh seeds 100-115,
+judged by an equivalence test with a 10-point margin (`async_stats.equivalence`; verdicts recomputed
+from the per-seed JSON by `python -m experiments.async_stats docs/async/runs/<workload>`).
+
 Each run writes `docs/async/runs/<workload>/<arm>-seed<k>.json` (committed) with the
 fingerprints of its resolved config and of the starting checkpoint's parameters; `--reuse`
 keeps only saved runs whose fingerprints equal the ones computed now.
