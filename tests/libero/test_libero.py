@@ -153,6 +153,24 @@ def test_render_only_what_the_policy_reads_gives_the_same_pixels(pool, server):
     assert res["render-all"]["renders"] == 0  # not counted: robosuite's own sensors render every step
 
 
+def test_two_envs_in_one_worker_ask_together(server, tmp_path):
+    """--envs 2: one worker runs two episodes at once, each env over its own connection; their requests
+    of a round are in flight together and each episode gets its own result."""
+    _venv_or_skip()
+    before = server.connections
+    eps = [P.Episode(f"pair{i}", "libero_spatial", 1, i, max_steps=6, replan_steps=3, video=False) for i in (0, 1)]
+    with WorkerPool(1, server.url, envs_per_worker=2, log_dir=str(tmp_path)) as p:
+        res = p.run(eps)
+    assert server.connections - before == 2
+    for i in (0, 1):
+        r = res[f"pair{i}"]
+        assert "error" not in r and r["init"] == i and r["steps"] == 6 and r["policy_calls"] == 2
+        assert [q["libero/step"] for q in _requests_of(server, f"pair{i}")] == [0, 3]
+    # different init states: different first images
+    a, b = (_requests_of(server, f"pair{i}")[0]["observation/image"] for i in (0, 1))
+    assert not np.array_equal(a, b)
+
+
 def _dummy_episode(ep_id: str, steps: int) -> P.Episode:
     return P.Episode(ep_id, "libero_spatial", 0, 0, max_steps=steps, policy="dummy", cameras=False, video=False)
 
