@@ -119,7 +119,10 @@ def test_batched_rollout_path_matches_openpi(config):
             obs |= {"tokens": ids, "token_mask": mask}
             got, record = sample(p.params, obs | {"noise": np.stack([c["noise"] for c in group])}, None,
                                  jax.random.key(0), deterministic=True)
-            assert _err(got, np.stack([c["actions"] for c in group])) <= TOL
+            err = _err(got, np.stack([c["actions"] for c in group]))
+            print(f"{config} rollout actor, batch of {len(group)} at {obs['observation/image'].shape[1:3]}: "
+                  f"max |ours - openpi fp32| {err:.1e}")
+            assert err <= TOL
             np.testing.assert_array_equal(np.asarray(record["chain"][:, 0]), np.stack([c["noise"] for c in group]))
             # acceptance 2: no noise given -> x_1 ~ N(0, I) from the rng (the ODE itself is deterministic)
             a1, r1 = sample(p.params, obs, None, jax.random.key(1), deterministic=True)

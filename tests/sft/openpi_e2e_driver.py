@@ -3,10 +3,10 @@
     python tests/sft/openpi_e2e_driver.py OUT FIXTURES CLIENT_PYTHON
 
 import (`python -m vlajax.models.import_openpi`'s main) -> SFT -> async RL (staleness 1, VLM
-frozen; its closing eval is `vlajax.evaluation.evaluate`, what `eval` runs) -> `python -m
-vlajax.train eval` on the RL checkpoint -> `vlajax.serve` of that checkpoint, driven by the real
-openpi-client (`CLIENT_PYTHON`, its own venv; '' skips that phase). Each phase calls the same
-`main` a user's command line does; each prints one JSON line `{"phase": ..., "seconds": ..., ...}`.
+frozen, no eval of its own) -> `python -m vlajax.train eval` on the RL checkpoint -> `vlajax.serve`
+of that checkpoint, driven by the real openpi-client (`CLIENT_PYTHON`, its own venv; '' skips that
+phase). Each phase calls the same `main` a user's command line does; each prints one JSON line
+`{"phase": ..., "seconds": ..., ...}`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def main() -> int:
     _phase("rl", train.main, ["rl", "--preset", "pi05-dummy", "--rl.init-from", os.path.join(sft, "checkpoints"),
                               "--output-dir", rl, "--pipeline.enabled", "--pipeline.staleness-threshold", "1",
                               "--rl.num-iterations", "2", "--env.num-envs", "2", "--rl.group-size", "2",
-                              "--env.episode-length", "10", "--model.trainable", "expert", *SMALL])
+                              "--env.episode-length", "10", "--model.trainable", "expert",
+                              "--rl.eval-every", "-1", *SMALL])  # the eval phase below evaluates it
     _phase("eval", train.main, ["eval", "--preset", "pi05-dummy", "--checkpoint", os.path.join(rl, "checkpoints"),
                                 "--output-dir", rl, "--episodes-per-task", "1", "--env.episode-length", "10", *SMALL])
     if client:

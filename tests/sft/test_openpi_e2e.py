@@ -51,7 +51,7 @@ def test_openpi_import_sft_rl_eval_serve(tmp_path):
     s = phases["sft"]["result"]
     assert s["steps"] == 2 and np.isfinite(s["final_loss"]) and s["params"] == 589_632  # the reference tree's
     rl = phases["rl"]["result"]
-    assert rl["updates"] == 2 and rl["summary"]["staleness/max"] <= 1 and rl["evals"]
+    assert rl["updates"] == 2 and rl["summary"]["staleness/max"] <= 1
     e = phases["eval"]["result"]
     assert e["episodes"] == 1 and 0.0 <= e["mean_success"] <= 1.0
 

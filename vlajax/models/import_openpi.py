@@ -300,6 +300,7 @@ class ImportArgs:
 
 def main(argv: list[str] | None = None) -> int:
     from vlajax import cli  # noqa: PLC0415
+    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
 
     args = cli.parse(ImportArgs, argv, prog="python -m vlajax.models.import_openpi",
                      description=__doc__.split("\n\n")[0])
@@ -309,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
             max_token_len=args.max_token_len, discrete_state_input=args.discrete_state_input, robot=args.robot,
             delta_dims=args.delta_dims, default_prompt=args.default_prompt, asset_id=args.asset_id)
         summary = import_checkpoint(args.checkpoint, cfg, args.out, args.asset_id, transforms)
+    except openpi_params.OpenpiLayoutError as e:
+        print(f"error: {e} (are these params of another config or size than --config {args.config} --size "
+              f"{args.size}?)", file=sys.stderr)
+        return 2
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
