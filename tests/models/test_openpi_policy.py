@@ -241,3 +241,14 @@ def test_eval_takes_sampling_flags():
     env_obs |= {"tokens": ids, "token_mask": mask}
     act = jax.jit(lambda rng: bridge.act(model, {"params": p.params}, env_obs, rng))
     np.testing.assert_array_equal(act(jax.random.key(0)), act(jax.random.key(1)))
+
+
+def test_rl_on_the_tabletop_refuses_an_imported_robot_policy(tmp_path, capsys):
+    """RL in our MJX env straight from an imported LIBERO policy (7-dim robot actions) is one error
+    line; its RL runs on LIBERO's workers, or after SFT on the env's data (the e2e test)."""
+    from vlajax.train import main
+
+    assert main(["rl", "--preset", "pi05-dummy", "--rl.init-from", imported("pi05_libero"), "--output-dir",
+                 str(tmp_path), "--rl.num-iterations", "1", "--env.num-envs", "2", "--rl.group-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: rl.init_from=") and "7-dim actions" in err and err.count("\n") == 1

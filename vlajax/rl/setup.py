@@ -199,6 +199,10 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     model = build_model(model_cfg)  # our VLA or openpi's pi0 / pi0.5
     h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
     env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
+    if bridge.openpi is not None:  # an imported openpi policy acts in its robot's space (docs/models.md)
+        raise ConfigError(f"rl.init_from={cfg.rl.init_from}: an imported openpi policy ({bridge.openpi.train_config}) "
+                          f"answers in the {bridge.openpi.robot} robot's {bridge.env_action_dim}-dim actions, not this "
+                          "env's; fine-tune it on the env's data first (sft --sft.init-from), or run RL on its robot")
     critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
     actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", temperature=cfg.rl.temperature,
                              execute=cfg.rl.chunk_steps, critic=critic,
