@@ -109,3 +109,20 @@ def test_bridge_reads_droid_raw_keys(tmp_path):
     np.testing.assert_allclose(np.asarray(obs.state[0, :8]), [1.0] * 7 + [2.0], atol=1e-5)  # (x - 1) / 2
     assert not np.asarray(obs.state[0, 8:]).any()
     assert bridge.env_actions(jnp.zeros((1, 2, 32)), raw).shape == (1, 2, 8)
+
+
+def test_server_reads_droid_keys():
+    """The server's `droid` key map: openpi's DROID client keys, the state joined from its two keys."""
+    from vlajax.serve.spec import KeyMap, ObsError, ObsSpec
+
+    keys = KeyMap.make("droid", ("agentview", "wrist"))
+    spec = ObsSpec(keys, (8, 8, 3), 8, max_text_len=6, vocab_size=300)
+    img = np.zeros((8, 8, 3), np.uint8)
+    obs = {"observation/exterior_image_1_left": img, "observation/wrist_image_left": img,
+           "observation/joint_position": np.arange(7, dtype=np.float64), "observation/gripper_position": 0.5,
+           "prompt": "go"}
+    np.testing.assert_array_equal(spec.parse(obs).state, [0, 1, 2, 3, 4, 5, 6, 0.5])
+    with pytest.raises(ObsError, match="expected \\(8,\\)"):
+        spec.parse({**obs, "observation/joint_position": np.arange(6, dtype=np.float64)})
+    with pytest.raises(ObsError, match="missing key 'observation/gripper_position'"):
+        spec.parse({k: v for k, v in obs.items() if k != "observation/gripper_position"})

@@ -38,7 +38,8 @@ class ServeArgs:
     port: int = 8000  # TCP port (0 = any free port; the chosen one is printed)
     host: str = "127.0.0.1"  # interface to bind; loopback by default (0.0.0.0 exposes the policy to the network)
     step: int = -1  # checkpoint step to load (-1 = the newest)
-    keys: Literal["auto", "suite", "libero"] = "auto"  # wire key map (auto = the checkpoint's, else suite)
+    # wire key map (auto = the checkpoint's: an imported openpi policy's robot (libero, droid), else suite)
+    keys: Literal["auto", "suite", "libero", "droid"] = "auto"
     key: tuple[str, ...] = ()  # overrides of single wire keys: 'CAMERA=KEY', 'state=KEY', 'prompt=KEY'
     replicas: int = 0  # policy copies, one per device, each with its own inference thread (0 = auto: docs/serving.md)
     max_batch: int = 16  # B_max: a batch fires when this many requests wait
@@ -146,10 +147,11 @@ def build(args: ServeArgs) -> PolicyServer:
     devices = replica_devices(args.replicas, sum(x.nbytes for x in jax.tree.leaves(params)))
     serving = _policy_json(args.checkpoint)
     robot = bridge.openpi.robot if bridge.openpi is not None else ""
-    keys_name = args.keys if args.keys != "auto" else serving.get("keys", "libero" if robot == "libero" else "suite")
+    keys_name = args.keys if args.keys != "auto" else serving.get(
+        "keys", robot if robot in ("libero", "droid") else "suite")
     keys = KeyMap.make(keys_name, bridge.cameras, args.key)
-    if robot and robot != "libero" and keys_name == "libero":
-        raise ValueError(f"--keys libero: the policy's openpi transforms are {robot!r}'s, not LIBERO's")
+    if robot and keys_name in ("libero", "droid") and robot != keys_name:
+        raise ValueError(f"--keys {keys_name}: the policy's openpi transforms are {robot!r}'s")
     size = train_cfg.env.image_size or bridge.model.image_size
     resize = None
     if bridge.model.family != "vla":  # π policies: any image size, resized with pad as openpi's ResizeImages

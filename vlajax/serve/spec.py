@@ -30,7 +30,9 @@ __all__ = ["KEY_MAPS", "KeyMap", "ObsError", "ObsSpec", "Parsed"]
 TOKENS_KEY = "tokenized_prompt"
 # openpi's LIBERO example (examples/libero/main.py) sends these keys.
 _LIBERO_CAMERAS = {"agentview": "observation/image", "wrist": "observation/wrist_image"}
-KEY_MAPS = ("suite", "libero")
+# openpi's DROID example: two cameras; the state is joint_position [7] + gripper_position [1] ('+' joins keys)
+_DROID_CAMERAS = {"agentview": "observation/exterior_image_1_left", "wrist": "observation/wrist_image_left"}
+KEY_MAPS = ("suite", "libero", "droid")
 
 
 class ObsError(ValueError):
@@ -53,6 +55,9 @@ class KeyMap:
         elif name == "libero":
             images = {c: _LIBERO_CAMERAS.get(c, f"observation/{c}") for c in cameras}
             state, prompt = "observation/state", "prompt"
+        elif name == "droid":
+            images = {c: _DROID_CAMERAS.get(c, f"observation/{c}") for c in cameras}
+            state, prompt = "observation/joint_position+observation/gripper_position", "prompt"
         else:
             raise ValueError(f"unknown key map {name!r} (choose from {', '.join(KEY_MAPS)})")
         for item in overrides:
@@ -180,7 +185,13 @@ class ObsSpec:
 
     def _state(self, obs: Mapping) -> np.ndarray:
         key = self.keys.state
-        s = self._get(obs, key)
+        if "+" in key:  # the state is these keys' values concatenated (DROID: joints + gripper)
+            parts = [self._get(obs, k) for k in key.split("+")]
+            if not all(isinstance(p, np.ndarray | float) for p in parts):
+                raise ObsError(f"{key!r}: each part must be a float array")
+            s = np.concatenate([np.atleast_1d(np.asarray(p)) for p in parts])
+        else:
+            s = self._get(obs, key)
         if not isinstance(s, np.ndarray) or s.dtype.kind != "f":
             got = s.dtype if isinstance(s, np.ndarray) else type(s).__name__
             raise ObsError(f"{key!r} must be a float array of shape ({self.state_dim},), got {got}")
