@@ -126,3 +126,14 @@ def test_server_reads_droid_keys():
         spec.parse({**obs, "observation/joint_position": np.arange(6, dtype=np.float64)})
     with pytest.raises(ObsError, match="missing key 'observation/gripper_position'"):
         spec.parse({k: v for k, v in obs.items() if k != "observation/gripper_position"})
+
+
+def test_nested_observations_flatten_to_openpis_keys():
+    from vlajax.inference import _flatten
+
+    img = np.zeros((3, 4, 4), np.uint8)
+    flat = _flatten({"images": {"cam_high": img, "cam_left_wrist": img}, "state": np.zeros(14), "prompt": "p"})
+    assert sorted(flat) == ["images/cam_high", "images/cam_left_wrist", "prompt", "state"]
+    view = OPENPI_CONFIGS["pi0_aloha_sim"].transforms.env_view({k: np.asarray(v)[None] for k, v in flat.items()
+                                                                 if k != "prompt"})
+    assert view["pixels/agentview"].shape == (1, 4, 4, 3) and view["pixels/wrist"].shape == (1, 4, 4, 3)
