@@ -171,6 +171,18 @@ def test_two_envs_in_one_worker_ask_together(server, tmp_path):
     assert not np.array_equal(a, b)
 
 
+def test_success_is_libero_s_goal_check(tmp_path):
+    """LIBERO's success check through the worker, both ways: the scripted expert (object poses) puts the
+    bowl on the plate and the episode ends early with success; the dummy action never does."""
+    _venv_or_skip()
+    eps = [P.Episode("expert", "libero_spatial", 0, 0, policy="expert", cameras=False, video=False),
+           P.Episode("idle", "libero_spatial", 0, 0, max_steps=40, policy="dummy", cameras=False, video=False)]
+    with WorkerPool(1, None, log_dir=str(tmp_path)) as p:
+        res = p.run(eps)
+    assert res["expert"]["success"] is True and 20 < res["expert"]["steps"] < 220, res["expert"]
+    assert res["idle"]["success"] is False and res["idle"]["steps"] == 40
+
+
 def _dummy_episode(ep_id: str, steps: int) -> P.Episode:
     return P.Episode(ep_id, "libero_spatial", 0, 0, max_steps=steps, policy="dummy", cameras=False, video=False)
 

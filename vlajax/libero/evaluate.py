@@ -4,6 +4,7 @@ fixed initial states on N worker processes, a per-task table, videos.
     eval --suite libero_spatial --checkpoint DIR [--workers 2] [--episodes-per-task 50]
     eval --suite libero_spatial --policy-server ws://HOST:PORT ...
     eval --suite libero_spatial --robustness [swap,lan,object,task,env] ...     (LIBERO-PRO)
+    eval --suite libero_spatial --expert ...         (the scripted expert: privileged object poses)
 
 With `--checkpoint` the policy is served in this process (`vlajax.serve` on 127.0.0.1, any free
 port, openpi's LIBERO keys) and the workers are its clients; with `--policy-server` they are the
@@ -47,6 +48,7 @@ class LiberoEvalArgs:
     suite: str  # libero_spatial | libero_object | libero_goal | libero_10 (| libero_90)
     checkpoint: str = ""  # a vlajax run directory, served in-process (e.g. an imported pi05_libero)
     policy_server: str = ""  # ws://HOST:PORT of an openpi-protocol policy server (instead of --checkpoint)
+    expert: bool = False  # libero_spatial's scripted expert (object poses; vlajax.libero.expert) instead of a policy
     episodes_per_task: int = 50  # init states 0..N-1 of every task (LIBERO has 50 per task)
     tasks: tuple[int, ...] = ()  # task indices ('' = every task of the suite)
     robustness: str = ""  # LIBERO-PRO axes, comma-separated (swap,lan,object,task,env) or 'all'
@@ -66,8 +68,11 @@ class LiberoEvalArgs:
         """ValueError naming the first bad flag (before anything loads)."""
         if not self.suite.startswith("libero_"):
             raise ValueError(f"--suite {self.suite!r}: not a LIBERO suite")
-        if bool(self.checkpoint) == bool(self.policy_server):
-            raise ValueError("give exactly one of --checkpoint DIR (served in-process) and --policy-server ws://...")
+        if bool(self.checkpoint) + bool(self.policy_server) + self.expert != 1:
+            raise ValueError("give exactly one of --checkpoint DIR (served in-process), --policy-server ws://... "
+                             "and --expert")
+        if self.expert and not self.suite.startswith("libero_spatial"):
+            raise ValueError(f"--expert: the scripted expert knows libero_spatial's tasks only, not {self.suite}")
         if self.checkpoint and not os.path.isdir(os.path.expanduser(self.checkpoint)):
             raise ValueError(f"--checkpoint {self.checkpoint}: not a directory")
         if self.policy_server and not self.policy_server.startswith(("ws://", "wss://")):
@@ -182,18 +187,20 @@ def run(args: LiberoEvalArgs) -> int:
                                  f"{d['n_init'][k]} initial states")
             episodes += [P.Episode(f"{name}-t{k}-i{i}", name, k, i, max_steps=args.max_steps,
                                    num_steps_wait=args.num_steps_wait, replan_steps=args.replan_steps, seed=args.seed,
-                                   render=args.render, video=args.video) for i in range(args.episodes_per_task)]
+                                   render=args.render, video=args.video,
+                                   policy="expert" if args.expert else "server",
+                                   cameras=args.video or not args.expert) for i in range(args.episodes_per_task)]
     out = os.path.abspath(args.out or os.path.join("runs", "eval", f"libero-{args.suite}"))
     frames_dir = os.path.join(out, "frames")
     os.makedirs(frames_dir, exist_ok=True)
     stop, server_meta = None, {}
-    url = args.policy_server
+    url = args.policy_server or None
     t0 = time.perf_counter()
     try:
         if args.checkpoint:
             url, stop, server_meta = _serve_in_process(args.checkpoint, args.workers * args.envs_per_worker)
-        print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy {url}",
-              flush=True)
+        print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy "
+              f"{url or 'the scripted expert'}", flush=True)
         done = [0]
 
         def on_result(r: dict) -> None:

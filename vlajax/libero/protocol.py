@@ -80,7 +80,9 @@ class Episode:
     camera_size: int = 256  # render size (openpi's LIBERO_ENV_RESOLUTION)
     resize: int = 224  # policy image size (resize-with-pad); the server's declared size wins when it has one
     seed: int = 7  # env.seed (openpi: it affects object positions even with a fixed initial state)
-    policy: str = "server"  # 'server' (openpi-protocol requests) | 'dummy' (DUMMY_ACTION throughout, no server)
+    # 'server' (openpi-protocol requests) | 'dummy' (DUMMY_ACTION throughout) | 'expert' (libero_spatial's
+    # scripted expert from the object poses, vlajax.libero.expert); the last two need no server
+    policy: str = "server"
     cameras: bool = True  # False: physics + controller only (no renderer; 'dummy' policy only)
     render: str = "policy"  # 'policy': render only the frames a request reads | 'all': every step (openpi)
     video: bool = True  # keep the agentview images the requests carried (one per request) -> frames file
@@ -89,8 +91,8 @@ class Episode:
     report_terminal: bool = False  # send one last request with libero/done = True (RL servers record it)
 
     def __post_init__(self):
-        if self.policy not in ("server", "dummy"):
-            raise ValueError(f"episode policy must be 'server' or 'dummy', got {self.policy!r}")
+        if self.policy not in ("server", "dummy", "expert"):
+            raise ValueError(f"episode policy must be 'server', 'dummy' or 'expert', got {self.policy!r}")
         if self.render not in ("policy", "all"):
             raise ValueError(f"render must be 'policy' or 'all', got {self.render!r}")
         if not self.cameras and self.policy == "server":

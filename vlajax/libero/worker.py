@@ -135,6 +135,12 @@ class Slot:
         shape = self.meta.get("observation", {}).get(P.IMAGE_KEY, {}).get("shape")
         if shape:  # the server declares the image size it reads
             self.size = int(shape[0])
+        if ep.policy == "expert":
+            from vlajax.libero.expert import SpatialExpert
+
+            if not ep.suite.startswith("libero_spatial"):
+                raise ValueError(f"the scripted expert knows libero_spatial's tasks only, not {ep.suite}")
+            self.expert = SpatialExpert(*self.env.obj_of_interest[:2])
         self.env.seed(ep.seed)
         t_reset = time.perf_counter()
         self.env.reset()  # robosuite's hard reset makes new sensors: wrap them after it
@@ -184,11 +190,13 @@ class Slot:
     def step(self) -> bool:
         """One env step; True when the episode ended."""
         ep = self.ep
-        if self.policy_step < 0 or ep.policy == "dummy":
+        if self.policy_step < 0 or ep.policy != "server":
             action = np.asarray(P.DUMMY_ACTION)
             will_read = self.t == ep.num_steps_wait - 1
-            if ep.policy == "dummy" and self.policy_step >= 0:  # the render pattern of a policy's requests
+            if ep.policy != "server" and self.policy_step >= 0:  # the render pattern of a policy's requests
                 will_read = (self.policy_step + 1) % ep.replan_steps == 0 and self.policy_step + 1 < ep.limit
+                if ep.policy == "expert":
+                    action = self.expert.act(self.obs)
         else:
             action = self.plan.popleft()
             # the obs after this step is read by the next request (none after the last step, unless reported)
@@ -200,7 +208,7 @@ class Slot:
         self.step_s.append(time.perf_counter() - t0)
         self.t += 1
         self.reward = float(reward)
-        if ep.policy == "dummy" and ep.video and ep.cameras and will_read:  # the frames a policy would read
+        if ep.policy != "server" and ep.video and ep.cameras and will_read:  # the frames a policy would read
             self.frames.append(P.convert_image(self.obs["agentview_image"], self.size))
             self.wrist.append(P.convert_image(self.obs["robot0_eye_in_hand_image"], self.size))
         if self.policy_step <= 0:
@@ -293,7 +301,7 @@ def serve_episodes(args: argparse.Namespace, emit) -> None:
                         _send_all([s], done=True)
                     emit(s.result())
                     active.remove(s)
-                elif s.ep.policy == "dummy" and s.t % 20 == 0:
+                elif s.ep.policy != "server" and s.t % 20 == 0:
                     emit({"event": "progress", "id": s.ep.id, "step": s.policy_step})
         except Exception as e:  # noqa: BLE001 -- a failed round fails its episodes, not the worker
             for s in active:
