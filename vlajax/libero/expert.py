@@ -47,13 +47,13 @@ class SpatialExpert:
         if tol is not None and np.linalg.norm(self.target - eef) < tol:
             self._next()
             return self.act(obs)
-        self.n += 1
-        if self.n >= budget and self.phase + 1 < len(self.PHASES):
-            self._next()
         if name in ("close", "release"):
             move = np.zeros(3)
         elif name == "rise":
             move = np.array([0.0, 0.0, 0.5])
         else:
             move = np.clip((self.target - eef) / 0.05, -1.0, 1.0)
+        self.n += 1
+        if self.n >= budget and self.phase + 1 < len(self.PHASES):  # out of steps: on to the next phase
+            self._next()
         return np.concatenate([move, np.zeros(3), [grip]])

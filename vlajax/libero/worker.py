@@ -236,6 +236,15 @@ class Slot:
                 "renders": self.renders, "frames": frames_path, "pid": os.getpid()}
 
 
+def _why(e: BaseException) -> str:
+    """`Type: message (file:line)` of an exception, the innermost frame."""
+    import traceback
+
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
 def _send_all(slots: list[Slot], done: bool = False) -> None:
     """One request per slot in flight at once, then their answers (each slot its own connection)."""
     from vlajax.serve.codec import pack, unpack
@@ -284,7 +293,7 @@ def serve_episodes(args: argparse.Namespace, emit) -> None:
                 slot.start(P.Episode.from_json(msg))
                 active.append(slot)
             except Exception as e:  # noqa: BLE001 -- reported per episode; the worker goes on
-                emit({"event": "error", "id": msg.get("id"), "message": f"{type(e).__name__}: {e}"})
+                emit({"event": "error", "id": msg.get("id"), "message": _why(e)})
         if not active:
             if exiting:
                 break
@@ -305,7 +314,7 @@ def serve_episodes(args: argparse.Namespace, emit) -> None:
                     emit({"event": "progress", "id": s.ep.id, "step": s.policy_step})
         except Exception as e:  # noqa: BLE001 -- a failed round fails its episodes, not the worker
             for s in active:
-                emit({"event": "error", "id": s.ep.id, "message": f"{type(e).__name__}: {e}"})
+                emit({"event": "error", "id": s.ep.id, "message": _why(e)})
                 if s.ws is not None:  # a connection left mid-request is not reused
                     try:
                         s.ws.close()
