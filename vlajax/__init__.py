@@ -41,6 +41,7 @@ _API: dict[str, str] = {
     "sft_loss": "vlajax.models",
     "quantize_params": "vlajax.models",
     "Bridge": "vlajax.policy",
+    "Policy": "vlajax.inference",
     # Data and SFT
     "LeRobotWriter": "vlajax.data",
     "LeRobotData": "vlajax.data",
