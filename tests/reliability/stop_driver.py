@@ -1,11 +1,11 @@
-"""`python -m tests.reliability.stop_driver SLOW SECONDS CMD [train args...]`: the real `vlajax.train`
+"""`python -m tests.reliability.stop_driver SLOW[@N] SECONDS CMD [train args...]`: the real `vlajax.train`
 command with one phase made slow, and a marker line (`PHASE <name> [n]`) printed as each phase starts,
 so a test can send a signal into the phase it means (tests/reliability/test_stop_anywhere.py).
 
 What is replaced, and why: `rl` runs on the toy point env of `tests/rl/rollout_toy.py` (the MJX
 tabletop takes ~100 s to compile cold here; the loops, checkpointer, logger, lanes and CLI are the
 real ones), and the `sft` evaluation is a sleep (the closed-loop eval renders MJX scenes: minutes).
-The slow phase sleeps `SECONDS`:
+The slow phase sleeps `SECONDS` (from its N-th start on with `SLOW@N`):
 
 - `setup`: inside the policy / data set-up, before anything of the run compiles;
 - `compile`: while the first jitted step is traced (its compile follows);
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_slow = {"phase": "none", "seconds": 0.0}
+_slow = {"phase": "none", "seconds": 0.0, "from": 1}
 _counts: dict[str, int] = {}
 
 
@@ -38,7 +38,7 @@ def mark(name: str, slow_from: int = 1) -> int:
     """Print `PHASE name n` (n counts this phase's starts) and sleep when it is the slow phase."""
     n = _counts[name] = _counts.get(name, 0) + 1
     print(f"PHASE {name} {n}", flush=True)
-    if name == _slow["phase"] and n >= slow_from:
+    if name == _slow["phase"] and n >= max(slow_from, _slow["from"]):
         time.sleep(_slow["seconds"])
     return n
 
@@ -148,7 +148,8 @@ def _patch_sft(set_attr) -> None:
 if __name__ == "__main__":
     if (devices := int(os.environ.get("STOP_DRIVER_DEVICES", "1"))) > 1:  # as the test process: it resumes runs
         jax.config.update("jax_num_cpu_devices", devices)
-    _slow.update(phase=sys.argv[1], seconds=float(sys.argv[2]))
+    phase, _, first = sys.argv[1].partition("@")  # e.g. "eval@2": from the phase's 2nd start on
+    _slow.update(phase=phase, seconds=float(sys.argv[2]), **({"from": int(first)} if first else {}))
     patch(sys.argv[3])
     from vlajax import train
 

@@ -9,7 +9,7 @@ process) must end on exactly the uninterrupted run's train state.
 
 The bounds (docs/reliability.md): a phase with nothing unsaved is abandoned at once -- exit within
 `ABANDON_S` (the write in flight, interpreter exit); an update with unsaved predecessors is finished
-and saved: its remaining time plus `ABANDON_S`. The run reaches each phase in ~10-20 s here (process
+and saved: its remaining time plus `FINISH_S`. The run reaches each phase in ~10-20 s here (process
 start-up dominates), so the whole file takes ~4-6 min on a loaded 2-core machine; it holds every cell.
 """
 
@@ -30,11 +30,20 @@ import pytest
 from tests.reliability import stop_driver
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ABANDON_S = 10.0  # nothing unsaved: signal -> exit 0 (measured 0.1-1 s; slack for a loaded machine)
+ABANDON_S = 10.0  # nothing unsaved: signal -> exit 0 (measured 0.1-0.2 s; slack for a loaded machine)
+FINISH_S = 20.0  # a finished step: its save (Orbax, the grain iterator) and the exit, on a loaded machine
 UPDATE_S = 12.0  # the slow updates / steps
 LONG_S = 120.0  # the slow set-up, compile, evaluation and rollout: far longer than any bound here
 N = 4  # rl iterations / updates
 SFT_STEPS = 4
+
+
+def _row(text: str) -> None:
+    """One measured cell: printed, and appended to $STOP_ANYWHERE_TABLE if set (docs/reliability.md's table)."""
+    print(text, flush=True)
+    if path := os.environ.get("STOP_ANYWHERE_TABLE"):
+        with open(path, "a") as f:
+            f.write(text + "\n")
 
 
 def _cache(tmp_path_factory) -> str:
@@ -148,14 +157,14 @@ RL_CELLS = [
     ("eval-at-0", "eval", LONG_S, "PHASE eval 1", ("--rl.eval-every", "2"), [],
      r"during the evaluation at (iteration|update) 0: abandoned it; nothing new to save; no checkpoint yet",
      ABANDON_S),
-    ("update-predecessor-saved", "update", UPDATE_S, "PHASE update 2", ("--rl.eval-every", "-1"), [1],
-     r"during (iteration|update) 2 \(its predecessor is saved\): abandoned it; nothing new to save; newest "
-     r"checkpoint: (iteration|update) 1", ABANDON_S),
-    ("update-unsaved-predecessor", "update", UPDATE_S, "PHASE update 3",
+    ("update-predecessor-saved", "update@3", UPDATE_S, "PHASE update 3", ("--rl.eval-every", "-1"), [1, 2],
+     r"during (iteration|update) 3 \(its predecessor is saved\): abandoned it; nothing new to save; newest "
+     r"checkpoint: (iteration|update) 2", ABANDON_S),
+    ("update-unsaved-predecessor", "update@3", UPDATE_S, "PHASE update 3",
      ("--rl.eval-every", "-1", "--checkpoint.every-steps", "1000"), [1, 3],
      r"(during iteration 3: finished it and saved checkpoint 3|during the async run at update 3: stopped at the "
-     r"boundary after update 3, saved checkpoint 3, dropped the rollout in flight)", UPDATE_S + ABANDON_S),
-    ("periodic-eval", "eval", LONG_S, "PHASE eval 2", ("--rl.eval-every", "2", "--checkpoint.every-steps", "1000"),
+     r"boundary after update 3, saved checkpoint 3, dropped the rollout in flight)", UPDATE_S + FINISH_S),
+    ("periodic-eval", "eval@2", LONG_S, "PHASE eval 2", ("--rl.eval-every", "2", "--checkpoint.every-steps", "1000"),
      [1, 2], r"during the evaluation at (iteration|update) 2: abandoned it; nothing new to save; newest checkpoint: "
      r"(iteration|update) 2", ABANDON_S),
 ]
@@ -197,8 +206,7 @@ def test_rl_sigterm_in_each_phase(tmp_path, tmp_path_factory, monkeypatch, rl_re
     args = _rl_args(out, _cache(tmp_path_factory), *extra, *(ASYNC if is_async else ()))
     rc, exit_s, text = _interrupt(slow, seconds, marker, args, devices=1 if is_async else 8)
     ckpt = os.path.join(out, "checkpoints")
-    print(f"ROW rl {'async' if is_async else 'sync'} | {cell} | rc {rc} | {exit_s:.1f} s (bound {bound:.0f} s) | "
-          f"kept {_steps(ckpt)}")
+    _row(f"rl {'async' if is_async else 'sync'} | {cell} | {rc} | {exit_s:.1f} (bound {bound:.0f}) | {_steps(ckpt)}")
     assert rc == 0, text[-4000:]
     assert re.search(r"^rl: SIGTERM " + line + r"; exit 0$", text, re.M), text[-3000:]
     assert exit_s <= bound, (exit_s, bound)
@@ -209,3 +217,98 @@ def test_rl_sigterm_in_each_phase(tmp_path, tmp_path_factory, monkeypatch, rl_re
         _run_in_process("rl", args, monkeypatch)
     assert _steps(ckpt)[-1] == N
     _assert_same(ckpt, rl_reference[is_async], N)
+    _row(f"rl {'async' if is_async else 'sync'} | {cell} | resumed run == uninterrupted: yes")
+
+
+# ---- sft ------------------------------------------------------------------------------------------
+
+
+def _sft_args(dataset: str, out: str, cache: str, *extra: str) -> list[str]:
+    return ["sft", "--preset", "sft-tiny", "--data.dataset-dir", dataset, "--output-dir", out, "--sft.num-steps",
+            str(SFT_STEPS), "--logging.progress", "plain", "--compilation-cache-dir", cache, *extra]
+
+
+# (id, slow phase, seconds, marker, extra flags, kept steps, line pattern, bound s)
+SFT_CELLS = [
+    ("set-up", "setup", LONG_S, "PHASE setup 1", ("--sft.eval-every", "-1"), [],
+     r"during set-up \(before the first step\): abandoned it; nothing new to save; no checkpoint yet", ABANDON_S),
+    ("first-compile", "compile", LONG_S, "PHASE compile 1", ("--sft.eval-every", "-1"), [],
+     r"during step 1 \(its predecessor is saved\): abandoned it; nothing new to save; no checkpoint yet", ABANDON_S),
+    ("step-predecessor-saved", "step@3", UPDATE_S, "PHASE step 3",
+     ("--sft.eval-every", "-1", "--checkpoint.every-steps", "1"), [1, 2],
+     r"during step 3 \(its predecessor is saved\): abandoned it; nothing new to save; newest checkpoint: step 2",
+     ABANDON_S),
+    ("step-unsaved-predecessor", "step@3", UPDATE_S, "PHASE step 3",
+     ("--sft.eval-every", "-1", "--checkpoint.every-steps", "1000"), [1, 3],
+     r"during step 3: finished it and saved checkpoint 3", UPDATE_S + FINISH_S),
+    ("periodic-eval", "eval", LONG_S, "PHASE eval 1", ("--sft.eval-every", "2", "--checkpoint.every-steps", "1000"),
+     [1, 2], r"during the evaluation at step 2: abandoned it; nothing new to save; newest checkpoint: step 2",
+     ABANDON_S),
+]
+
+
+@pytest.fixture(scope="module")
+def sft_data(tmp_path_factory) -> str:
+    from tests.sft.conftest import write_dataset
+
+    return write_dataset(str(tmp_path_factory.mktemp("stop-sft-data") / "demos"))
+
+
+@pytest.fixture(scope="module")
+def sft_reference(tmp_path_factory, sft_data) -> str:
+    out = str(tmp_path_factory.mktemp("sft-reference"))
+    mp = pytest.MonkeyPatch()
+    try:
+        _run_in_process("sft", _sft_args(sft_data, out, _cache(tmp_path_factory), "--sft.eval-every", "-1"), mp)
+    finally:
+        mp.undo()
+    return os.path.join(out, "checkpoints")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("cell", "slow", "seconds", "marker", "extra", "kept", "line", "bound"), SFT_CELLS,
+                         ids=[c[0] for c in SFT_CELLS])
+def test_sft_sigterm_in_each_phase(tmp_path, tmp_path_factory, monkeypatch, sft_data, sft_reference, cell, slow,
+                                   seconds, marker, extra, kept, line, bound):
+    out = str(tmp_path / "run")
+    args = _sft_args(sft_data, out, _cache(tmp_path_factory), *extra)
+    rc, exit_s, text = _interrupt(slow, seconds, marker, args, devices=8)
+    ckpt = os.path.join(out, "checkpoints")
+    _row(f"sft | {cell} | {rc} | {exit_s:.1f} (bound {bound:.0f}) | {_steps(ckpt)}")
+    assert rc == 0, text[-4000:]
+    assert re.search(r"^sft: SIGTERM " + line + r"; exit 0$", text, re.M), text[-3000:]
+    assert exit_s <= bound, (exit_s, bound)
+    assert _steps(ckpt) == kept
+    _run_in_process("sft", args, monkeypatch)  # resumes from what was kept (or starts again)
+    assert _steps(ckpt)[-1] == SFT_STEPS
+    _assert_same(ckpt, sft_reference, SFT_STEPS)
+    _row(f"sft | {cell} | resumed run == uninterrupted: yes")
+
+
+# ---- a second signal ------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_a_second_signal_exits_at_once_with_130_keeping_the_last_complete_checkpoint(tmp_path, tmp_path_factory):
+    """The first SIGTERM lands in an update with an unsaved predecessor (so the run means to finish it, 12 s);
+    the second exits at once (130) without saving: the newest complete checkpoint is the one before."""
+    out = str(tmp_path / "run")
+    args = _rl_args(out, _cache(tmp_path_factory), "--rl.eval-every", "-1", "--checkpoint.every-steps", "1000")
+    p = _Proc("update@3", UPDATE_S, args, devices=8)
+    p.wait_line("PHASE update 3")
+    time.sleep(0.5)
+    p.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while not any("SIGTERM received" in ln for ln in p.lines):
+        assert time.monotonic() < deadline and p.proc.poll() is None, "\n".join(p.lines[-30:])
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    p.proc.send_signal(signal.SIGTERM)
+    rc = p.proc.wait(timeout=60)
+    seconds = time.monotonic() - t0
+    time.sleep(0.2)
+    text = "\n".join(p.lines)
+    _row(f"rl sync | second signal during update 3 | {rc} | {seconds:.1f} | {_steps(os.path.join(out, 'checkpoints'))}")
+    assert rc == 130 and seconds < 5, (rc, seconds, text[-2000:])
+    assert "error: rl: a second interrupt (SIGTERM): exiting at once without saving" in text
+    assert _steps(os.path.join(out, "checkpoints")) == [1]  # iteration 2 was never saved (every_steps=1000)

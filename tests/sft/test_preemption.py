@@ -113,7 +113,9 @@ def test_sft_stops_after_the_current_step_with_its_checkpoint_and_resumes(synthe
 
 
 @pytest.mark.timeout(600)
-def test_a_second_signal_exits_at_once_even_mid_compile_keeping_the_last_checkpoint(synthetic_dataset, tmp_path):
+def test_a_signal_mid_compile_after_a_resume_abandons_at_once_keeping_the_last_checkpoint(synthetic_dataset, tmp_path):
+    """Issue 43: the first step after a resume (it compiles) has nothing unsaved before it, so a signal abandons it
+    at once (exit 0, one line). (A second signal exiting 130: tests/reliability/test_stop_anywhere.py.)"""
     out_dir = tmp_path / "run"
     args = _sft_args(synthetic_dataset, str(out_dir), 4)
     _run(args)  # 4 complete steps: the checkpoint to keep
@@ -122,17 +124,15 @@ def test_a_second_signal_exits_at_once_even_mid_compile_keeping_the_last_checkpo
     args[args.index("--sft.num-steps") + 1] = "100000"
     run = _Run(args)  # the same command, longer: resumes at 4, compiles its step
     run.wait_for(r"sft: resumed from step 4")
-    run.wait_for(r"sft: SIGTERM / Ctrl-C from here on")  # the loop's handlers are in; its first step compiles
     run.proc.send_signal(signal.SIGTERM)  # seen at once by the watcher thread, although the main
-    run.wait_for(r"SIGTERM received")  # thread is inside a compile (or a step)
-    t0 = time.monotonic()
-    run.proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()  # thread is inside a compile (or a step)
     rc, out = run.finish(timeout=60)
-    assert rc == 130, out[-3000:]
+    assert rc == 0, out[-3000:]
     assert time.monotonic() - t0 < 10
-    assert "error: sft: a second interrupt (SIGTERM)" in out
+    assert re.search(r"sft: SIGTERM during (set-up \(before the first step\)|step \d+ \(its predecessor is saved\)): "
+                     r"abandoned it; nothing new to save; newest checkpoint: step \d+; exit 0", out), out[-3000:]
     newest = max(_steps(ckpt))
-    assert newest >= 4  # (a step may have completed, and been saved, between the two signals)
+    assert newest >= 4  # (a step may have completed, and been saved, before the signal)
     _no_partial_checkpoints(ckpt)
     from vlajax.checkpoint import Checkpointer
 
@@ -174,9 +174,12 @@ def test_async_rl_sigterm_stops_at_an_update_boundary_and_resumes(tmp_path):
     args = _rl_args(str(tmp_path / "run"), total, "--pipeline.enabled", "--pipeline.staleness-threshold", "0")
     rc, out, _ = _interrupt(args, r"\[rl async rl-debug\] [3-9]/12", signal.SIGTERM)
     assert rc == 0, out[-4000:]
-    first = _summary(out)
-    k = first["updates"]
-    assert first["status"] == "interrupted" and 3 <= k < total, first
+    # the trainer stops at its next boundary, saves it, and the process leaves (the rollout in flight dropped)
+    m = re.search(r"rl: SIGTERM during the async run at update (\d+): stopped at the boundary after update \d+, "
+                  r"saved checkpoint (\d+)", out)
+    assert m, out[-4000:]
+    k = int(m.group(2))
+    assert 3 <= k < total
     ckpt = str(tmp_path / "run" / "checkpoints")
     assert _steps(ckpt)[-1] == k
     _no_partial_checkpoints(ckpt)
