@@ -243,7 +243,8 @@ def main(argv: list[str], parse) -> int:
         return 2
     logging.getLogger("absl").setLevel(logging.WARNING)
     out = train(cfg, largs)
-    short = {k: v for k, v in out.items() if k not in ("history", "state", "summary", "summary_steady")}
+    short = {k: v for k, v in out.items() if k not in ("history", "state", "summary", "summary_steady", "infer_times",
+                                                        "update_times", "server_batches")}
     short["staleness_max"] = max((max(h["staleness"]) for h in out["history"]), default=0)
     short["success"] = [h["train"].get("success") for h in out["history"]]
     print(json.dumps(short, default=str), flush=True)
