@@ -271,10 +271,14 @@ class AsyncRunner:
         `on_interrupt(self)` in its own lane at that boundary (save a checkpoint there: state,
         counters and buffer are of that one update), and the run stops; the wait is bounded by
         `drain_bound()`. A second signal raises `RunAborted` at once (nothing saved). `stop`: a
-        flag kept by the caller's signal handling (`LaneGroup.run`), polled instead of a handler.
+        flag kept by the caller's signal handling (`LaneGroup.run`), polled instead of a handler;
+        that caller (`vlajax.preemption`) exits at once on a second signal itself, so the update in
+        flight is then waited for however long it takes (a bound measured on earlier updates fails
+        a run whose next update is slower; a stuck trainer is the watchdog's, `LaneStalled`).
         """
         self._on_interrupt = on_interrupt
-        status = self.group.run(timeout=timeout, drain=self.request_stop, join_timeout=self.drain_bound, stop=stop)
+        drain = self.request_stop if stop is None else (lambda: (self.request_stop(), math.inf)[1])
+        status = self.group.run(timeout=timeout, drain=drain, join_timeout=self.drain_bound, stop=stop)
         self.weights.install_pending()  # the last publication reaches the rollout side, lanes or not
         return status
 
