@@ -115,15 +115,17 @@ def soak_train_async(a: Args) -> int:
         logging=dataclasses.replace(base.logging, tensorboard=True, progress="plain"))
     metrics = os.path.join(a.out, "async_metrics.jsonl")
     samples: list[dict[str, Any]] = []
-    t0, seen = time.monotonic(), {"offset": 0, "updates": 0}
+    t0, seen = time.monotonic(), {"offset": 0, "updates": 0, "rest": b""}
 
-    def updates() -> int:  # lines appended to async_metrics.jsonl: one per update (read incrementally)
-        if os.path.exists(metrics):
+    def updates() -> int:  # async_metrics.jsonl's per-update "train" lines (read incrementally; the window
+        if os.path.exists(metrics):  # reporter's lines in the same file are not updates)
             with open(metrics, "rb") as f:
                 f.seek(seen["offset"])
                 chunk = f.read()
             seen["offset"] += len(chunk)
-            seen["updates"] += chunk.count(b"\n")
+            lines = (seen["rest"] + chunk).split(b"\n")
+            seen["rest"] = lines.pop()  # a line still being written
+            seen["updates"] += sum(b'"train": ' in ln for ln in lines)
         return seen["updates"]
 
     def sampler() -> None:
