@@ -38,7 +38,7 @@ def test_slope_verdict_passes_a_flat_run_and_fails_a_leak_or_growing_files():
     assert not slope_verdict(_samples(0.0)[:4], settle_min=5, max_per_hour=5.0)["ok"]  # too few samples
 
 
-@pytest.mark.slow  # ~3-4 min: the MJX env's compile, then 1.5 minutes of the real loop
+@pytest.mark.slow  # ~1.6 min (a warm compile cache; ~4 min cold): the MJX env's compile, then the real loop
 def test_a_short_train_async_soak_runs_the_real_loop_and_stops_cleanly(tmp_path):
     out, js = tmp_path / "run", tmp_path / "soak.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}

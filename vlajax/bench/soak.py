@@ -101,10 +101,14 @@ def slope_verdict(samples: list[dict[str, Any]], settle_min: float, max_per_hour
 
 def soak_train_async(a: Args) -> int:
     """The `train_async` workload (see the module docstring); exits through the run's SIGTERM path."""
+    import logging
     import signal
 
     from vlajax.config import get_config
     from vlajax.rl import async_loop
+
+    # the run's log lines, as `python -m vlajax.train rl` prints them (evaluations, checkpoints, the stop line)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
     base = get_config(a.preset)
     cfg = base.replace(
