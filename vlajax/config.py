@@ -457,18 +457,6 @@ class TrainConfig:
                     and self.rl.critic == "privileged"),
                f"rl.critic='privileged' with pipeline.num_slots={self.pipeline.num_slots}: the env slots carry no "
                "privileged observations; use pipeline.num_slots=1 or rl.critic='head'")
-        p = self.pipeline
-        if p.enabled and p.num_slots > 1:  # the env-slot rollout (vlajax.rl.async_workload)
-            _check(self.rl.algo == "ppo", f"pipeline.num_slots={p.num_slots}: the slot rollout runs continuing envs "
-                   "(PPO with a critic); GRPO's episodic groups run through collect: use pipeline.num_slots=1")
-            _check(self.env.num_envs % p.num_slots == 0,
-                   f"env.num_envs={self.env.num_envs} does not split into pipeline.num_slots={p.num_slots}")
-        _check(not (p.enabled and p.streaming and (self.rl.update_epochs, self.rl.num_minibatches) != (1, 1)),
-               f"pipeline.streaming needs rl.update_epochs=1 and rl.num_minibatches=1 (got {self.rl.update_epochs}, "
-               f"{self.rl.num_minibatches}): one update per global batch, started on its first micro-batch")
-        _check(not (p.enabled and p.streaming and self.rl.micro_batches != p.require_batches),
-               f"pipeline.streaming needs rl.micro_batches=pipeline.require_batches (got {self.rl.micro_batches} vs "
-               f"{p.require_batches}): each micro-batch of the update is one that arrives")
         _check(not (self.rl.ratio_level == "factor" and self.env.obs_mode == "state"),
                "rl.ratio_level='factor' scores the entries of a VLA's chunk (tokens, flow-chain entries); the "
                "state-observation MLP policy (env.obs_mode='state') takes rl.ratio_level='decision'")

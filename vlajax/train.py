@@ -202,6 +202,8 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
         if not te_available():
             raise ConfigError(f"{' and '.join(f + '=te' for f in wants)} needs Transformer Engine and a GPU (not "
                               "found here); use model.attention='xla' or 'auto', model.fp8='flax' or 'none'")
+    if command == "rl" and cfg.pipeline.enabled:  # (here, not in the config: code builds configs in steps)
+        _check_pipeline(cfg)
     if command == "rl" and cfg.env.obs_mode == "state" and (unread := _unread_by_mlp(cfg)):
         raise ConfigError(f"{', '.join(unread)}: env.obs_mode='state' trains the state MLP policy, which reads "
                           "only model.width, model.depth and model.action_horizon; drop the flag or use "
@@ -215,6 +217,24 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
         if jax.default_backend() != "gpu":
             raise ConfigError(f"model.attention='cudnn' needs an NVIDIA GPU (this backend is "
                               f"{jax.default_backend()!r}); use model.attention='xla' or 'auto'")
+
+
+def _check_pipeline(cfg: TrainConfig) -> None:
+    """What the async `rl` loop would refuse only after compiling (ConfigError)."""
+    p, rl = cfg.pipeline, cfg.rl
+    if p.num_slots > 1 and rl.algo != "ppo":  # the env-slot rollout (vlajax.rl.async_workload)
+        raise ConfigError(f"pipeline.num_slots={p.num_slots}: the slot rollout runs continuing envs (PPO with a "
+                          "critic); GRPO's episodic groups run through collect: use pipeline.num_slots=1")
+    if p.num_slots > 1 and cfg.env.num_envs % p.num_slots:
+        raise ConfigError(f"env.num_envs={cfg.env.num_envs} does not split into pipeline.num_slots={p.num_slots}")
+    if p.streaming and (rl.update_epochs, rl.num_minibatches) != (1, 1):
+        raise ConfigError(f"pipeline.streaming needs rl.update_epochs=1 and rl.num_minibatches=1 (got "
+                          f"{rl.update_epochs}, {rl.num_minibatches}): one update per global batch, started on its "
+                          "first micro-batch")
+    if p.streaming and rl.micro_batches != p.require_batches:
+        raise ConfigError(f"pipeline.streaming needs rl.micro_batches=pipeline.require_batches (got "
+                          f"{rl.micro_batches} vs {p.require_batches}): each micro-batch of the update is one that "
+                          "arrives")
 
 
 def _unread_by_mlp(cfg: TrainConfig) -> list[str]:
