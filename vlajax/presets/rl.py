@@ -88,7 +88,9 @@ def _rl_grpo_tokens() -> TrainConfig:
     cfg = _grpo_pixels("runs/rl-grpo-tokens", ModelConfig(action_head="tokens", value_head="none"), 5e-5)
     # the sync loop by default; `--pipeline.enabled` runs the issue-21 protocol's tested async arm
     pipeline = AsyncConfig(
-        # 1: async-s1 learned like sync, 5 seed pairs (docs/async.md, "Sample efficiency: the issue-21 protocol")
+        # 1: async-s1 was not told apart from sync in 5 seed pairs (docs/async.md, "Sample efficiency: the
+        # issue-21 protocol"), a comparison without power (sync's own lift interval includes 0); the
+        # pre-registered equivalence test of issue 45 (docs/async/preregistration_45.md) has not run yet
         staleness_threshold=1.0,
         # False (decoupled PPO, recomputed proximal): what every async arm of that protocol table ran
         use_rollout_log_probs=False)

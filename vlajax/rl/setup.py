@@ -89,9 +89,10 @@ def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: ja
     PPO: `rl.rollout_length` decisions from `env_state`. Advantages by `rl.advantage`. The
     recorded log-probs come from the sampling pass itself for the VLA (`Actor.act` / `score`,
     one forward per decision) and from the actor's `logp_value` (the learner's function) for
-    the MLP, so the first update's ratio is 1: exactly for the MLP policy, to float32 rounding
-    for the VLA heads (the learner's program rounds differently, ~1e-6 in a log-prob; measured in
-    `tests/rl/test_rollout.py::test_first_update_on_fresh_data_has_ratio_exactly_one`).
+    the MLP, so the first update's ratio is 1 to float32 rounding: the rollout's and the learner's
+    compiled programs may fuse differently (a few ulps in a log-prob; the bounds and their reason:
+    `tests/rl/float_tolerance.py`; the test:
+    `tests/rl/test_rollout.py::test_first_update_on_fresh_data_has_ratio_one_to_rounding`).
     """
     k_reset, k_roll = jax.random.split(rng)
     if episodic(cfg):
