@@ -102,28 +102,38 @@ def test_resume_through_checkpointer_continues_at_the_next_batch(data, tmp_path)
     fresh.close()
 
 
-def test_prefetch_overlaps_reading_with_the_consumer(data):
-    """Reading a batch takes ~40 ms (sleep in the transform) and so does the consumer's step:
-    with grain reading in the caller (num_threads=0) only the loader's thread can overlap them, so
-    10 batches take ~0.4 s with prefetch and ~0.8 s without."""
+def test_prefetch_reads_ahead_on_its_own_thread_while_the_consumer_steps(data):
+    """With prefetch the loader's thread reads the next batch while the consumer is busy with the one it
+    has (the overlap); without it, reading happens only inside the consumer's `next()`, on its own thread.
+    Checked by which thread read each sample and how far ahead, not by wall time: the timed version of this
+    test (serial > 0.7 s, overlapped < 0.75x serial) failed a clean-clone run on a loaded machine."""
+    import threading
     import time
 
     src = ActionChunkSource(data, 2)
-
-    def slow(s):
-        time.sleep(0.01)
-        return TF(s)
+    batch = 4
 
     def run(prefetch):
-        ds = make_dataset(src, slow, SPEC, "fixed", 4, num_threads=0, process_index=0, process_count=1)
-        it = Loader(ds, None, prefetch=prefetch)
-        next(it)
-        t0 = time.perf_counter()
-        for _ in range(10):
-            next(it)
-            time.sleep(0.04)  # the "train step"
-        it.close()
-        return time.perf_counter() - t0
+        reads = []  # the thread of every sample transformed
 
-    serial, overlapped = run(0), run(2)
-    assert serial > 0.7 and overlapped < 0.75 * serial, (serial, overlapped)
+        def counted(s):
+            reads.append(threading.get_ident())
+            return TF(s)
+
+        ds = make_dataset(src, counted, SPEC, "fixed", batch, num_threads=0, process_index=0, process_count=1)
+        it = Loader(ds, None, prefetch=prefetch)
+        next(it)  # the consumer holds one batch and "steps" now, asking for nothing
+        taken = len(reads)
+        deadline = time.monotonic() + (30.0 if prefetch else 0.3)
+        while len(reads) < 2 * batch and time.monotonic() < deadline:
+            time.sleep(0.01)
+        read_during_step = len(reads) - taken
+        it.close()
+        return set(reads), taken, read_during_step, len(reads)
+
+    me = threading.get_ident()
+    threads, taken, during, total = run(0)
+    assert threads == {me} and taken == batch and during == 0, (threads, taken, during)
+    threads, taken, during, total = run(2)
+    assert me not in threads, "with prefetch the loader's thread reads, never the consumer's"
+    assert total >= 2 * batch, f"the next batch was not read while the consumer stepped ({total} samples read)"
