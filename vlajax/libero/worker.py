@@ -1,7 +1,7 @@
 """A LIBERO worker process: runs LIBERO episodes, asking an openpi-protocol policy server for actions.
 
 Runs in the LIBERO venv (`make libero`), never in ours: it imports numpy, PIL, msgpack,
-websockets and libero only (plus `vlajax.libero.protocol` and `vlajax.serve.codec`, which need
+websockets, tyro (its command line) and libero only (plus `vlajax.libero.protocol` and `vlajax.serve.codec`, which need
 nothing else; `PYTHONPATH=<repo>`).
 
     PYTHONPATH=. .venv-libero/bin/python -m vlajax.libero.worker --policy ws://127.0.0.1:8000 \
@@ -27,16 +27,16 @@ policy (no server, DUMMY_ACTION throughout; the bench) renders in the same patte
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
+import dataclasses
 import os
 import platform
 import queue
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -262,7 +262,7 @@ def _send_all(slots: list[Slot], done: bool = False) -> None:
             s.take(unpack(reply))
 
 
-def serve_episodes(args: argparse.Namespace, emit) -> None:
+def serve_episodes(args: WorkerArgs, emit) -> None:
     inbox: queue.Queue = queue.Queue()
 
     def read_stdin():
@@ -369,19 +369,29 @@ def describe(names: list[str]) -> dict[str, Any]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerArgs:
+    """One LIBERO worker: K env slots, each an openpi-protocol client of `--policy`."""
+
+    policy: str | None = None  # ws://HOST:PORT of an openpi-protocol policy server
+    envs: int = 1  # episodes (envs) this worker runs at once
+    frames_dir: str | None = None  # where the video frames of each episode go (.npy)
+    gl: Literal["egl", "osmesa"] = "egl"  # headless GL backend (default: $MUJOCO_GL when it names one)
+    channel_fd: int = -1  # file descriptor of the channel (default stdout)
+    check: bool = False  # import what a worker needs, print one line, exit
+    describe: tuple[str, ...] = ()  # print one line {suite: {n_tasks, n_init, tasks}} (unknown: null) and exit
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vlajax.libero.worker", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--policy", default=None, help="ws://HOST:PORT of an openpi-protocol policy server")
-    ap.add_argument("--envs", type=int, default=1, help="episodes (envs) this worker runs at once")
-    ap.add_argument("--frames-dir", default=None, help="where the video frames of each episode go (.npy)")
-    ap.add_argument("--gl", default=os.environ.get("MUJOCO_GL", "egl"), choices=("egl", "osmesa"))
-    ap.add_argument("--channel-fd", type=int, default=-1, help="file descriptor of the channel (default stdout)")
-    ap.add_argument("--check", action="store_true", help="import what a worker needs, print one line, exit")
-    ap.add_argument("--describe", nargs="+", default=None, metavar="SUITE",
-                    help="print one line {suite: {n_tasks, n_init, tasks}} (unknown: null) and exit")
-    args = ap.parse_args(argv)
+    import tyro  # noqa: PLC0415 -- the LIBERO venv carries it (scripts/setup_libero.sh); vlajax.cli needs 3.12
+
+    gl_env = os.environ.get("MUJOCO_GL", "egl")
+    default = WorkerArgs(gl=gl_env if gl_env in ("egl", "osmesa") else "egl")
+    args = tyro.cli(WorkerArgs, args=argv, default=default, prog="python -m vlajax.libero.worker",
+                    description=__doc__.split("\n\n")[0])
     if args.envs < 1:
-        ap.error("--envs must be >= 1")
+        print("error: --envs must be >= 1", file=sys.stderr)
+        return 2
     os.environ["MUJOCO_GL"] = args.gl
     os.environ["PYOPENGL_PLATFORM"] = args.gl
     # the channel: our own copy of stdout (or fd N); fd 1 becomes stderr, so library prints cannot corrupt it
