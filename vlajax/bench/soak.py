@@ -39,6 +39,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 from jax.sharding import SingleDeviceSharding
+from scipy import stats
 
 from vlajax import cli
 from vlajax.pipeline import buffer as buffer_mod
@@ -67,21 +68,6 @@ def process_counts() -> dict[str, int]:
     return {"open_files": len(os.listdir("/proc/self/fd")), "threads": threads}
 
 
-_T975 = (  # Student t's 97.5% quantile, 1-30 dof
-    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
-)
-
-
-def _t975(dof: int) -> float:
-    """Student t's 97.5% quantile: the table to 30 dof, then the Cornish-Fisher expansion (error < 1e-4)."""
-    if dof <= len(_T975):
-        return _T975[dof - 1]
-    z = 1.959963985
-    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
-
-
 def slope(minutes: list[float], values: list[float]) -> dict[str, float]:
     """Least-squares slope of `values` per hour, with its 95% interval (Student t, n - 2 dof)."""
     x, y = np.asarray(minutes, np.float64) / 60.0, np.asarray(values, np.float64)
@@ -90,7 +76,7 @@ def slope(minutes: list[float], values: list[float]) -> dict[str, float]:
     b = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
     resid = y - (y.mean() + b * (x - x.mean()))
     se = float(np.sqrt((resid ** 2).sum() / max(n - 2, 1) / sxx))
-    half = _t975(max(n - 2, 1)) * se
+    half = float(stats.t.ppf(0.975, max(n - 2, 1))) * se
     return {"per_hour": b, "lo": b - half, "hi": b + half, "n": n}
 
 
