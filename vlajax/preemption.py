@@ -44,6 +44,11 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _ACTIVE: StopRequest | None = None  # the installed one (one per process)
 
 
+def nothing_new(step: int | None, unit: str) -> str:
+    """What an abandoned phase kept: the stop line's tail (`unit`: 'step', 'iteration', 'update')."""
+    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: {unit} {step}")
+
+
 def stop_request(what: str) -> StopRequest:
     """The process's installed `StopRequest` (entering it again nests), or a new one for `what`."""
     return _ACTIVE if _ACTIVE is not None else StopRequest(what)

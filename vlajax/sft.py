@@ -55,7 +55,7 @@ from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA, aux_loss, weighted_mse
 from vlajax.policy import Bridge
-from vlajax.preemption import stop_request
+from vlajax.preemption import nothing_new, stop_request
 from vlajax.run_files import (
     eval_params,
     inference_model,
@@ -233,7 +233,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
     with stop_request("sft") as stop:
         saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
-        kept = lambda: _kept(saved["step"])  # noqa: E731
+        kept = lambda: nothing_new(saved["step"], "step")  # noqa: E731
         with stop.abandonable("set-up (before the first step)", kept):  # nothing new yet: abandon at once
             distributed.initialize(cfg.distributed)
             stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
@@ -358,10 +358,6 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
         return summary
 
 
-def _kept(step: int | None) -> str:
-    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: step {step}")
-
-
 def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
     from vlajax.evaluation import evaluate  # here: the eval stack (renderer, video) only when evaluating
 
@@ -384,4 +380,3 @@ def run(cfg: TrainConfig) -> int:
         print(json.dumps(short), flush=True)
     distributed.shutdown()
     return 0
-

@@ -73,7 +73,7 @@ from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
-from vlajax.preemption import stop_request
+from vlajax.preemption import nothing_new, stop_request
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_progress import AsyncProgress
@@ -192,7 +192,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
     p = cfg.pipeline
     with stop_request("rl") as stop:
         saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
-        kept = lambda: _kept(saved["step"])  # noqa: E731
+        kept = lambda: nothing_new(saved["step"], "update")  # noqa: E731
         with stop.abandonable("set-up (before the first update)", kept):  # nothing new yet: abandon at once
             distributed.initialize(cfg.distributed)
             stop.collective = jax.process_count() > 1  # then only update boundaries stop
@@ -409,10 +409,6 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
                 "summary": runner.summary(), "checkpoint_dir": ckpt_dir, "state": runner.state,
                 "update_times": list(update_times), "summary_steady": steady,
                 "env_steps": steps_box[0], "consumed_env_steps": consumed[0], "processes": jax.process_count()}
-
-
-def _kept(step: int | None) -> str:
-    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: update {step}")
 
 
 def _abs_sum(tree: Any) -> jax.Array:

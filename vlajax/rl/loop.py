@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger, Progress
-from vlajax.preemption import stop_request
+from vlajax.preemption import nothing_new, stop_request
 from vlajax.rl import learner
 from vlajax.rl.setup import (
     Setup,
@@ -78,7 +78,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     """
     with stop_request("rl") as stop:
         saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
-        kept = lambda: _kept(saved["step"])  # noqa: E731
+        kept = lambda: nothing_new(saved["step"], "iteration")  # noqa: E731
         with stop.abandonable("set-up (before the first iteration)", kept):  # nothing new yet: abandon at once
             # ---- Start-up: processes, compile cache, mesh ----------------------------------------
             distributed.initialize(cfg.distributed)
@@ -190,7 +190,3 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
         return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
                 "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": list(history),
                 "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": list(times)}
-
-
-def _kept(step: int | None) -> str:
-    return "nothing new to save; " + ("no checkpoint yet" if step is None else f"newest checkpoint: iteration {step}")
