@@ -105,9 +105,12 @@ def test_bench_rows_map_to_their_pipelines():
     assert (p.devices, p.num_slots, p.staleness) == (1, 1, 1.0)
 
 
-def test_pi05_libero_preset_reproduces_its_calibration_baselines():
-    """The stored calibration gives the two 8-GPU synchronous figures it was fitted to (seed 000 Table 3)."""
-    p = presets.get("pi05-libero")
+@pytest.mark.parametrize("name", ["pi05-libero-comm", "pi05-libero-nocomm"])
+def test_pi05_libero_preset_reproduces_its_calibration_baselines(name):
+    """Each stored calibration (with and without the communication model) gives the two 8-GPU
+    synchronous figures it was fitted to (seed 000 Table 3) within 3%."""
+    p = presets.get(name)
+    assert (p.costs.comm is not None) == (name == "pi05-libero-comm")
     for placement, target in presets._CALIBRATION.items():
         got = simulate(p.pipeline(8, "sync", placement), p.costs)["env_steps_per_s"]
         assert got == pytest.approx(target, rel=0.03), placement

@@ -27,7 +27,7 @@ from typing import Literal
 from vlajax import cli
 from vlajax.plan import presets
 from vlajax.plan.costs import Costs
-from vlajax.plan.sim import MODES, simulate_mean
+from vlajax.plan.sim import MODES, PLACEMENTS, simulate_mean
 
 
 def _preset_from_json(d: dict, name: str) -> presets.Preset:
@@ -46,15 +46,17 @@ def _from_profile(run_dir: str, physics: str) -> presets.Preset:
                           steps_per_decision=wl.get("action_horizon", 1), slots=d.get("slots", 4), updates=8)
 
 
-def table(p: presets.Preset, gpus: list[int], ratios: list[tuple[int, int]], seeds: int) -> list[dict]:
+def table(p: presets.Preset, gpus: list[int], ratios: list[tuple[int, int]], seeds: int,
+          modes: tuple[str, ...] = MODES, placements: tuple[str, ...] = PLACEMENTS) -> list[dict]:
     rows = []
     for g in gpus:
-        configs = [("colocated", (1, 1))]
+        configs = [("colocated", (1, 1))] if "colocated" in placements else []
         for placement in ("disaggregated", "hybrid"):
-            configs += [(placement, r) for r in ratios if g * r[0] % sum(r) == 0 and g * r[0] // sum(r) >= 1
+            configs += [(placement, r) for r in ratios if placement in placements
+                        and g * r[0] % sum(r) == 0 and g * r[0] // sum(r) >= 1
                         and (placement == "hybrid" or g * r[1] // sum(r) >= 1)]
         for placement, ratio in configs:
-            for mode in MODES:
+            for mode in modes:
                 try:
                     pipe = p.pipeline(g, mode, placement, ratio)
                 except ValueError:  # the envs do not split over these rollout devices / slots
@@ -97,12 +99,16 @@ def render(rows: list[dict], reference: dict | None, max_staleness: float) -> st
 class Args:
     """The command line (`--help` lists every option with its comment); exactly one cost source."""
 
-    preset: Literal["pi05-libero"] | None = None  # costs from the seed papers (vlajax.plan.presets)
+    # costs from the seed papers (vlajax.plan.presets): -comm with the communication model (vlajax.plan.comm),
+    # -nocomm with the constants (publication 1.0 s, all-reduce 0); pi05-libero is one of the two (docs/planner.md)
+    preset: Literal["pi05-libero", "pi05-libero-comm", "pi05-libero-nocomm"] | None = None
     profile_from: str | None = None  # run directory with profile.json (python -m vlajax.plan profile)
     costs: str | None = None  # JSON with costs and workload (see the module docstring)
     physics: Literal["c", "jax"] = "c"  # --profile-from: which measured simulator
     gpus: tuple[int, ...] = (8,)  # device budgets to plan for
     ratios: tuple[str, ...] = ("1:1", "3:1")  # rollout:train splits tried (disaggregated, hybrid)
+    modes: tuple[str, ...] = MODES  # modes simulated (a subset runs faster)
+    placements: tuple[str, ...] = PLACEMENTS  # placements simulated: colocated, disaggregated, hybrid
     max_staleness: float = 1.0  # recommend only configurations within this staleness
     seeds: int = 1  # simulated runs averaged per configuration
     json: str = ""  # write the rows here
@@ -132,6 +138,9 @@ def main(argv: list[str]) -> int:
         cli.error(f"--ratios must be 'rollout:train' with positive integers, got {' '.join(a.ratios)}")
     if not a.gpus or min(a.gpus) < 1 or a.seeds < 1:
         cli.error("--gpus and --seeds must be >= 1")
+    bad = [m for m in a.modes if m not in MODES] + [x for x in a.placements if x not in PLACEMENTS]
+    if bad or not a.modes or not a.placements:
+        cli.error(f"--modes takes {' '.join(MODES)}; --placements takes {' '.join(PLACEMENTS)}; got {' '.join(bad)}")
     if a.preset:
         p, reference = presets.get(a.preset), presets.REFERENCE.get(a.preset)
     elif a.profile_from:
@@ -143,7 +152,7 @@ def main(argv: list[str]) -> int:
             p, reference = _preset_from_json(json.loads(pathlib.Path(a.costs).read_text()), a.costs), None
         except (OSError, ValueError, KeyError, TypeError) as e:
             cli.error(f"--costs {a.costs}: {e}")
-    rows = table(p, list(a.gpus), ratios, a.seeds)
+    rows = table(p, list(a.gpus), ratios, a.seeds, tuple(a.modes), tuple(a.placements))
     print(f"planner: {p.name}; costs from {p.costs.source or 'the given file'}")
     print(render(rows, reference, a.max_staleness), end="")
     if a.json:

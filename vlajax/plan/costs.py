@@ -9,6 +9,8 @@ training and in-process simulator compute queue on one resource whatever the pla
     costs.infer_seconds(rows)                         # one inference call of `rows` env rows
     costs.env_compute_seconds(n)                      # in-process compute of one chunk call of n envs
     costs.train_seconds(samples, devices)             # one optimizer update over `samples` decisions
+    costs.comm_seconds(samples, train_devices)        # its gradient synchronization (`comm`; 0 without)
+    costs.publish_seconds(train_devices, rollout)     # one weight publication (`comm`, else `sync_s`)
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from vlajax.plan.comm import Comm
 
 __all__ = ["Costs", "SimLatency", "interp"]
 
@@ -79,8 +83,8 @@ class Costs:
     env_compute_s: tuple[tuple[int, float], ...] = ()  # (envs in one chunk call, in-process compute seconds)
     env_on_device: bool = False  # simulator compute holds the rollout device (GPU simulators, or a CPU host)
     sim: SimLatency = SimLatency()  # off-device simulator wall time (CPU workers / the bench's latency model)
-    sync_s: float = 0.0  # weight publication: snapshot -> rollout devices, ready to use
-    allreduce_s: float = 0.0  # per update and doubling of train devices beyond one (data-parallel sync)
+    sync_s: float = 0.0  # weight publication: snapshot -> rollout devices, ready to use (without `comm`)
+    allreduce_s: float = 0.0  # per update and doubling of train devices beyond one (data-parallel sync; without `comm`)
     shared_compute: bool = False  # all devices are one host (CPU): every compute queues on one resource
     infer_padded: bool = False  # an inference call costs its full configured batch (our slots pad rows)
     source: str = ""  # where the figures come from
@@ -99,6 +103,12 @@ class Costs:
     concurrency: tuple[tuple[str, float], ...] = ()  # (group, G): concurrent calls of the group advance at most
     #   G solo-speed units together (measured: the calls from `slots` threads as the lanes run them, serial wall /
     #   threaded wall); group 'step' = a slot's step with its host simulator calls; missing = no cap beyond `cores`
+    comm: Comm | None = None  # a model size and the pod's links (`plan.comm`): gradient synchronization and weight
+    #   broadcast from bytes and bandwidths, replacing `sync_s` / `allreduce_s`; None = those constants
+
+    def __post_init__(self):
+        if self.comm is not None and (self.sync_s or self.allreduce_s):
+            raise ValueError("give either comm or the constants sync_s / allreduce_s, not both")
 
     def cores_of(self, component: str) -> float:
         return dict(self.parallelism).get(component, 1.0)
@@ -120,6 +130,15 @@ class Costs:
         per_device = interp(self.train_update_s, samples / max(devices, 1))
         return per_device + (self.allreduce_s * math.log2(devices) if devices > 1 else 0.0)
 
+    def comm_seconds(self, samples: int, train_devices: tuple[int, ...]) -> float:
+        """Gradient synchronization of one update over `samples` decisions on the GPUs `train_devices`
+        (indices in the run): `comm.update_seconds`, 0 without `comm` (then `allreduce_s` is in `train_seconds`)."""
+        return self.comm.update_seconds(samples, train_devices) if self.comm is not None else 0.0
+
+    def publish_seconds(self, train_devices: tuple[int, ...], rollout_devices: tuple[int, ...]) -> float:
+        """One weight publication, train group -> rollout devices: `comm.broadcast_seconds`, else `sync_s`."""
+        return self.comm.broadcast_seconds(train_devices, rollout_devices) if self.comm is not None else self.sync_s
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         for k in _TABLES:
@@ -140,4 +159,9 @@ class Costs:
                 d[k] = tuple((str(a), float(b)) for a, b in d[k])
         if "sim" in d:
             d["sim"] = SimLatency(**d["sim"])
+        if d.get("comm") is not None:
+            unknown = set(d["comm"]) - {f.name for f in dataclasses.fields(Comm)}
+            if unknown:
+                raise ValueError(f"unknown comm fields {sorted(unknown)}")
+            d["comm"] = Comm(**d["comm"])
         return cls(**d)

@@ -12,15 +12,26 @@ CPU workers. Where each number comes from (seed files in /work/shared/seeds/):
 - inference (RL-VLA3, Section 1, Introduction): "a pi0.5 model takes 9 seconds to produce a
   batch of 640 actions" -> 14.1 ms per env row, proportional to the batch (ManiSkill's
   figure; the one pi0.5 inference time the seeds give);
-- weight publication: 1.0 s (our assumption: ~6.6 GB of bf16 weights at ~7 GB/s; the seeds
-  give no figure);
+- communication (`pi05-libero-comm`, `PI05_COMM`, `vlajax.plan.comm`): 3.3e9 parameters (the pi0
+  paper, Black et al. 2024 -- PaliGemma 3B + a 300M action expert -- which RL-VLA3 cites for
+  pi0.5; our count from openpi's configs: Gemma 2B 2.51B + Gemma 300M 0.31B + SigLIP So400m
+  ~0.4B = 3.2B), 2 bytes per parameter and gradient (bf16; assumption, the seeds give no
+  precision), global batch 1024 decisions, micro batch 32, 2 update epochs (RL-VLA3 Table 4,
+  LIBERO; the global batch kept at 1024 at 16 and 32 GPUs: the seeds state it for 8 only), nodes
+  of 8 GPUs (RL-VLA3 A.1: "a single node with 8 GPUs"), 50 GB/s per GPU between nodes (seed 000:
+  "a 3.2T RDMA network", 3.2 Tb/s per node / 8 GPUs = 400 Gb/s; assumption: one NIC per GPU, and
+  that network carried the RL runs), NVLink 450 GB/s per GPU and direction (assumption: the seeds
+  name no GPU; NVIDIA's H100 SXM figure, 900 GB/s bidirectional), 5 us per hop (assumption);
+- weight publication without the communication model (`pi05-libero-nocomm`): 1.0 s (our
+  assumption: ~6.6 GB of bf16 weights at ~7 GB/s; the seeds give no figure), all-reduce 0;
 - simulator step time distribution: the bench's latency law (log-normal sigma 0.25, 2% of
   steps 6x slower; our assumption), with its median and the trainer's cost per decision
   **calibrated** to the two synchronous baselines of "Thousand-GPU ... Recipe" (seed 000),
   Section 3.5, Table 3, LIBERO + pi0.5 at 8 GPUs: Colocated 289.23 and Disaggregated (1:1)
   162.75 decisions/s (throughput = env transitions / s = action inferences / s, RL-VLA3
-  Section 4.1). These two figures are fitted; every other figure the planner prints for this
-  preset (the async modes, 16 and 32 GPUs) is a prediction.
+  Section 4.1), separately with and without the communication model. These two figures are
+  fitted; every other figure the planner prints for these presets (the async modes, 16 and 32
+  GPUs) is a prediction.
 
 Reference figures printed beside the predictions: RL-VLA3 Table 1 (a) "LIBERO + pi0.5 on
 Hybrid mode" and seed 000 Table 3 (the same numbers, there labelled Disaggregated (1:1),
@@ -31,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from vlajax.plan.comm import Comm
 from vlajax.plan.costs import Costs, SimLatency
 from vlajax.plan.sim import Pipeline, simulate_mean
 
@@ -79,21 +91,26 @@ REFERENCE = {
         "seed 000 Table 3 + Streamer": {8: 383.40, 16: 713.38, 32: 1120.91},
     },
 }
+REFERENCE["pi05-libero-nocomm"] = REFERENCE["pi05-libero-comm"] = REFERENCE["pi05-libero"]
 
 _INFER_S_PER_ROW = 9.0 / 640  # RL-VLA3 Section 1
 _CALIBRATION = {"colocated": 289.23, "disaggregated": 162.75}  # seed 000 Table 3, 8 GPUs
+# pi0.5's size and the pod's links (sources: the module docstring, docs/planner.md); every field explicit here
+PI05_COMM = Comm(params=3.3e9, param_bytes=2.0, grad_bytes=2.0, global_batch=1024, micro_batch=32, update_epochs=2,
+                 gpus_per_node=8, intra_gbs=450.0, inter_gbs=50.0, latency_s=5e-6)
 
 
-def _pi05_libero(median_s: float, train_s_per_decision: float) -> Preset:
+def _pi05_libero(median_s: float, train_s_per_decision: float, comm: Comm | None = None,
+                 name: str = "pi05-libero") -> Preset:
     costs = Costs(infer_s=((640, 640 * _INFER_S_PER_ROW),),
                   train_update_s=((1000, 1000 * train_s_per_decision),),
                   sim=SimLatency(median_s=median_s, sigma=0.25, tail_prob=0.02, tail_scale=6.0),
-                  sync_s=1.0, source="seed papers (see vlajax/plan/presets.py)")
-    return Preset("pi05-libero", costs, envs_per_device=32, horizon=96, slots=4, max_batch=1)
+                  sync_s=0.0 if comm else 1.0, comm=comm, source="seed papers (see vlajax/plan/presets.py)")
+    return Preset(name, costs, envs_per_device=32, horizon=96, slots=4, max_batch=1)
 
 
-def _sync_rate(median_s: float, train: float, placement: str) -> float:
-    p = _pi05_libero(median_s, train)
+def _sync_rate(median_s: float, train: float, placement: str, comm: Comm | None = None) -> float:
+    p = _pi05_libero(median_s, train, comm)
     return simulate_mean(p.pipeline(8, "sync", placement), p.costs, seeds=1)["env_steps_per_s"]
 
 
@@ -105,27 +122,29 @@ def _bisect(f, lo: float, hi: float, target: float, iters: int = 30) -> float:
     return 0.5 * (lo + hi)
 
 
-def calibrate_pi05_libero(rounds: int = 3, iters: int = 14) -> tuple[float, float]:
+def calibrate_pi05_libero(rounds: int = 3, iters: int = 14, comm: Comm | None = None) -> tuple[float, float]:
     """(simulator median per decision, train seconds per decision) that reproduce the two 8-GPU
-    synchronous baselines: alternating one-dimensional bisections (a minute or two of simulation;
-    the preset uses the stored result, `CALIBRATED`, which `tests/plan` checks against this)."""
+    synchronous baselines with communication model `comm` (None: the constants): alternating
+    one-dimensional bisections (a few minutes of simulation; the presets use the stored results,
+    `CALIBRATED` / `CALIBRATED_COMM`, which `tests/plan` checks reproduce both baselines)."""
     median, train = 0.05, 0.002
     for _ in range(rounds):
-        train = _bisect(lambda t, m=median: _sync_rate(m, t, "disaggregated"), 0.0, 0.05,
+        train = _bisect(lambda t, m=median: _sync_rate(m, t, "disaggregated", comm), 0.0, 0.05,
                         _CALIBRATION["disaggregated"], iters)
-        median = _bisect(lambda m, t=train: _sync_rate(m, t, "colocated"), 0.0, 1.0, _CALIBRATION["colocated"],
+        median = _bisect(lambda m, t=train: _sync_rate(m, t, "colocated", comm), 0.0, 1.0, _CALIBRATION["colocated"],
                          iters)
     return median, train
 
 
 CALIBRATED = (0.057342529296875, 0.005381774902343751)  # = calibrate_pi05_libero() (141 s), stored
+CALIBRATED_COMM = (0.057281494140625, 0.00536956787109375)  # = calibrate_pi05_libero(comm=PI05_COMM) (17 s), stored
 
 
-def _build_pi05_libero() -> Preset:
-    return _pi05_libero(*CALIBRATED)
-
-
-PRESETS = {"pi05-libero": _build_pi05_libero}
+PRESETS = {
+    "pi05-libero": lambda: _pi05_libero(*CALIBRATED),
+    "pi05-libero-nocomm": lambda: _pi05_libero(*CALIBRATED, name="pi05-libero-nocomm"),
+    "pi05-libero-comm": lambda: _pi05_libero(*CALIBRATED_COMM, comm=PI05_COMM, name="pi05-libero-comm"),
+}
 
 
 def get(name: str) -> Preset:

@@ -29,7 +29,11 @@ What is modelled, piece for piece (the code it follows in brackets):
   partial rollout each inference call uses the newest installed version.
 - **Trainer** [`pipeline.runner.AsyncRunner`]: `require_batches` items per update; streaming
   prepares each item as it arrives, otherwise all at once; every K updates it publishes, and
-  the new version is installed `costs.sync_s` later (the control-plane lane, off the trainer).
+  the new version is installed `costs.publish_seconds` later (the control-plane lane, off the
+  trainer). An update's gradient synchronization (`costs.comm_seconds`, with `costs.comm`: ring
+  all-reduces over the train GPUs' links, `plan.comm`) is a wall-clock wait after its compute that
+  holds no device compute; without `costs.comm` it is `allreduce_s x log2 T` inside the compute
+  and a publication costs the constant `sync_s`.
 - **sync** [`pipeline.runner.run_sync`]: every rollout device collects its segment (one
   inference call over all its envs per decision), then the update, then the publication.
 - **The production loops on a CPU host** (when `costs.collect_s` is given, what
@@ -243,6 +247,13 @@ class _Run:
     def _train(self, samples: int):
         devs = [self.dev[i] for i in self.p.train_devices]
         yield from self._hold(devs, self.c.train_seconds(samples, len(self.p.train_devices)), "train")
+        yield from self._sync_gradients(samples)
+
+    def _sync_gradients(self, samples: int):
+        """The update's gradient synchronization over the train GPUs' links (0 without `costs.comm`)."""
+        comm = self.c.comm_seconds(samples, self.p.train_devices)
+        if comm > 0:
+            yield self.env.timeout(comm)
 
     def _prep(self, samples: int):
         if self.c.prep_s_per_sample > 0:
@@ -260,8 +271,11 @@ class _Run:
             self.done.succeed()
         self.changed.fire()
 
+    def _publish_seconds(self) -> float:
+        return self.c.publish_seconds(self.p.train_devices, tuple(range(self.R)))
+
     def _publish(self, version: int):
-        yield self.env.timeout(self.c.sync_s)
+        yield self.env.timeout(self._publish_seconds())
         if version > self.installed:
             self.installed = version
             self.changed.fire()
@@ -276,7 +290,7 @@ class _Run:
             if self.collect_path:  # rl.loop.train: the fused collect, then the update (no publication)
                 procs = [self.env.process(self._collect(d, per_dev)) for d in range(self.R) for _ in range(p.trigger)]
             else:
-                yield self.env.timeout(self.c.sync_s)  # weights onto the rollout devices
+                yield self.env.timeout(self._publish_seconds())  # weights onto the rollout devices
                 procs = [self.env.process(self._sync_collect(d, per_dev)) for d in range(self.R)]
             yield self.env.all_of(procs)
             self._idle("trainer", t0)
@@ -401,6 +415,7 @@ class _Run:
             if p.streaming and self.c.stream_item_s > 0:  # the summed gradient applied
                 devs = [self.dev[i] for i in p.train_devices]
                 yield from self._hold(devs, self.c.stream_finish_s, "train")
+                yield from self._sync_gradients(decisions)
             else:
                 if not p.streaming and not self.collect_path:
                     yield from self._prep(decisions)
