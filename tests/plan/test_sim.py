@@ -105,12 +105,12 @@ def test_bench_rows_map_to_their_pipelines():
     assert (p.devices, p.num_slots, p.staleness) == (1, 1, 1.0)
 
 
-@pytest.mark.parametrize("name", ["pi05-libero-comm", "pi05-libero-nocomm"])
+@pytest.mark.parametrize("name", ["pi05-libero", "pi05-libero-comm", "pi05-libero-nocomm"])
 def test_pi05_libero_preset_reproduces_its_calibration_baselines(name):
     """Each stored calibration (with and without the communication model) gives the two 8-GPU
     synchronous figures it was fitted to (seed 000 Table 3) within 3%."""
     p = presets.get(name)
-    assert (p.costs.comm is not None) == (name == "pi05-libero-comm")
+    assert (p.costs.comm is not None) == (name != "pi05-libero-nocomm")  # pi05-libero: with communication
     for placement, target in presets._CALIBRATION.items():
         got = simulate(p.pipeline(8, "sync", placement), p.costs)["env_steps_per_s"]
         assert got == pytest.approx(target, rel=0.03), placement
@@ -120,6 +120,9 @@ def test_cli_refuses_bad_flags_before_simulating():
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "--preset", "pi05-libero", "--ratios", "3-1"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "error:" in r.stderr and "--ratios" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "vlajax.plan", "--preset", "pi05-libero", "--modes", "sync", "fast"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "error:" in r.stderr and "--modes" in r.stderr and "fast" in r.stderr
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--profile-from", "/nonexistent"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "profile.json not found" in r.stderr

@@ -13,7 +13,9 @@ For each device count it simulates every mode (sync, train_async, rollout_async,
 for every `--ratios`), prints env steps/s, trainer / rollouter idle ratios and staleness, and
 recommends the configuration with the highest predicted throughput whose staleness is within
 `--max-staleness`. A `--costs` JSON is `{"costs": {Costs fields}, "workload": {"envs_per_device",
-"horizon", "steps_per_decision", "slots", "max_batch", "updates"}}` (see `vlajax.plan.costs`).
+"horizon", "steps_per_decision", "slots", "max_batch", "updates"}}` (see `vlajax.plan.costs`); a
+`"comm": {Comm fields}` entry of the costs (`vlajax.plan.comm`: parameters, bytes, batch sizes, links)
+replaces `sync_s` / `allreduce_s` with bytes over bandwidths.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ class Args:
     """The command line (`--help` lists every option with its comment); exactly one cost source."""
 
     # costs from the seed papers (vlajax.plan.presets): -comm with the communication model (vlajax.plan.comm),
-    # -nocomm with the constants (publication 1.0 s, all-reduce 0); pi05-libero is one of the two (docs/planner.md)
+    # -nocomm with the constants (publication 1.0 s, all-reduce 0); pi05-libero = -comm (docs/planner.md, issue 44.5)
     preset: Literal["pi05-libero", "pi05-libero-comm", "pi05-libero-nocomm"] | None = None
     profile_from: str | None = None  # run directory with profile.json (python -m vlajax.plan profile)
     costs: str | None = None  # JSON with costs and workload (see the module docstring)
