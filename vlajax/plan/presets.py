@@ -1,12 +1,15 @@
 """Costs and workloads for hardware we do not have, from the seed papers (`--preset NAME`).
 
-`pi05-libero`: pi0.5 (about 3B parameters) PPO on LIBERO, one GPU per device, simulators on
-CPU workers. Where each number comes from (seed files in /work/shared/seeds/):
+`pi05-libero` (= `pi05-libero-comm`, with the communication model; `pi05-libero-nocomm`: the
+constants before it): pi0.5 (about 3.3B parameters) PPO on LIBERO, one GPU per device,
+simulators on CPU workers. Where each number comes from (seed files in /work/shared/seeds/):
 
 - workload (RL-VLA3, appendix A.1, Table 4, LIBERO + GR00T N1.5 -- its Table 1(a) gives no
   hyperparameters for pi0.5, so we take this LIBERO table's): 256 envs on 8 GPUs (we keep 32
-  per GPU at 16 and 32), max episode 480 steps, chunk 5 (96 decisions per episode), rollout
-  epoch 4 (a segment = 4 x 96 = 384 decisions per env and update), "Batch Number Per GPU" 4
+  per GPU at 16 and 32), max episode 480 steps, chunk 5 (96 decisions per episode: the
+  preset's segment, `horizon`, per env and update; Table 4's "Rollout Epoch" 4 would make an
+  update 4 x 96 decisions -- not modelled: every cost but the per-update publication scales with
+  the decisions, so throughput barely depends on it), "Batch Number Per GPU" 4
   (4 env slots per rollout GPU) with "Max Batch Number" 1 (every slot's request is inferred
   on its own);
 - inference (RL-VLA3, Section 1, Introduction): "a pi0.5 model takes 9 seconds to produce a
