@@ -9,7 +9,9 @@ the openpi reference fixtures (`../shared`; skipped without them).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +98,7 @@ def test_split_args_and_refusals(tmp_path):
 # ---------------------------------------------------------------- the real chain
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # (test_libero_stop.py uses it too)
 def imported(tmp_path_factory):
     from vlajax.libero import pool as pool_mod
 
@@ -117,12 +119,12 @@ def imported(tmp_path_factory):
     return out
 
 
-def _cfg(imported, out, iterations):
+def _cfg(imported, out, iterations, *extra):
     from vlajax.train import parse
 
     return parse("rl", ["--preset", "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", out,
                         "--model.tokenizer-path", os.path.join(FIXTURES, "tokenizer.model"),
-                        "--rl.num-iterations", str(iterations)])
+                        "--rl.num-iterations", str(iterations), *extra])
 
 
 def _eef_height(final, decisions):
@@ -151,28 +153,74 @@ def _killer(killed: list[int]):
 LARGS = LiberoArgs(suite="libero_spatial", tasks=(0,), max_steps=10, num_steps_wait=2)  # 2 decisions / episode
 
 
-def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
-    """3 async updates at staleness 1, a checkpoint each; the worker is killed mid-episode in the first group:
-    the episode re-runs, is recorded once, and its group trains update 1."""
-    from vlajax.libero import rl_train
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, session id) of a live process; None when gone (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in "ZX" else (int(fields[1]), int(fields[3]))
 
-    killed: list[int] = []
+
+def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
+    """The chain in its own process (this file's __main__: `rl_train.train` with the test's reward and fault
+    hooks): async updates at staleness 1; the worker is killed mid-episode in the first group: the episode
+    re-runs, is recorded once, and its group trains update 1. Then SIGTERM once update 3 is logged, only update 1
+    saved (checkpoint.every_steps 100): the run stops at the next update boundary -- after update 3, or after 4 when
+    its batch was ready -- with that update's checkpoint forced, one line, exit 0, no worker left
+    (docs/reliability.md)."""
+    run = str(tmp_path / "run")
     t0 = time.perf_counter()
-    out = rl_train.train(_cfg(imported, str(tmp_path / "run"), 3), LARGS, reward_fn=_eef_height,
-                         on_rollout=_killer(killed))
-    print(f"libero rl end to end: {time.perf_counter() - t0:.1f} s")
-    assert out["status"] == "done" and out["updates"] == 3 and out["server_errors"] == []
-    hist = out["history"]
-    assert [h["update"] for h in hist] == [1, 2, 3]
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), imported, run, "5", "--checkpoint.every-steps",
+                             "100"], cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO},
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: list[str] = []
+    err: list[str] = []
+    for stream, into in ((proc.stdout, out), (proc.stderr, err)):
+        threading.Thread(target=lambda s=stream, i=into: i.extend(s), daemon=True).start()
+    sessions: set[int] = set()  # every worker's session (its own; a killed worker's replacement too)
+    deadline = time.monotonic() + 900
+    while not any("rl libero: update 3/5" in ln for ln in err):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(err)[-4000:]
+        for d in os.listdir("/proc"):
+            if d.isdigit() and (st := _proc_stat(int(d))) is not None and st[0] == proc.pid and st[1] == int(d):
+                sessions.add(st[1])  # a child leading its own session: a LIBERO worker
+        time.sleep(0.05)
+    t_sig = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(600)
+    stop_s = time.monotonic() - t_sig
+    time.sleep(0.2)
+    with open(os.path.join(run, "libero_rl.jsonl")) as f:
+        hist = [json.loads(ln) for ln in f]
+    lines = [ln.rstrip() for ln in err if ln.startswith("rl: SIGTERM during")]
+    print(f"libero rl end to end: {time.perf_counter() - t0:.1f} s; SIGTERM after update 3 -> exit {rc} in "
+          f"{stop_s:.1f} s; {lines}; update_s {[round(h['update_s'], 1) for h in hist]}")
+    assert rc == 0 and len(lines) == 1, "".join(err)[-4000:]
+    m = re.fullmatch(r"rl: SIGTERM during the LIBERO run at update (\d): stopped at the boundary after update \1, "
+                     r"saved checkpoint \1, killed the LIBERO workers \(their groups in flight run again on "
+                     r"resume\); exit 0", lines[0])
+    assert m and int(m.group(1)) in (3, 4), lines[0]
+    n = int(m.group(1))
+    assert stop_s < 2 * max(h["update_s"] for h in hist) + 30  # docs/reliability.md: the update in flight + a save
+    ckpt_dir = os.path.join(run, "checkpoints")
+    # Orbax saves the first update whatever the interval; then the one the stop forced, whole
+    assert sorted(int(d) for d in os.listdir(ckpt_dir) if d.isdigit()) == [1, n]
+    with open(os.path.join(ckpt_dir, "policy.json")) as f:
+        assert json.load(f)["source"] == "async-rl"  # a servable policy
+    left = [int(d) for d in os.listdir("/proc") if d.isdigit() and (st := _proc_stat(int(d))) and st[1] in sessions]
+    assert len(sessions) == 2 and not left, (sessions, left)  # the killed worker's replacement is gone too
+    assert [h["update"] for h in hist] == list(range(1, n + 1))
     assert max(max(h["staleness"]) for h in hist) >= 1, [h["staleness"] for h in hist]  # rollout ran ahead
     assert abs(hist[0]["train"]["ratio_mean"] - 1.0) < 1e-3  # recorded log-probs = the learner's, on fresh data
     assert all(h["train"]["decisions"] == 4 and h["train"]["episodes"] == 2 for h in hist)  # 2 x 2, each once
     assert any(h["train"]["grad_norm"] > 0 for h in hist)
-    assert killed and len(out["restarts"]) == 1 and out["restarts"][0]["pid"] == killed[0]
+    killed = [json.loads(ln)["killed"] for ln in out if ln.startswith('{"killed"')]
+    assert len(killed) == 1, out
+    restarts = [ln for ln in err if "libero: worker 0 (pid" in ln and "re-running" in ln]  # (the stop's kill: later)
+    assert f"(pid {killed[0]})" in restarts[0] and sum(f"(pid {killed[0]})" in ln for ln in restarts) == 1, restarts
     assert hist[0]["train"]["attempts_max"] == 2  # update 1's group had the re-run episode, its decisions once
-    assert out["checkpoints"] == [1, 2, 3] and "3" in os.listdir(out["checkpoint_dir"])  # (the preset keeps 2)
-    with open(os.path.join(out["checkpoint_dir"], "policy.json")) as f:
-        assert json.load(f)["source"] == "async-rl"  # a servable policy
 
 
 @pytest.mark.slow
@@ -203,3 +251,27 @@ def test_bench_libero_prediction_from_a_sync_row():
     assert rows["sync"]["updates_per_s"] > 0
     assert rows["train_async"]["updates_per_s"] >= rows["sync"]["updates_per_s"] * 0.99
     assert rows["train_async"]["staleness_max"] >= 1 and rows["sync"]["staleness_max"] == 0
+
+
+if __name__ == "__main__":  # the end to end's run, in a process of its own (a SIGTERM ends it)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    from vlajax.libero import rl_train
+
+    imported_dir, out_dir, iterations, *extra = sys.argv[1:]
+    killed_pids: list[int] = []
+    kill_hook = _killer(killed_pids)
+
+    def on_rollout(rollout):
+        kill_hook(rollout)
+
+        def report():
+            while not killed_pids:
+                time.sleep(0.02)
+            print(json.dumps({"killed": killed_pids[0]}), flush=True)
+
+        threading.Thread(target=report, daemon=True).start()
+
+    summary = rl_train.train(_cfg(imported_dir, out_dir, int(iterations), *extra), LARGS, reward_fn=_eef_height,
+                             on_rollout=on_rollout)
+    print(json.dumps({"status": summary["status"], "updates": summary["updates"]}), flush=True)
