@@ -277,14 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if command in ("eval", "rl") and _libero_suite(rest):  # LIBERO: worker processes (vlajax.libero, docs/libero.md)
-        from vlajax.preemption import stop_request  # noqa: PLC0415
+    if command == "eval" and _libero_suite(rest):  # LIBERO runs in worker processes (vlajax.libero, docs/libero.md)
+        from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
 
-        with stop_request(command):  # a signal from here on stops the run cleanly (docs/reliability.md)
-            if command == "eval":
-                from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
-
-                return libero_eval(rest)
+        return libero_eval(rest)  # (it owns SIGTERM / Ctrl-C once its flags are checked: docs/reliability.md)
+    if command == "rl" and _libero_suite(rest):  # RL on LIBERO workers (vlajax.libero.rl_train, docs/libero.md)
+        with _stop_request(command):  # a signal from here on stops the run cleanly (docs/reliability.md)
             from vlajax.libero.rl_train import main as libero_rl  # noqa: PLC0415
 
             return libero_rl(rest, parse)

@@ -165,7 +165,9 @@ def summarize(results: dict[str, dict], described: dict[str, dict]) -> dict:
 
 
 def run(args: LiberoEvalArgs) -> int:
-    """The evaluation; SIGTERM / Ctrl-C stop it cleanly (`vlajax.preemption`; the module docstring)."""
+    """The evaluation; SIGTERM / Ctrl-C stop it cleanly (`vlajax.preemption`; the module docstring) from the
+    moment the LIBERO venv is found (a missing one: one `error:` line, nothing else)."""
+    pool_mod.libero_python()  # LiberoEnvMissing before anything loads
     from vlajax.preemption import stop_request
 
     with stop_request("eval") as stop:
