@@ -11,6 +11,7 @@ the openpi reference fixtures (`../shared`; skipped without them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -163,3 +164,48 @@ def test_eval_sigterm_mid_evaluation_writes_nothing_kills_the_workers(tmp_path):
     assert dt < ABANDON_BOUND_S
     assert sorted(os.listdir(out)) == ["workers"], os.listdir(out)  # no eval.json / .tmp / frames / table
     _assert_no_orphans(workers)
+
+
+@pytest.mark.slow
+def test_rl_second_sigterm_exits_130_and_the_run_resumes(imported, tmp_path):  # noqa: F811
+    """`rl --suite libero_spatial`, nothing saved after update 1 (checkpoint.every_steps 100): two SIGTERMs 0.1 s
+    apart once update 2 is logged -> exit 130 at once, only whole checkpoints on disk, the worker gone (killed
+    by the first stop, or it leaves when its endpoint dies with the process); the same command to 3 updates
+    then resumes from the newest checkpoint and trains only the updates after it."""
+    _venv_or_skip()
+    out = tmp_path / "run"
+
+    def cmd(n: int) -> list[str]:
+        return [sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
+                "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", str(out),
+                "--model.tokenizer-path", os.path.join(FIXTURES, "tokenizer.model"), "--rl.num-iterations", str(n),
+                "--libero.max-steps", "10", "--libero.num-steps-wait", "2", "--checkpoint.every-steps", "100"]
+
+    run = _Run(cmd(5))
+    workers: list[int] = []
+
+    def update_2() -> bool:
+        workers.extend(w for w in _workers_of(run.popen.pid) if w not in workers)
+        return any("rl libero: update 2/5" in ln for ln in run.err)
+
+    run.wait_for("update 2", update_2)
+    run.popen.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    rc, dt = run.sigterm()  # (dt: from the second signal)
+    print(f"libero rl: two SIGTERMs after update 2 -> exit {rc} {dt:.2f} s after the second")
+    assert dt < 5  # docs/reliability.md: at once
+    assert rc == 130 and any("a second interrupt" in ln for ln in run.err), "".join(run.err)[-4000:]
+    deadline = time.monotonic() + 120  # a worker the stop did not kill leaves when its endpoint is gone
+    while _left_in_sessions(workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _assert_no_orphans(workers)
+    ckpts = sorted(int(n) for n in os.listdir(out / "checkpoints") if n.isdigit())
+    assert ckpts and ckpts[0] == 1 and set(ckpts) <= {1, 2}, ckpts
+    again = subprocess.run(cmd(3), cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                           text=True, timeout=1800)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert f"resumed at update {ckpts[-1]}" in again.stderr
+    with open(out / "libero_rl.jsonl") as f:
+        rows = [json.loads(ln)["update"] for ln in f]
+    assert rows[-(3 - ckpts[-1]):] == list(range(ckpts[-1] + 1, 4)), rows  # the resumed run: the updates after it
+    assert sorted(int(n) for n in os.listdir(out / "checkpoints") if n.isdigit())[-1] == 3
