@@ -23,7 +23,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_libero_rl import FIXTURES, imported  # noqa: E402, F401  (the imported dummy pi05_libero, session-wide)
+from test_libero_rl import FIXTURES, imported  # noqa: E402, F401  (the imported dummy pi05_libero; 3-9 s)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ABANDON_BOUND_S = 10.0  # docs/reliability.md: a phase abandoned -> the exit (measured < 1 s)
