@@ -1,6 +1,7 @@
 """Asynchronous RL on LIBERO workers (vlajax.libero.rl_lane / rl_train): the recording rules without LIBERO,
-and one real end to end -- the imported dummy-size pi05_libero on a real LIBERO worker, 3 async updates at
-staleness 1, checkpoints, a worker killed mid-episode and its episode counted once -- plus a resume (slow).
+and one real end to end in a process of its own -- the imported dummy-size pi05_libero on a real LIBERO worker,
+3 async updates at staleness 1, a worker killed mid-episode and its episode counted once, then SIGTERM: the
+boundary stop with its checkpoint forced (docs/reliability.md) -- plus a resume (slow).
 
 The end to end needs the LIBERO venv (`make libero`; skipped without it unless VLAJAX_LIBERO_REQUIRED) and
 the openpi reference fixtures (`../shared`; skipped without them).
