@@ -77,7 +77,8 @@ def _device_put_replicated(x, devices):
     return jax.tree.map(lambda a: jax.device_put(jax.numpy.stack([a] * len(devices)), sharding), x)
 
 
-def run_brax(cfg, envs: int, unroll: int, iterations: int) -> dict:
+def run_brax(cfg, envs: int, unroll: int, iterations: int, on_progress=None) -> dict:
+    """brax's PPO on the same env; `on_progress()` (optional) is called after every training epoch."""
     from brax.envs.wrappers import training as brax_wrappers
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo
@@ -96,7 +97,8 @@ def run_brax(cfg, envs: int, unroll: int, iterations: int) -> dict:
     if shim:
         jax.device_put_replicated = _device_put_replicated
     try:
-        _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations, steps_per_iteration, progress)
+        _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations, steps_per_iteration, progress,
+                    on_progress)
     finally:
         if shim:
             del jax.device_put_replicated
@@ -105,7 +107,13 @@ def run_brax(cfg, envs: int, unroll: int, iterations: int) -> dict:
             "env_steps_per_iteration": steps_per_iteration}
 
 
-def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations, steps_per_iteration, progress):
+def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations, steps_per_iteration, progress,
+                on_progress=None):
+    def progress_fn(step, metrics):
+        progress.append(metrics)
+        if on_progress is not None:
+            on_progress()
+
     ppo.train(
         environment=env, wrap_env_fn=brax_wrappers.wrap, num_timesteps=iterations * steps_per_iteration,
         episode_length=cfg.env.episode_length, num_envs=envs, batch_size=envs, num_minibatches=MINIBATCHES,
@@ -113,7 +121,7 @@ def _train_brax(ppo, brax_wrappers, env, factory, cfg, envs, unroll, iterations,
         entropy_cost=cfg.rl.entropy_coef, discounting=cfg.rl.gamma, gae_lambda=cfg.rl.gae_lambda,
         clipping_epsilon=cfg.rl.clip_low, max_grad_norm=cfg.rl.grad_clip, normalize_observations=False,
         network_factory=factory, num_evals=iterations + 1, num_eval_envs=envs, run_evals=False,
-        max_devices_per_host=1, seed=cfg.seed, progress_fn=lambda step, m: progress.append(m),
+        max_devices_per_host=1, seed=cfg.seed, progress_fn=progress_fn,
     )
 
 

@@ -45,11 +45,49 @@ from vlajax.bench import rl_peer, write_result
 from vlajax.bench.rl_peer import HIDDEN, MINIBATCHES, _config, _device_put_replicated
 
 
-def _timed(fn):
-    t = time.perf_counter()
+def _timed(fn, clocks: dict, name: str):
+    """Run `fn`, wait for its arrays; record wall seconds in `clocks[name]` and this process's CPU
+    seconds (all threads: `time.process_time`) in `clocks[name + '_cpu']`."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
     jax.block_until_ready(out)
-    return out, time.perf_counter() - t
+    clocks[name], clocks[name + "_cpu"] = time.perf_counter() - t, time.process_time() - c
+    return out
+
+
+class _Points:
+    """Clock readings (wall, process CPU) at each progress point of a whole training run; the
+    differences of consecutive points are its iterations as seen from outside (host work included)."""
+
+    def __init__(self):
+        self.points = []
+
+    def __call__(self, *args, **kwargs):
+        self.points.append((time.perf_counter(), time.process_time()))
+
+    def iterations(self) -> list[dict[str, float]]:
+        p = self.points
+        return [{"iteration": b[0] - a[0], "iteration_cpu": b[1] - a[1]} for a, b in zip(p, p[1:])]
+
+
+def _run_vlajax_with_points(cfg) -> tuple[dict, _Points]:
+    """`rl_peer.run_vlajax` with a clock reading at each of the loop's per-iteration
+    `MetricsLogger.scalars` calls (disabled TensorBoard: the call is the loop's progress point)."""
+    from vlajax.rl import loop
+
+    points = _Points()
+
+    class Logger(loop.MetricsLogger):
+        def scalars(self, *a, **k):
+            out = super().scalars(*a, **k)
+            points()
+            return out
+
+    saved, loop.MetricsLogger = loop.MetricsLogger, Logger
+    try:
+        return rl_peer.run_vlajax(cfg), points
+    finally:
+        loop.MetricsLogger = saved
 
 
 class VlajaxIteration:
@@ -80,19 +118,17 @@ class VlajaxIteration:
 
         cfg, it = self.cfg, self.it
         with sharding.use_mesh(self.mesh, cfg.mesh.logical_rules):
-            t0 = time.perf_counter()
-            (k_c, k_u), t_keys = _timed(lambda: iteration_keys(cfg.seed, it))
-            (self.env_state, batch, roll), t_collect = _timed(
-                lambda: self.collect_fn(self.state.params, self.env_state, k_c, jnp.int32(it)))
-            batch, t_warm = _timed(lambda: self.learner.critic_warmup(cfg.rl, it, batch))
-            (self.state, metrics), t_update = _timed(lambda: self.update_fn(k_u, self.state, batch))
-            t = time.perf_counter()
-            host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
-            t_get = time.perf_counter() - t
-            total = time.perf_counter() - t0
+            t0, c0 = time.perf_counter(), time.process_time()
+            clk = {}
+            k_c, k_u = _timed(lambda: iteration_keys(cfg.seed, it), clk, "keys")
+            self.env_state, batch, roll = _timed(
+                lambda: self.collect_fn(self.state.params, self.env_state, k_c, jnp.int32(it)), clk, "collect")
+            batch = _timed(lambda: self.learner.critic_warmup(cfg.rl, it, batch), clk, "critic_warmup")
+            self.state, metrics = _timed(lambda: self.update_fn(k_u, self.state, batch), clk, "update")
+            host = _timed(lambda: {k: float(v) for k, v in jax.device_get(metrics | roll).items()}, clk, "get")
+            clk["total"], clk["total_cpu"] = time.perf_counter() - t0, time.process_time() - c0
         self.it += 1
-        return {"keys": t_keys, "collect": t_collect, "critic_warmup": t_warm, "update": t_update, "get": t_get,
-                "total": total, "env_steps": host["env_steps"]}
+        return clk | {"env_steps": host["env_steps"]}
 
 
 class BraxRollout:
@@ -132,8 +168,9 @@ class BraxRollout:
 
     def run(self) -> dict[str, float]:
         self.key, k = jax.random.split(self.key)
-        (self.state, _), t = _timed(lambda: self.fn(self.state, k))
-        return {"rollout": t}
+        clk = {}
+        self.state, _ = _timed(lambda: self.fn(self.state, k), clk, "rollout")
+        return clk
 
 
 class EnvOnly:
@@ -180,8 +217,9 @@ class EnvOnly:
         self.fn = jax.jit(run)
 
     def run(self) -> dict[str, float]:
-        self.state, t = _timed(lambda: self.fn(self.state, self.actions))
-        return {"steps": t}
+        clk = {}
+        self.state = _timed(lambda: self.fn(self.state, self.actions), clk, "steps")
+        return clk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,12 +266,20 @@ def main(argv: list[str]) -> int:
         for name, p in pieces.items():
             rec[name] = [p.run() for _ in range(args.reps)]
         if args.peer_iterations:  # the bench's two whole trainings, back to back (their own compiles: cached)
-            for name, fn in (("peer_vlajax", lambda: rl_peer.run_vlajax(peer_cfg)),
-                             ("peer_brax", lambda: rl_peer.run_brax(peer_cfg, envs, unroll, args.peer_iterations))):
-                res = fn()
-                rec[name] = [{"iteration": envs * steps / x} for x in res["per_iteration"][1:]]
+            res, points = _run_vlajax_with_points(peer_cfg)
+            own = res["per_iteration"][1:]  # (the loop's final evaluation logs one more point: not an iteration)
+            rec["peer_vlajax"] = [p | {"own_clock": envs * steps / x}
+                                  for p, x in zip(points.iterations()[:len(own)], own, strict=True)]
+            points = _Points()
+            res = rl_peer.run_brax(peer_cfg, envs, unroll, args.peer_iterations, on_progress=points)
+            rec["peer_brax"] = [p | {"own_clock": envs * steps / x}  # (brax's first point is before training)
+                                for p, x in zip(points.iterations()[1:], res["per_iteration"][1:], strict=True)]
         rec["load_average_after"] = list(os.getloadavg())
         rounds.append(rec)
+        if args.json:  # after every round: a run cut short keeps its finished rounds
+            write_result(args.json, {"benchmark": "rl_peer_profile", "partial": True, "rounds": rounds,
+                                     "compile_seconds": compile_s, "command": "python -m vlajax.bench.rl_peer_profile "
+                                     + " ".join(argv)})
         print(f"round {r}", {k: {kk: round(statistics.median(x[kk] for x in v), 4) for kk in v[0]}
                              for k, v in rec.items() if k != "load_average_after"}, rec["load_average_after"],
               flush=True)
