@@ -20,7 +20,9 @@ once and compiled before the clock starts; then, in each round, in this order, b
   auto-reset to the cached first state); and vlajax's stack with the cheap brax-style auto-reset
   (`env_only_vlajax_cached_reset`) and without the chunk wrapper (`env_only_vlajax_no_chunk`),
   to attribute the difference.
-Each piece is timed `--reps` times per round; the JSON keeps every time and the load average.
+Each piece is timed `--reps` times per round, in wall seconds and in this process's CPU seconds
+(`<piece>_cpu`, all threads: the work done, which on a shared machine depends far less on the load
+than the wall time does); the JSON keeps every time and the load average after each round.
 brax's full iteration is not split (it is one fused program): with `--peer-iterations N` each round
 also runs the bench's two whole trainings (`rl_peer.run_vlajax`, `rl_peer.run_brax`: N iterations,
 the first dropped) and records their iteration seconds (`peer_vlajax`, `peer_brax`).
@@ -105,12 +107,14 @@ class VlajaxIteration:
         tx = learner.make_optimizer(cfg.rl)
         init = lambda rng: TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))  # noqa: E731
         self.state, shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
-        self.collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
         self.update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                                  in_shardings=(None, shardings, None), out_shardings=(shardings, None),
                                  donate_argnums=(1,))
         with sharding.use_mesh(mesh, cfg.mesh.logical_rules):
             self.env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
+        env_shardings = jax.tree.map(lambda x: x.sharding, self.env_state)  # as loop.train since b2cbf3c
+        self.collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,),
+                                  out_shardings=(env_shardings, None, None))
         self.it = 0
 
     def run(self) -> dict[str, float]:
@@ -245,7 +249,7 @@ def main(argv: list[str]) -> int:
         cli.error("--peer-iterations must be 0 or >= 2 (the first one is compilation)")
     cfg, envs, unroll = _config(2, args.debug)
     steps = unroll * MINIBATCHES
-    t0 = time.time()
+    t0, load_start = time.time(), list(os.getloadavg())
     compile_cache.enable(cfg.compilation_cache_dir)  # as loop.train does
     shim = not hasattr(jax, "device_put_replicated")
     if shim:  # brax 0.14.2 calls it (removed in jax 0.12); jax's documented drop-in, as in rl_peer
@@ -272,8 +276,9 @@ def main(argv: list[str]) -> int:
                                   for p, x in zip(points.iterations()[:len(own)], own, strict=True)]
             points = _Points()
             res = rl_peer.run_brax(peer_cfg, envs, unroll, args.peer_iterations, on_progress=points)
-            rec["peer_brax"] = [p | {"own_clock": envs * steps / x}  # (brax's first point is before training)
-                                for p, x in zip(points.iterations()[1:], res["per_iteration"][1:], strict=True)]
+            own = res["per_iteration"][1:]  # (the first point is after the first, compiling, epoch)
+            rec["peer_brax"] = [p | {"own_clock": envs * steps / x}
+                                for p, x in zip(points.iterations()[-len(own):], own, strict=True)]
         rec["load_average_after"] = list(os.getloadavg())
         rounds.append(rec)
         if args.json:  # after every round: a run cut short keeps its finished rounds
@@ -290,7 +295,8 @@ def main(argv: list[str]) -> int:
         "benchmark": "rl_peer_profile", "task": cfg.env.task, "num_envs": envs, "env_steps_per_iteration": envs * steps,
         "debug": args.debug, "rounds": rounds, "median_seconds": med, "compile_seconds": compile_s,
         "compiled_programs": {"collect": v.collect_fn._cache_size(), "update": v.update_fn._cache_size()},
-        "devices": [str(d) for d in jax.devices()], "load_average": list(os.getloadavg()),
+        "devices": [str(d) for d in jax.devices()], "load_average_start": load_start,
+        "load_average": list(os.getloadavg()),
         "seconds": round(time.time() - t0, 1),
         "command": "python -m vlajax.bench.rl_peer_profile " + " ".join(argv),
     }
