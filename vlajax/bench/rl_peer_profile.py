@@ -112,9 +112,7 @@ class VlajaxIteration:
                                  donate_argnums=(1,))
         with sharding.use_mesh(mesh, cfg.mesh.logical_rules):
             self.env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
-        env_shardings = jax.tree.map(lambda x: x.sharding, self.env_state)  # as loop.train since b2cbf3c
-        self.collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,),
-                                  out_shardings=(env_shardings, None, None))
+        self.collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))  # as loop.train
         self.it = 0
 
     def run(self) -> dict[str, float]:

@@ -102,16 +102,12 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
             ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
             ref_fn = jax.jit(functools.partial(learner.with_reference, setup.actor.logp_value))
+            collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
             update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                                 in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
                                 donate_argnums=(1,))
             with sharding.use_mesh(mesh, rules):
                 env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
-            # the env state comes back placed as it went in: on a one-device mesh the compiler returned
-            # it replicated (P() for P('dp')), so iteration 2 compiled the whole collect a second time
-            env_shardings = jax.tree.map(lambda x: x.sharding, env_state)
-            collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,),
-                                 out_shardings=(env_shardings, None, None))
 
             # ---- Checkpoints and resume ----------------------------------------------------------
             ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
