@@ -26,7 +26,8 @@ than the wall time does); the JSON keeps every time and the load average after e
 brax's full iteration is not split (it is one fused program): with `--peer-iterations N` each round
 also runs the bench's two whole trainings (`rl_peer.run_vlajax`, `rl_peer.run_brax`: N iterations,
 the first dropped) and records their iteration seconds (`peer_vlajax`, `peer_brax`).
-Compiled-program counts (`_cache_size`) after the rounds show whether anything recompiled.
+`compiled_programs`: the jits' dispatch-cache entries (`_cache_size`) after the rounds; an entry
+is not necessarily an XLA compile (an equivalent sharding object adds one: docs/results.md, brax peer).
 """
 
 from __future__ import annotations
