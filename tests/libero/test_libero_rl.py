@@ -99,8 +99,8 @@ def test_split_args_and_refusals(tmp_path):
 # ---------------------------------------------------------------- the real chain
 
 
-@pytest.fixture(scope="session")  # (test_libero_stop.py uses it too)
-def imported(tmp_path_factory):
+def venv_or_skip() -> None:
+    """Skip when the LIBERO venv is missing -- unless `make test` required it (then fail)."""
     from vlajax.libero import pool as pool_mod
 
     try:
@@ -109,6 +109,11 @@ def imported(tmp_path_factory):
         if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
             raise
         pytest.skip(f"{e}")
+
+
+@pytest.fixture(scope="session")  # (test_libero_stop.py uses it too)
+def imported(tmp_path_factory):
+    venv_or_skip()
     if not os.path.isdir(FIXTURES):
         pytest.skip("../shared (the openpi reference fixtures) is absent")
     from vlajax.models import import_openpi

@@ -23,22 +23,11 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_libero_rl import FIXTURES, imported  # noqa: E402, F401  (the imported dummy pi05_libero; 3-9 s)
+from test_libero_rl import FIXTURES, imported, venv_or_skip  # noqa: E402, F401  (the imported dummy pi05_libero; 3-9 s)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ABANDON_BOUND_S = 10.0  # docs/reliability.md: a phase abandoned -> the exit (measured < 1 s)
 START_TIMEOUT_S = 600.0  # waiting for the phase to begin (a loaded 2-core machine)
-
-
-def _venv_or_skip() -> None:
-    from vlajax.libero import pool as pool_mod
-
-    try:
-        pool_mod.libero_python()
-    except pool_mod.LiberoEnvMissing as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
@@ -118,7 +107,7 @@ def _assert_no_orphans(workers: list[int]) -> None:
 def test_rl_sigterm_during_setup_kills_the_workers(imported, tmp_path):  # noqa: F811
     """`rl --suite libero_spatial`: SIGTERM as the LIBERO worker starts (set-up: the pool's start, the first
     compiles) -> abandoned: exit 0, one line, no checkpoint, the worker killed."""
-    _venv_or_skip()
+    venv_or_skip()
     out = tmp_path / "run"
     run = _Run([sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
                 "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", str(out),
@@ -142,7 +131,7 @@ def test_eval_sigterm_mid_evaluation_writes_nothing_kills_the_workers(tmp_path):
     """`eval --suite libero_spatial` (the scripted expert, no renderer): SIGTERM after the first episode's
     result -> abandoned: exit 0, one line with the episodes finished, no eval.json (nor its .tmp, nor this
     run's frames), the worker killed."""
-    _venv_or_skip()
+    venv_or_skip()
     out = tmp_path / "eval"
     run = _Run([sys.executable, "-m", "vlajax.train", "eval", "--suite", "libero_spatial", "--expert", "--tasks", "0",
                 "--episodes-per-task", "3", "--workers", "1", "--no-video", "--out", str(out)])
@@ -172,7 +161,7 @@ def test_rl_second_sigterm_exits_130_and_the_run_resumes(imported, tmp_path):  #
     apart once update 2 is logged -> exit 130 at once, only whole checkpoints on disk, the worker gone (killed
     by the first stop, or it leaves when its endpoint dies with the process); the same command to 3 updates
     then resumes from the newest checkpoint and trains only the updates after it."""
-    _venv_or_skip()
+    venv_or_skip()
     out = tmp_path / "run"
 
     def cmd(n: int) -> list[str]:
