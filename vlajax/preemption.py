@@ -191,6 +191,43 @@ class StopRequest:
         return self.signal_name is not None
 
 
+class UpdateBoundaries:
+    """Where an async run (`vlajax.pipeline.AsyncRunner`) stops: shared by the tabletop `train_async`
+    and the LIBERO loop.
+
+    `scope(runner)` is the runner's `update_scope`: an update whose predecessor is saved (or this run's
+    first, with its compiles) is abandonable; any other finishes. `interrupt(runner)` is its `on_interrupt`, in the trainer
+    lane at the boundary after a stop: wait for the write in flight, save the update (forced) if it is new,
+    then `stop.exit_now` with one line that says what it did and `dropped` (what the other lanes had in
+    flight). `newest` is the caller's `{"step": newest checkpoint}` (its `save` updates it)."""
+
+    def __init__(self, stop: StopRequest, ckpt, start: int, newest: dict, save: Callable[[object, bool], None],
+                 cleanup: Callable[[], None], run: str, dropped: str):
+        self.stop, self.ckpt, self.start, self.newest = stop, ckpt, start, newest
+        self.save, self.cleanup, self.run, self.dropped = save, cleanup, run, dropped
+
+    def kept(self) -> str:
+        return nothing_new(self.newest["step"], "update")
+
+    def scope(self, runner) -> contextlib.AbstractContextManager:
+        u = runner.counters.updates
+        if u == self.start or u == self.newest["step"]:
+            return self.stop.abandonable(f"update {u + 1} (its predecessor is saved)", self.kept, self.cleanup)
+        return contextlib.nullcontext()
+
+    def interrupt(self, runner) -> None:
+        self.ckpt.wait()  # the newest update may already be saved (every_steps=1, or a forced save)
+        u = runner.counters.updates
+        did = f"stopped at the boundary after update {u}"
+        if u != self.start and u not in self.ckpt.all_steps():
+            self.save(runner, True)
+            did += f", saved checkpoint {u}, {self.dropped}"
+        else:
+            did += f", {self.dropped}; {self.kept()}"
+        log.info("%s: interrupted after update %d; checkpoint in %s", self.stop.what, u, self.ckpt.directory)
+        self.stop.exit_now(f"{self.run} at update {u}", did, self.cleanup)  # multi-process: returns
+
+
 def _ignore(signum: int, frame) -> None:
     """The Python-level handler: nothing (the wakeup pipe's watcher acts), but not the default
     action (which would end the process)."""

@@ -22,7 +22,6 @@ the group sequence after the groups its updates consumed. Metrics: `<output_dir>
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -38,7 +37,7 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.libero import pool as pool_mod
 from vlajax.libero.rl_lane import LiberoArgs, LiberoRollout
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
-from vlajax.preemption import nothing_new, stop_request
+from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
 from vlajax.rl import actors, learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_workload import Trainer, check_streaming, prepare_segment
@@ -178,14 +177,8 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
                 saved.append(c.updates)
                 newest["step"] = c.updates
 
-        def update_scope(runner: AsyncRunner):
-            """An update (its micro-batch waits, its step, the first one's compiles) that a stop may abandon:
-            its predecessor is saved (or it is this run's first)."""
-            u = runner.counters.updates
-            if u == start_updates or u == newest["step"]:
-                return stop.abandonable(f"update {u + 1} (its predecessor is saved)" if u else
-                                        "update 1 (the first compiles)", kept, cleanup)
-            return contextlib.nullcontext()
+        boundaries = UpdateBoundaries(stop, ckpt, start_updates, newest, save, cleanup, "the LIBERO run",
+                                      "killed the LIBERO workers (their groups in flight run again on resume)")
 
         def on_update(runner: AsyncRunner, record: dict) -> None:
             u = record["update"]
@@ -205,21 +198,6 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             if u >= end:
                 runner.lifetime.stop()
 
-        def on_interrupt(runner: AsyncRunner) -> None:
-            """In the trainer lane at the boundary after a stop: save the update if it is new, then kill the
-            workers (the groups in flight are dropped: a resume runs them again) and exit."""
-            ckpt.wait()
-            u = runner.counters.updates
-            did = f"stopped at the boundary after update {u}"
-            workers = "killed the LIBERO workers (their groups in flight run again on resume)"
-            if u != start_updates and u not in ckpt.all_steps():
-                save(runner, force=True)
-                did += f", saved checkpoint {u}, {workers}"
-            else:
-                did += f", {workers}; {kept()}"
-            log.info("rl libero: interrupted after update %d; checkpoint in %s", u, ckpt_dir)
-            stop.exit_now(f"the LIBERO run at update {u}", did, cleanup)  # (returns only for a multi-process run)
-
         t0 = time.perf_counter()
         try:
             with stop.abandonable("set-up (before the first update)", kept, cleanup):
@@ -228,10 +206,10 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
                 runner = AsyncRunner(p, sample_step=rollout.sample_step, train_step=train_step,
                                      get_params=lambda s: s.params, state=state, num_updates=total,
                                      samples_per_step=rollout.G * rollout.groups, mini_batch=rollout.G,
-                                     counters=counters, on_update=on_update, update_scope=update_scope)
+                                     counters=counters, on_update=on_update, update_scope=boundaries.scope)
                 rollout.bind(runner)
             status = ("done" if counters.updates >= end else
-                      runner.run(on_interrupt=on_interrupt, stop=stop.local))
+                      runner.run(on_interrupt=boundaries.interrupt, stop=stop.local))
             ckpt.wait()
             u = runner.counters.updates
             if status == "interrupted":

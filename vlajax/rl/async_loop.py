@@ -48,7 +48,6 @@ Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window m
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import json
@@ -73,7 +72,7 @@ from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
-from vlajax.preemption import nothing_new, stop_request
+from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_progress import AsyncProgress
@@ -317,12 +316,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
 
         start_updates = counters.updates
 
-        def update_scope(runner: AsyncRunner):
-            """An update (its micro-batch waits and its step) that a stop may abandon: its predecessor is saved."""
-            u = runner.counters.updates
-            if u == start_updates or u == saved["step"]:
-                return stop.abandonable(f"update {u + 1} (its predecessor is saved)", kept, cleanup)
-            return contextlib.nullcontext()
+        boundaries = UpdateBoundaries(stop, ckpt, start_updates, saved, save, cleanup, "the async run",
+                                      "dropped the rollout in flight")  # a rollout call may take minutes
 
         def on_update(runner: AsyncRunner, record: dict) -> None:
             update_times.append(time.monotonic())
@@ -359,25 +354,12 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
             if u >= end:
                 runner.lifetime.stop()
 
-        def save_on_interrupt(runner: AsyncRunner) -> None:
-            """In the trainer lane at the boundary after a stop: save the update if it is new, then drop
-            what the other lanes have in flight (a rollout call may take minutes; nothing in it is kept)."""
-            ckpt.wait()  # the newest update may already be saved (every_steps=1, or a forced save)
-            u = runner.counters.updates
-            if u != start_updates and u not in ckpt.all_steps():
-                save(runner, force=True)
-                did = f"stopped at the boundary after update {u}, saved checkpoint {u}, dropped the rollout in flight"
-            else:
-                did = f"stopped at the boundary after update {u}, dropped the rollout in flight; {kept()}"
-            log.info("rl async: interrupted after update %d; checkpoint in %s", u, ckpt_dir)
-            stop.exit_now(f"the async run at update {u}", did, cleanup)  # (multi-process: returns; lanes joined)
-
         runner = AsyncRunner(p, sample_step=sample_step, train_step=train_step, get_params=lambda s: s.params,
                              state=state, num_updates=total, samples_per_step=mini, mini_batch=mini,
                              rollout_shardings=rollout_sharding, counters=counters, on_update=on_update,
                              rollout=rollout_lanes, timeline=timeline,
                              publish_sharding=None if hosts is None else hosts.repl,
-                             sync_peers=None if hosts is None else hosts.barrier, update_scope=update_scope)
+                             sync_peers=None if hosts is None else hosts.barrier, update_scope=boundaries.scope)
         t0 = time.perf_counter()
         try:
             with progress:  # the terminal hears from the run at least every 30 s
@@ -385,7 +367,7 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
                     with stop.abandonable("the evaluation at update 0", kept, cleanup):
                         evals.append(rl_setup.log_eval(setup, logger, state.params, 0, env_steps, step_name="update"))
                     progress.evaluated(evals[-1]["mean_success"])
-                status = runner.run(timeout=timeout, on_interrupt=save_on_interrupt, stop=stop.local)
+                status = runner.run(timeout=timeout, on_interrupt=boundaries.interrupt, stop=stop.local)
             ckpt.wait()
             if status == "interrupted":
                 stop.report(f"the async run at update {runner.counters.updates}",
