@@ -116,6 +116,16 @@ def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_p
 
     Writes eval.json / eval.md / GIFs into `out_dir` when given. -> the result dict.
     """
+    result, frames = run_episodes(cfg, bridge, model, params, episodes_per_task=episodes_per_task)
+    if out_dir:
+        write_outputs(out_dir, result, frames if gifs else None)
+    return result
+
+
+def run_episodes(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *,
+                 episodes_per_task: int | None = None) -> tuple[dict[str, Any], np.ndarray]:
+    """The episodes of `evaluate`, nothing written. -> (result, frames uint8 [S, T*g, h, w, 3]: the GIF
+    episodes, g = `result['gif_episodes']` per task, tasks in `result['per_task']` order)."""
     from vlajax.demos import make_env
     from vlajax.envs import registry
     from vlajax.envs.tabletop import tasks as tasks_lib
@@ -166,15 +176,19 @@ def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_p
         "episode_length": env_cfg.episode_length,
         "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
         "seconds": round(seconds, 1),
+        "gif_episodes": g,
     }
-    if out_dir:
-        write_report(out_dir, "eval", result, table_markdown(result))
-        if gifs:
-            frames = np.asarray(frames)  # [S, T*g, h, w, 3]
-            for i, n in enumerate(names):
-                clip = np.moveaxis(frames[:, i * g:(i + 1) * g], 1, 0)  # [g, S, h, w, 3]
-                write_gif(os.path.join(out_dir, n.replace("/", "__") + ".gif"), clip, fps=25)
-    return result
+    return result, np.asarray(frames)
+
+
+def write_outputs(out_dir: str, result: dict[str, Any], frames: np.ndarray | None) -> None:
+    """eval.json / eval.md into `out_dir`, and one GIF per task from `run_episodes`' frames (None: no GIFs)."""
+    write_report(out_dir, "eval", result, table_markdown(result))
+    if frames is not None:
+        g = result["gif_episodes"]
+        for i, n in enumerate(result["per_task"]):
+            clip = np.moveaxis(frames[:, i * g:(i + 1) * g], 1, 0)  # [g, S, h, w, 3]
+            write_gif(os.path.join(out_dir, n.replace("/", "__") + ".gif"), clip, fps=25)
 
 
 def write_report(out_dir: str, stem: str, result: dict[str, Any], markdown: str) -> None:
@@ -209,13 +223,22 @@ def sampling_overrides(cfg: TrainConfig, bridge: Bridge, model):
 
 
 def run(cfg: TrainConfig) -> int:
-    compile_cache.enable(cfg.compilation_cache_dir)
-    bridge, model, params, train_cfg, step = load_run_policy(cfg)
-    bridge, model = sampling_overrides(cfg, bridge, model)
-    out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
-    result = evaluate(cfg, bridge, model, params, out_dir=out_dir)
-    result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
-    write_json(os.path.join(out_dir, "eval.json"), result)
+    """The `eval` command. SIGTERM / Ctrl-C while loading, compiling or running the episodes abandons the
+    evaluation at once and writes nothing (exit 0, one line); during the writing it finishes the report."""
+    from vlajax.preemption import stop_request
+
+    with stop_request("eval") as stop:
+        kept = lambda: "nothing written (an eval.json is always a whole evaluation; a rerun runs every episode)"  # noqa: E731
+        with stop.abandonable("the evaluation (loading, compiles, episodes)", kept):
+            compile_cache.enable(cfg.compilation_cache_dir)
+            bridge, model, params, train_cfg, step = load_run_policy(cfg)
+            bridge, model = sampling_overrides(cfg, bridge, model)
+            out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
+            result, frames = run_episodes(cfg, bridge, model, params)
+        result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
+        write_outputs(out_dir, result, frames)  # a signal now: the report is finished first
+        if stop.local():
+            stop.report("writing the report", f"finished it in {out_dir}")
     print(table_markdown(result), flush=True)
     print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],
                       "episodes": result["episodes"], "out_dir": out_dir}), flush=True)

@@ -12,7 +12,8 @@ The slow phase sleeps `SECONDS` (from its N-th start on with `SLOW@N`):
 - `update` / `step`: inside every optimizer update from the 2nd on (a host callback inside the
   jitted rl update: an XLA call Python cannot interrupt; sft: before the step's call);
 - `eval`: inside every evaluation;
-- `rollout`: inside every rl rollout call from the 3rd on (a host callback inside the jitted collect).
+- `rollout`: inside every rl rollout call from the 3rd on (a host callback inside the jitted collect);
+- `write` (`eval`): before the report is written (eval's `eval` phase: the episodes).
 
 `STOP_DRIVER_DEVICES=8`: 8 virtual CPU devices, like the test process (tests/conftest.py), which can
 then resume a run in-process on the same mesh (the sync cells do; the async ones stay on one device --
@@ -47,7 +48,7 @@ def patch(command: str, set_attr=setattr) -> None:
     """Install the toy / marker replacements for `command` ('rl' or 'sft'); `set_attr`: e.g. pytest's
     `monkeypatch.setattr` to undo them after an in-process run. Counters start again."""
     _counts.clear()
-    _patch_rl(set_attr) if command == "rl" else _patch_sft(set_attr)
+    {"rl": _patch_rl, "sft": _patch_sft, "eval": _patch_eval}[command](set_attr)
 
 
 def _host_mark(name: str, slow_from: int):
@@ -143,6 +144,28 @@ def _patch_sft(set_attr) -> None:
         return {"step": step, "mean_success": 0.0, "per_task": {}}
 
     set_attr(sft, "_evaluate", evaluate)
+
+
+def _patch_eval(set_attr) -> None:
+    """`eval` of a checkpoint: the policy loads for real; the episodes are a marker and a small stand-in
+    result (the MJX tabletop's closed loop compiles for minutes cold); the report is written for real."""
+    from vlajax import evaluation
+
+    def episodes(cfg, bridge, model, params, episodes_per_task=None):
+        mark("eval")
+        result = {"suite": cfg.env.suite, "per_task": {"t0": 1.0, "t1": 0.0}, "mean_success": 0.5, "episodes": 2,
+                  "episodes_per_task": 1, "failures": {"t0": 0, "t1": 1}, "instructions": {"t0": "a", "t1": "b"},
+                  "gif_episodes": 1}
+        return result, np.zeros((3, 2, 8, 8, 3), np.uint8)
+
+    write = evaluation.write_outputs
+
+    def slow_write(*a, **k):
+        mark("write")
+        return write(*a, **k)
+
+    set_attr(evaluation, "run_episodes", episodes)
+    set_attr(evaluation, "write_outputs", slow_write)
 
 
 if __name__ == "__main__":

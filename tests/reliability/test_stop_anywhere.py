@@ -1,4 +1,4 @@
-"""Stop anywhere: SIGTERM into every phase of `rl` (sync and async) and `sft` -- set-up, the first
+"""Stop anywhere: SIGTERM into every phase of `rl` (sync and async), `sft` and `eval` -- set-up, the first
 compile, the update-0 evaluation, an update (its predecessor saved, or not), a periodic evaluation,
 the async trainer waiting for a batch while rollout is busy. Each cell of docs/reliability.md's table
 is one test here: the command (a subprocess: `tests/reliability/stop_driver.py`, which makes the phase
@@ -15,6 +15,7 @@ start-up dominates), so the whole file takes ~4-6 min on a loaded 2-core machine
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -283,6 +284,41 @@ def test_sft_sigterm_in_each_phase(tmp_path, tmp_path_factory, monkeypatch, sft_
     assert _steps(ckpt)[-1] == SFT_STEPS
     _assert_same(ckpt, sft_reference, SFT_STEPS)
     _row(f"sft | {cell} | resumed run == uninterrupted: yes")
+
+
+# ---- eval of a checkpoint ---------------------------------------------------------------------------
+
+# (id, slow phase, marker, line pattern, report written, bound s)
+EVAL_CELLS = [
+    ("episodes", "eval", "PHASE eval 1",
+     r"during the evaluation \(loading, compiles, episodes\): abandoned it; nothing written \(an eval.json is "
+     r"always a whole evaluation; a rerun runs every episode\)", False, ABANDON_S),
+    ("writing", "write", "PHASE write 1", r"during writing the report: finished it in \S+", True, UPDATE_S + FINISH_S),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("cell", "slow", "marker", "line", "written", "bound"), EVAL_CELLS,
+                         ids=[c[0] for c in EVAL_CELLS])
+def test_eval_sigterm_in_each_phase(tmp_path, tmp_path_factory, sft_reference, cell, slow, marker, line, written,
+                                    bound):
+    """`eval --checkpoint`: a signal in the episodes writes nothing; one while the report is written lets
+    it finish (eval.json whole). Exit 0 and one line either way."""
+    out = str(tmp_path / "eval-run")
+    args = ["eval", "--preset", "sft-tiny", "--checkpoint", sft_reference, "--output-dir", out,
+            "--compilation-cache-dir", _cache(tmp_path_factory)]
+    rc, exit_s, text = _interrupt(slow, UPDATE_S if slow == "write" else LONG_S, marker, args, devices=1)
+    reports = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs if f.startswith("eval.")]
+    _row(f"eval | {cell} | {rc} | {exit_s:.1f} (bound {bound:.0f}) | {len(reports)} report files")
+    assert rc == 0, text[-4000:]
+    assert re.search(r"^eval: SIGTERM " + line + r"; exit 0$", text, re.M), text[-3000:]
+    assert exit_s <= bound, (exit_s, bound)
+    if written:
+        assert sorted(os.path.basename(r) for r in reports) == ["eval.json", "eval.md"], reports
+        with open(next(r for r in reports if r.endswith(".json"))) as f:
+            assert json.load(f)["checkpoint"]["step"] == SFT_STEPS
+    else:
+        assert reports == [], reports
 
 
 # ---- a second signal ------------------------------------------------------------------------------
