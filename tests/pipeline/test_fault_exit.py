@@ -23,7 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _DRIVER = textwrap.dedent("""
     import errno, os, sys
     fault, out = sys.argv[1], sys.argv[2]
-    if fault == "slot":  # slot 1's third simulator step raises (past its first compile)
+    if fault == "slot":  # slot 1's third simulator step raises (past its first compile). 40 updates, not 6: under
+        # load a 6-update run once exited with another code, most likely slot 0 fed every update before that step
         from vlajax.rl import async_workload
         env = async_workload.RLWorkload.env
         def faulty_env(self, *a, **k):
@@ -55,7 +56,7 @@ _DRIVER = textwrap.dedent("""
         async_path.rename = failing_rename
     from vlajax import train
     sys.exit(train.main(["rl", "--preset", "rl-debug", "--pipeline.enabled", "--pipeline.num-slots", "2",
-                         "--output-dir", out, "--rl.num-iterations", "6", "--rl.eval-every", "-1",
+                         "--output-dir", out, "--rl.num-iterations", "40", "--rl.eval-every", "-1",
                          "--checkpoint.every-steps", "1", "--logging.progress", "plain",
                          "--compilation-cache-dir", ""]))
 """)
