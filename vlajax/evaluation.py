@@ -228,7 +228,9 @@ def run(cfg: TrainConfig) -> int:
     from vlajax.preemption import stop_request
 
     with stop_request("eval") as stop:
-        kept = lambda: "nothing written (an eval.json is always a whole evaluation; a rerun runs every episode)"  # noqa: E731
+        def kept() -> str:
+            return "nothing written (an eval.json is always a whole evaluation; a rerun runs every episode)"
+
         with stop.abandonable("the evaluation (loading, compiles, episodes)", kept):
             compile_cache.enable(cfg.compilation_cache_dir)
             bridge, model, params, train_cfg, step = load_run_policy(cfg)

@@ -196,10 +196,11 @@ class UpdateBoundaries:
     and the LIBERO loop.
 
     `scope(runner)` is the runner's `update_scope`: an update whose predecessor is saved (or this run's
-    first, with its compiles) is abandonable; any other finishes. `interrupt(runner)` is its `on_interrupt`, in the trainer
-    lane at the boundary after a stop: wait for the write in flight, save the update (forced) if it is new,
-    then `stop.exit_now` with one line that says what it did and `dropped` (what the other lanes had in
-    flight). `newest` is the caller's `{"step": newest checkpoint}` (its `save` updates it)."""
+    first, with its compiles) is abandonable; any other finishes. `interrupt(runner)` is its
+    `on_interrupt`, in the trainer lane at the boundary after a stop: wait for the write in flight, save
+    the update (forced) if it is new, then `stop.exit_now` with one line that says what it did and
+    `dropped` (what the other lanes had in flight). `newest` is the caller's `{"step": newest
+    checkpoint}` (its `save` updates it)."""
 
     def __init__(self, stop: StopRequest, ckpt, start: int, newest: dict, save: Callable[[object, bool], None],
                  cleanup: Callable[[], None], run: str, dropped: str):

@@ -119,7 +119,8 @@ def test_rl_sigterm_during_setup_kills_the_workers(imported, tmp_path):  # noqa:
     lines = run.stop_lines("rl")
     print(f"libero rl: SIGTERM during set-up -> exit {rc} in {dt:.2f} s; {lines}")
     assert rc == 0 and len(lines) == 1, "".join(run.err)[-4000:]
-    assert re.fullmatch(r"rl: SIGTERM during (set-up \(before the first update\)|update 1 \(its predecessor is saved\)): "
+    assert re.fullmatch(r"rl: SIGTERM during (set-up \(before the first update\)|"
+                        r"update 1 \(its predecessor is saved\)): "
                         r"abandoned it; nothing new to save; no checkpoint yet; exit 0", lines[0]), lines[0]
     assert dt < ABANDON_BOUND_S
     ckpts = out / "checkpoints"
