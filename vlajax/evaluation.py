@@ -241,7 +241,12 @@ def run(cfg: TrainConfig) -> int:
         write_outputs(out_dir, result, frames)  # a signal now: the report is finished first
         if stop.local():
             stop.report("writing the report", f"finished it in {out_dir}")
+    print_result(result, out_dir)
+    return 0
+
+
+def print_result(result: dict[str, Any], out_dir: str) -> None:
+    """The `eval` command's output: the per-task table, then one JSON line (success, episodes, out_dir)."""
     print(table_markdown(result), flush=True)
     print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],
                       "episodes": result["episodes"], "out_dir": out_dir}), flush=True)
-    return 0

@@ -16,7 +16,6 @@ that draws x_1 ~ N(0, I) samples its own noise per request (equal in distributio
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import types
@@ -105,15 +104,12 @@ def run(cfg: TrainConfig) -> int:
         raise ConfigError(f"--policy-server {url}: cannot connect ({e})") from None
     out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-remote")
     try:
-        result = evaluation.evaluate(cfg, bridge, types.SimpleNamespace(cfg=None), {}, out_dir=out_dir)
+        result, frames = evaluation.run_episodes(cfg, bridge, types.SimpleNamespace(cfg=None), {})
     except ServerError as e:
         raise ConfigError(f"the policy server refused a request: {e}") from None
     finally:
         bridge.policy.close()
     result["policy_server"] = {"url": url, "policy": bridge.policy.metadata.get("policy")}
-    with open(os.path.join(out_dir, "eval.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    print(evaluation.table_markdown(result), flush=True)
-    print(json.dumps({"mean_success": result["mean_success"], "per_task": result["per_task"],
-                      "episodes": result["episodes"], "out_dir": out_dir}), flush=True)
+    evaluation.write_outputs(out_dir, result, frames)  # eval.json once, whole, with the server in it
+    evaluation.print_result(result, out_dir)
     return 0
