@@ -1,6 +1,7 @@
 """`python -m vlajax.plan`: predicted throughput of the async pipeline per mode / placement / device count.
 
     python -m vlajax.plan --preset pi05-libero --gpus 8 16 32       # costs from the seed papers
+    python -m vlajax.plan --preset pi0-maniskill --gpus 8 16 32     # the same, GPU simulation (ManiSkill)
     python -m vlajax.plan --profile-from RUN_DIR --gpus 1 2         # costs measured here (profile)
     python -m vlajax.plan --costs costs.json --gpus 8               # costs given by hand
     python -m vlajax.plan profile --out RUN_DIR [workload flags]    # measure the costs (vlajax.plan.profile)
@@ -27,7 +28,7 @@ import sys
 from typing import Literal
 
 from vlajax import cli
-from vlajax.plan import presets
+from vlajax.plan import presets, presets_maniskill
 from vlajax.plan.costs import Costs
 from vlajax.plan.sim import MODES, PLACEMENTS, simulate_mean
 
@@ -103,7 +104,8 @@ class Args:
 
     # costs from the seed papers (vlajax.plan.presets): -comm with the communication model (vlajax.plan.comm),
     # -nocomm with the constants (publication 1.0 s, all-reduce 0); pi05-libero = -comm (docs/planner.md, issue 44.5)
-    preset: Literal["pi05-libero", "pi05-libero-comm", "pi05-libero-nocomm"] | None = None
+    # pi0-maniskill: GPU simulation on the rollout GPUs (vlajax.plan.presets_maniskill)
+    preset: Literal["pi05-libero", "pi05-libero-comm", "pi05-libero-nocomm", "pi0-maniskill"] | None = None
     profile_from: str | None = None  # run directory with profile.json (python -m vlajax.plan profile)
     costs: str | None = None  # JSON with costs and workload (see the module docstring)
     physics: Literal["c", "jax"] = "c"  # --profile-from: which measured simulator
@@ -144,7 +146,8 @@ def main(argv: list[str]) -> int:
     if bad or not a.modes or not a.placements:
         cli.error(f"--modes takes {' '.join(MODES)}; --placements takes {' '.join(PLACEMENTS)}; got {' '.join(bad)}")
     if a.preset:
-        p, reference = presets.get(a.preset), presets.REFERENCE.get(a.preset)
+        lib = presets_maniskill if a.preset in presets_maniskill.PRESETS else presets
+        p, reference = lib.get(a.preset), lib.REFERENCE.get(a.preset)
     elif a.profile_from:
         if not (pathlib.Path(a.profile_from) / "profile.json").is_file():
             cli.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")

@@ -17,8 +17,9 @@ nodes runs at its slowest link.
   backward): 2 x ((n-1)/n x P x param_bytes / B + (n-1) x latency). Optimizer steps per update =
   ceil(decisions x update_epochs / global_batch). Zero on one GPU.
 - Weight publication from the train group to rollout GPUs it does not contain: a pipelined
-  broadcast, P x param_bytes / B + hops x latency; zero when every rollout GPU trains too
-  (colocated, hybrid: after the all-reduce each train GPU holds the full weights).
+  broadcast, P x param_bytes / B + hops x latency (+ `publish_overhead_s`, a fixed hand-off
+  cost, 0 unless given); zero when every rollout GPU trains too (colocated, hybrid: after the
+  all-reduce each train GPU holds the full weights).
 
 Bandwidths are GB/s (1e9 bytes/s) per GPU and direction. Where each default comes from:
 `vlajax/plan/presets.py` and docs/planner.md ("communication cost and the pod-scale table").
@@ -55,14 +56,16 @@ class Comm:
     inter_gbs: float = 50.0  # inter-node (RDMA NIC), GB/s per GPU and direction
     latency_s: float = 5e-6  # per hop
     regather_per_micro_batch: bool = False  # FSDP full shard: all-gather the parameters per micro-batch, twice
+    publish_overhead_s: float = 0.0  # fixed seconds per publication to GPUs outside the train group, beyond the
+    #   bytes (the disaggregated hand-off between resource groups; calibrated by the pi0-maniskill preset)
 
     def __post_init__(self):
         if self.params <= 0 or self.param_bytes <= 0 or self.grad_bytes <= 0:
             raise ValueError("comm: params, param_bytes and grad_bytes must be > 0")
         if min(self.global_batch, self.micro_batch, self.update_epochs, self.gpus_per_node) < 1:
             raise ValueError("comm: global_batch, micro_batch, update_epochs and gpus_per_node must be >= 1")
-        if self.intra_gbs <= 0 or self.inter_gbs <= 0 or self.latency_s < 0:
-            raise ValueError("comm: bandwidths must be > 0 and latency >= 0")
+        if self.intra_gbs <= 0 or self.inter_gbs <= 0 or self.latency_s < 0 or self.publish_overhead_s < 0:
+            raise ValueError("comm: bandwidths must be > 0, latency and publish_overhead_s >= 0")
 
     def bandwidth(self, devices: Sequence[int]) -> float:
         """GB/s of a group: NVLink on one node, the NIC rate across nodes."""
@@ -97,4 +100,5 @@ class Comm:
             return 0.0
         group = sorted(set(train) | targets)
         hops = len(targets)  # a chain from the train group through each target
-        return self.params * self.param_bytes / (self.bandwidth(group) * 1e9) + hops * self.latency_s
+        return (self.params * self.param_bytes / (self.bandwidth(group) * 1e9) + hops * self.latency_s
+                + self.publish_overhead_s)
