@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -225,24 +226,51 @@ def sampling_overrides(cfg: TrainConfig, bridge: Bridge, model):
 def run(cfg: TrainConfig) -> int:
     """The `eval` command. SIGTERM / Ctrl-C while loading, compiling or running the episodes abandons the
     evaluation at once and writes nothing (exit 0, one line); during the writing it finishes the report."""
-    from vlajax.preemption import stop_request
-
-    with stop_request("eval") as stop:
-        def kept() -> str:
-            return "nothing written (an eval.json is always a whole evaluation; a rerun runs every episode)"
-
-        with stop.abandonable("the evaluation (loading, compiles, episodes)", kept):
-            compile_cache.enable(cfg.compilation_cache_dir)
-            bridge, model, params, train_cfg, step = load_run_policy(cfg)
-            bridge, model = sampling_overrides(cfg, bridge, model)
-            out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}")
-            result, frames = run_episodes(cfg, bridge, model, params)
+    def episodes():
+        compile_cache.enable(cfg.compilation_cache_dir)
+        bridge, model, params, train_cfg, step = load_run_policy(cfg)
+        bridge, model = sampling_overrides(cfg, bridge, model)
+        result, frames = run_episodes(cfg, bridge, model, params)
         result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
-        write_outputs(out_dir, result, frames)  # a signal now: the report is finished first
-        if stop.local():
-            stop.report("writing the report", f"finished it in {out_dir}")
+        return os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}"), result, frames
+
+    out_dir, result, _ = stop_cleanly(episodes, lambda got: write_outputs(*got), report="eval.json")
     print_result(result, out_dir)
     return 0
+
+
+EVAL_PHASE = "the evaluation (loading, compiles, episodes)"  # what a stop line names before the report
+
+
+def stop_cleanly(episodes: Callable[[], tuple], write: Callable[[tuple], None], *, report: str,
+                 cleanup: Callable[[], str] | None = None) -> tuple:
+    """The stop contract of every `eval` route (`eval --checkpoint`, `--robustness`, `--policy-server`):
+    `got = episodes()` (loading, compiles, episodes; -> a tuple whose first item is the output directory),
+    then `write(got)` (the report, atomically). The first SIGTERM / Ctrl-C inside `episodes` abandons the
+    evaluation at once: `cleanup()` (e.g. close a server connection; -> what it did, for the line), one line
+    (`eval: SIGTERM during the evaluation (...): abandoned it; nothing written (...); exit 0`), exit 0, nothing
+    written. One during `write` lets the report finish, then one line (`... during writing the report:
+    finished it in DIR; exit 0`) and the command ends normally. -> `got`."""
+    from vlajax.preemption import stop_request
+
+    did: list[str] = []
+
+    def clean() -> None:
+        if cleanup is not None:
+            did.append(cleanup())
+
+    def kept() -> str:
+        article = "an" if report[0] in "aeiou" else "a"
+        return "; ".join([*did, f"nothing written ({article} {report} is always a whole evaluation; a rerun runs "
+                                "every episode)"])
+
+    with stop_request("eval") as stop:
+        with stop.abandonable(EVAL_PHASE, kept, clean):
+            got = episodes()
+        write(got)  # a signal now: the report is finished first
+        if stop.local():
+            stop.report("writing the report", f"finished it in {got[0]}")
+    return got
 
 
 def print_result(result: dict[str, Any], out_dir: str) -> None:

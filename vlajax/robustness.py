@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import json
 import logging
 import os
@@ -31,9 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax import compile_cache
-from vlajax.atomic_files import write_json
+from vlajax.atomic_files import write_bytes
 from vlajax.config import ConfigError, TrainConfig
-from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, write_report
+from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, stop_cleanly, write_report
 from vlajax.logging import write_gif
 from vlajax.run_files import checkpoint_dir, load_run_policy
 
@@ -59,7 +60,18 @@ def evaluate_robustness(cfg: TrainConfig, bridge, model, params, *, spec: str | 
                         gifs: bool = True) -> dict[str, Any]:
     """Success per (axis, level, task) of `params` (see the module docstring). -> the result dict:
     `success[axis][level][task]`, `mean[axis][level]`, `summary[axis]` (drop at the highest level
-    and mean drop over levels, in success-rate points), `episodes_per_task`, `seeds`."""
+    and mean drop over levels, in success-rate points), `episodes_per_task`, `seeds`. Its files are
+    written into `out_dir` when given (`write_outputs`)."""
+    result, clips = run_levels(cfg, bridge, model, params, spec=spec, episodes_per_task=episodes_per_task, gifs=gifs)
+    if out_dir:
+        write_outputs(out_dir, result, clips)
+    return result
+
+
+def run_levels(cfg: TrainConfig, bridge, model, params, *, spec: str | None = None,
+               episodes_per_task: int | None = None, gifs: bool = True) -> tuple[dict[str, Any], dict]:
+    """The episodes of `evaluate_robustness`, nothing written. -> (result, failure clips: `{axis: (level,
+    task, frames uint8 [S, h, w, 3])}`, one failed episode per perturbed axis at its highest failing level)."""
     from vlajax.demos import make_env
     from vlajax.envs import perturb, registry
 
@@ -120,15 +132,18 @@ def evaluate_robustness(cfg: TrainConfig, bridge, model, params, *, spec: str | 
         # actions executed per predicted chunk (sft.eval_replan_steps; 0 there = the whole chunk)
         "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
     }
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        plot(result, os.path.join(out_dir, "robustness.png"))
-        for axis, (level, task, clip) in failure_clip.items():
-            write_gif(os.path.join(out_dir, f"failure__{axis}.gif"), clip[None], fps=25)
-            result.setdefault("failure_gifs", {})[axis] = {"level": level, "task": task,
-                                                          "file": f"failure__{axis}.gif"}
-        write_report(out_dir, "robustness", result, table_markdown(result))  # last: names the GIFs
-    return result
+    return result, failure_clip
+
+
+def write_outputs(out_dir: str, result: dict[str, Any], clips: dict) -> None:
+    """robustness.png, failure__<axis>.gif (`run_levels`' clips), then robustness.md and robustness.json:
+    every file written atomically (whole or absent), robustness.json last and once (it names the GIFs)."""
+    os.makedirs(out_dir, exist_ok=True)
+    plot(result, os.path.join(out_dir, "robustness.png"))
+    for axis, (level, task, clip) in clips.items():
+        write_gif(os.path.join(out_dir, f"failure__{axis}.gif"), clip[None], fps=25)
+        result.setdefault("failure_gifs", {})[axis] = {"level": level, "task": task, "file": f"failure__{axis}.gif"}
+    write_report(out_dir, "robustness", result, table_markdown(result))  # last: names the GIFs
 
 
 def table_markdown(result: dict[str, Any]) -> str:
@@ -173,8 +188,10 @@ def plot(result: dict[str, Any], path: str) -> bool:
     ax.set_title(f"robustness: {result['suite']} ({result['episodes_per_task']} episodes per task and level)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    write_bytes(path, buf.getvalue())  # whole or absent
     return True
 
 
@@ -191,15 +208,21 @@ def eval_command(cfg: TrainConfig) -> int:
 
 
 def run(cfg: TrainConfig) -> int:
-    """The `eval` command with `env.robustness` set."""
+    """The `eval` command with `env.robustness` set. The stop contract of `eval --checkpoint`
+    (`evaluation.stop_cleanly`): SIGTERM / Ctrl-C while loading, compiling or running any level's
+    episodes abandons the whole table at once and writes nothing (exit 0, one line); during the
+    writing the files are finished first (robustness.json last, once, with the checkpoint in it)."""
     plan(cfg.env.robustness)  # a bad spec fails before the checkpoint loads or anything compiles
-    compile_cache.enable(cfg.compilation_cache_dir)
-    bridge, model, params, train_cfg, step = load_run_policy(cfg)
-    name = (cfg.env.task or cfg.env.suite).replace("/", "__")
-    out_dir = os.path.join(cfg.output_dir, "eval", f"robustness-{name}-step-{step}")
-    result = evaluate_robustness(cfg, bridge, model, params, out_dir=out_dir)
-    result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
-    write_json(os.path.join(out_dir, "robustness.json"), result)
+
+    def episodes():
+        compile_cache.enable(cfg.compilation_cache_dir)
+        bridge, model, params, train_cfg, step = load_run_policy(cfg)
+        name = (cfg.env.task or cfg.env.suite).replace("/", "__")
+        result, clips = run_levels(cfg, bridge, model, params)
+        result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
+        return os.path.join(cfg.output_dir, "eval", f"robustness-{name}-step-{step}"), result, clips
+
+    out_dir, result, _ = stop_cleanly(episodes, lambda got: write_outputs(*got), report="robustness.json")
     print(table_markdown(result), flush=True)
     print(json.dumps({"baseline": result["baseline"], "drop_at_max": {a: s["drop_at_max"] for a, s in
                       result["summary"].items()}, "episodes": result["episodes"], "out_dir": out_dir}), flush=True)

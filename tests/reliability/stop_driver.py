@@ -13,7 +13,8 @@ The slow phase sleeps `SECONDS` (from its N-th start on with `SLOW@N`):
   jitted rl update: an XLA call Python cannot interrupt; sft: before the step's call);
 - `eval`: inside every evaluation;
 - `rollout`: inside every rl rollout call from the 3rd on (a host callback inside the jitted collect);
-- `write` (`eval`): before the report is written (eval's `eval` phase: the episodes).
+- `write` (`eval`): before the report is written (eval's `eval` phase: the episodes; `eval --robustness`:
+  every level's episodes; `eval --policy-server`: requests to the real server for the phase's seconds).
 
 `STOP_DRIVER_DEVICES=8`: 8 virtual CPU devices, like the test process (tests/conftest.py), which can
 then resume a run in-process on the same mesh (the sync cells do; the async ones stay on one device --
@@ -152,7 +153,10 @@ def _patch_eval(set_attr) -> None:
     from vlajax import evaluation
 
     def episodes(cfg, bridge, model, params, episodes_per_task=None):
-        mark("eval")
+        if hasattr(bridge, "policy"):  # eval --policy-server: the real server answers requests all phase long
+            _remote_requests(bridge)
+        else:
+            mark("eval")
         result = {"suite": cfg.env.suite, "per_task": {"t0": 1.0, "t1": 0.0}, "mean_success": 0.5, "episodes": 2,
                   "episodes_per_task": 1, "failures": {"t0": 0, "t1": 1}, "instructions": {"t0": "a", "t1": "b"},
                   "gif_episodes": 1}
@@ -166,6 +170,46 @@ def _patch_eval(set_attr) -> None:
 
     set_attr(evaluation, "run_episodes", episodes)
     set_attr(evaluation, "write_outputs", slow_write)
+    _patch_robustness(set_attr)
+
+
+def _remote_requests(bridge) -> None:
+    """`eval --policy-server`'s episodes: batches of 4 requests through the bridge's host call (what the
+    jitted loop calls at each chunk), one before the marker, then more for the slow phase's seconds."""
+    meta = bridge.policy.metadata["observation"]
+    ids = np.zeros((4,), np.int32)
+    args = (ids, ids, np.zeros((4, *meta[bridge.state_key]["shape"]), np.float32),
+            *(np.zeros((4, *meta[k]["shape"]), np.uint8) for _, k in bridge.image_keys))
+    bridge._host_act(*args)
+    n = _counts["eval"] = _counts.get("eval", 0) + 1
+    print(f"PHASE eval {n}", flush=True)
+    deadline = time.monotonic() + (_slow["seconds"] if _slow["phase"] == "eval" else 0.0)
+    while time.monotonic() < deadline:
+        bridge._host_act(*args)
+
+
+def _patch_robustness(set_attr) -> None:
+    """`eval --robustness`: the policy loads for real; the levels' episodes are a marker and a stand-in
+    table of two tasks and one camera level; the files are written for real (`write` phase)."""
+    from vlajax import robustness
+
+    def levels(cfg, bridge, model, params, spec=None, episodes_per_task=None, gifs=True):
+        mark("eval")
+        success = {"none": {0: {"t0": 1.0, "t1": 0.0}}, "camera": {1: {"t0": 0.0, "t1": 0.0}}}
+        result = {"suite": cfg.env.suite, "spec": cfg.env.robustness, "tasks": ["t0", "t1"], "baseline": 0.5,
+                  "success": success, "mean": {"none": {0: 0.5}, "camera": {1: 0.0}},
+                  "summary": {"camera": {"max_level": 1, "success_at_max": 0.0, "drop_at_max": 0.5, "mean_drop": 0.5}},
+                  "episodes_per_task": 1, "episodes": 4}
+        return result, {"camera": (1, "t0", np.zeros((3, 8, 8, 3), np.uint8))}
+
+    write = robustness.write_outputs
+
+    def slow_write(*a, **k):
+        mark("write")
+        return write(*a, **k)
+
+    set_attr(robustness, "run_levels", levels)
+    set_attr(robustness, "write_outputs", slow_write)
 
 
 if __name__ == "__main__":

@@ -348,3 +348,130 @@ def test_a_second_signal_exits_at_once_with_130_keeping_the_last_complete_checkp
     assert rc == 130 and seconds < 5, (rc, seconds, text[-2000:])
     assert "error: rl: a second interrupt (SIGTERM): exiting at once without saving" in text
     assert _steps(os.path.join(out, "checkpoints")) == [1]  # iteration 2 was never saved (every_steps=1000)
+
+
+# ---- eval --robustness and eval --policy-server: the same contract -----------------------------------
+
+_NOTHING = r"nothing written \(an? {} is always a whole evaluation; a rerun runs every episode\)"
+_EPISODES = r"during the evaluation \(loading, compiles, episodes\): abandoned it; "
+
+
+def _files(out: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs)
+
+
+def _one_stop_line(text: str, line: str) -> None:
+    """Exactly one stop line, the expected one, and no traceback (the stop is the whole story)."""
+    stops = [ln for ln in text.splitlines() if ln.startswith("eval: SIGTERM")]
+    assert len(stops) == 1 and re.fullmatch(r"eval: SIGTERM " + line + r"; exit 0", stops[0]), text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+
+
+ROBUSTNESS_CELLS = [
+    ("episodes", "eval", "PHASE eval 1", _EPISODES + _NOTHING.format(r"robustness\.json"), False, ABANDON_S),
+    ("writing", "write", "PHASE write 1", r"during writing the report: finished it in \S+", True, UPDATE_S + FINISH_S),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("cell", "slow", "marker", "line", "written", "bound"), ROBUSTNESS_CELLS,
+                         ids=[c[0] for c in ROBUSTNESS_CELLS])
+def test_eval_robustness_sigterm_in_each_phase(tmp_path, tmp_path_factory, sft_reference, cell, slow, marker, line,
+                                               written, bound):
+    """`eval --robustness`: a signal while any level's episodes run writes nothing at all; one while the files
+    are written lets them finish (robustness.json written once, last, whole, naming the GIF). Exit 0, one line."""
+    out = str(tmp_path / "eval-run")
+    args = ["eval", "--preset", "sft-tiny", "--checkpoint", sft_reference, "--robustness", "camera=1",
+            "--output-dir", out, "--compilation-cache-dir", _cache(tmp_path_factory)]
+    rc, exit_s, text = _interrupt(slow, UPDATE_S if slow == "write" else LONG_S, marker, args, devices=1)
+    files = _files(out)
+    _row(f"eval --robustness | {cell} | {rc} | {exit_s:.1f} (bound {bound:.0f}) | {len(files)} files")
+    assert rc == 0, text[-4000:]
+    _one_stop_line(text, line)
+    assert exit_s <= bound, (exit_s, bound)
+    if not written:
+        assert files == [], files
+        return
+    [d] = {os.path.dirname(f) for f in files}
+    assert [os.path.basename(f) for f in files] == ["failure__camera.gif", "robustness.json", "robustness.md",
+                                                   "robustness.png"], files  # no temporary file left
+    with open(os.path.join(out, d, "robustness.json")) as f:
+        saved = json.load(f)
+    assert saved["checkpoint"]["step"] == SFT_STEPS and saved["failure_gifs"]["camera"]["file"] == "failure__camera.gif"
+
+
+class _Server:
+    """`vlajax.serve` on the reference checkpoint in a thread of this process (as tests/serve run it), recording
+    how each connection ended: 1000 = the client closed it (a websocket close), 1006 = it just vanished."""
+
+    def __init__(self, checkpoint: str):
+        from tests.serve.conftest import ServerThread
+        from vlajax.serve.app import ServeArgs
+
+        closes = self.closes = []
+
+        class Recording(ServerThread):
+            def _run(self):
+                handle = self.server._handle
+
+                async def recorded(ws):
+                    try:
+                        await handle(ws)
+                    finally:
+                        closes.append(ws.close_code)
+
+                self.server._handle = recorded
+                super()._run()
+
+        self.thread = Recording(ServeArgs(checkpoint=checkpoint, port=0, max_batch=4, replicas=1))
+        self.url, self.server = self.thread.url, self.thread.server
+
+    def settled(self, timeout: float = 30.0) -> list[int]:
+        """The close codes of every connection, once none is open."""
+        deadline = time.monotonic() + timeout
+        while self.server.connections and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return list(self.closes)
+
+
+@pytest.fixture(scope="module")
+def policy_server(sft_reference):
+    s = _Server(sft_reference)
+    yield s
+    s.thread.stop()
+
+
+REMOTE_CELLS = [
+    ("episodes", "eval", "PHASE eval 1",
+     _EPISODES + r"closed the connections to ws://\S+; " + _NOTHING.format(r"eval\.json"), False, ABANDON_S),
+    ("writing", "write", "PHASE write 1", r"during writing the report: finished it in \S+", True, UPDATE_S + FINISH_S),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("cell", "slow", "marker", "line", "written", "bound"), REMOTE_CELLS,
+                         ids=[c[0] for c in REMOTE_CELLS])
+def test_eval_policy_server_sigterm_in_each_phase(tmp_path, tmp_path_factory, policy_server, cell, slow, marker, line,
+                                                  written, bound):
+    """`eval --policy-server`: a signal while requests are in flight to a real `vlajax.serve` closes the client's
+    connections (the server sees a websocket close, code 1000, not a vanished peer) and writes nothing; one
+    while the report is written lets it finish. Exit 0, one line; the server serves on."""
+    out = str(tmp_path / "eval-run")
+    before, served = len(policy_server.closes), policy_server.server.served
+    args = ["eval", "--preset", "sft-tiny", "--policy-server", policy_server.url, "--sft.eval-connections", "2",
+            "--output-dir", out, "--compilation-cache-dir", _cache(tmp_path_factory)]
+    rc, exit_s, text = _interrupt(slow, UPDATE_S if slow == "write" else LONG_S, marker, args, devices=1)
+    closes, files = policy_server.settled()[before:], _files(out)
+    _row(f"eval --policy-server | {cell} | {rc} | {exit_s:.1f} (bound {bound:.0f}) | {len(files)} files | "
+         f"server saw closes {closes} after {policy_server.server.served - served} requests")
+    assert rc == 0, text[-4000:]
+    _one_stop_line(text, line)
+    assert exit_s <= bound, (exit_s, bound)
+    assert policy_server.server.served > served  # the requests were real
+    assert closes == [1000, 1000], closes  # both connections closed by the client, none just dropped
+    if written:
+        assert [os.path.basename(f) for f in files] == ["eval.json", "eval.md", "t0.gif", "t1.gif"], files
+        with open(os.path.join(out, files[0])) as f:
+            assert json.load(f)["policy_server"]["url"] == policy_server.url
+    else:
+        assert files == [], files

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import types
 from typing import Any
 
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RemoteBridge", "run"]
 
+CLOSE_TIMEOUT_S = 5.0  # a stop waits at most this long for the server to acknowledge the close
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RemoteBridge:
@@ -44,6 +47,8 @@ class RemoteBridge:
     image_keys: tuple[tuple[str, str], ...]  # (camera, wire key)
     state_key: str
     prompt_key: str
+    stopping: threading.Event = dataclasses.field(default_factory=threading.Event)  # set by `close_on_stop`
+    _closing: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     @classmethod
     def connect(cls, url: str, connections: int, env_cfg) -> RemoteBridge:
@@ -78,8 +83,32 @@ class RemoteBridge:
         texts = [tasks.TASKS[int(t)].instructions()[int(i)] for t, i in zip(task_id, instruction_id)]
         obs = [{**{k: np.asarray(img[n]) for (_, k), img in zip(self.image_keys, images)},
                 self.state_key: np.asarray(state[n], np.float32), self.prompt_key: texts[n]} for n in range(len(texts))]
-        answers = self.policy.infer_many(obs)
+        if self.stopping.is_set():
+            _park()
+        try:
+            answers = self.policy.infer_many(obs)
+        except BaseException:
+            if self.stopping.is_set():  # the stop closed the connections under this request
+                _park()
+            raise
         return np.stack([np.asarray(a["actions"], np.float32) for a in answers])
+
+    def close(self) -> None:
+        """Close the connections (a websocket close each); idempotent, from any thread."""
+        with self._closing:  # RemotePolicy.close again is a no-op, but not while another thread is in it
+            self.policy.close()
+
+    def close_on_stop(self, timeout_s: float = CLOSE_TIMEOUT_S) -> str:
+        """The stop's cleanup (from the signal watcher, while the episodes may be mid-request): the pending
+        host call parks instead of raising (the process is about to exit), the connections are closed
+        (waiting at most `timeout_s`). -> what it did, for the stop line."""
+        self.stopping.set()
+        closer = threading.Thread(target=self.close, name="vlajax-remote-close", daemon=True)
+        closer.start()
+        closer.join(timeout_s)
+        if closer.is_alive():
+            return f"the connections to {self.policy.url} did not close within {timeout_s:.0f} s (dropped)"
+        return f"closed the connections to {self.policy.url}"
 
     def act(self, model, variables, state, rng, *, task_id=None, deterministic: bool = True) -> jax.Array:
         """Env actions float32 [B, H, A] for a batched env `State`, computed by the server."""
@@ -91,25 +120,47 @@ class RemoteBridge:
                                  obs["state"], *(obs[f"pixels/{c}"] for c, _ in self.image_keys))
 
 
+def _park() -> None:
+    """Block this thread for good: the stop's watcher is ending the process (`os._exit`); a host callback
+    must not raise into XLA meanwhile (JAX would log its traceback over the stop's one line)."""
+    threading.Event().wait()
+
+
 def run(cfg: TrainConfig) -> int:
-    """The `eval` command: against `--policy-server URL` when given, else `vlajax.evaluation.run`."""
+    """The `eval` command: against `--policy-server URL` when given, else `vlajax.evaluation.run`.
+
+    The stop contract of `eval --checkpoint` (`evaluation.stop_cleanly`): SIGTERM / Ctrl-C while connecting,
+    compiling or running the episodes abandons the evaluation at once -- the connections to the server are
+    closed (a websocket close, code 1000, so the server frees them at once), one line, exit 0, nothing
+    written; during the writing the report is finished first."""
     from vlajax import evaluation
 
     url = cfg.sft.eval_policy_server
     if not url:
         return evaluation.run(cfg)
-    try:
-        bridge = RemoteBridge.connect(url, cfg.sft.eval_connections, cfg.env)
-    except OSError as e:
-        raise ConfigError(f"--policy-server {url}: cannot connect ({e})") from None
-    out_dir = os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-remote")
-    try:
-        result, frames = evaluation.run_episodes(cfg, bridge, types.SimpleNamespace(cfg=None), {})
-    except ServerError as e:
-        raise ConfigError(f"the policy server refused a request: {e}") from None
-    finally:
-        bridge.policy.close()
-    result["policy_server"] = {"url": url, "policy": bridge.policy.metadata.get("policy")}
-    evaluation.write_outputs(out_dir, result, frames)  # eval.json once, whole, with the server in it
-    evaluation.print_result(result, out_dir)
+    held: list[RemoteBridge] = []  # the connected bridge, for the stop's cleanup
+
+    def episodes():
+        try:
+            held.append(RemoteBridge.connect(url, cfg.sft.eval_connections, cfg.env))
+        except OSError as e:
+            raise ConfigError(f"--policy-server {url}: cannot connect ({e})") from None
+        bridge = held[0]
+        try:
+            result, frames = evaluation.run_episodes(cfg, bridge, types.SimpleNamespace(cfg=None), {})
+        except ServerError as e:
+            raise ConfigError(f"the policy server refused a request: {e}") from None
+        finally:
+            bridge.close()
+        result["policy_server"] = {"url": url, "policy": bridge.policy.metadata.get("policy")}
+        return os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-remote"), result, frames
+
+    def cleanup() -> str:
+        if not held:
+            return f"dropped the connection attempt to {url}"
+        return held[0].close_on_stop()
+
+    out_dir, result, _ = evaluation.stop_cleanly(episodes, lambda got: evaluation.write_outputs(*got),
+                                                 report="eval.json", cleanup=cleanup)
+    evaluation.print_result(result, out_dir)  # eval.json was written once, whole, with the server in it
     return 0
