@@ -12,6 +12,9 @@ task x axis x level table and the summary: success drop per axis), `robustness.p
 against level, one line per axis; needs matplotlib, the `report` extra) and
 `failure__<axis>.gif` (one failed episode at the axis's highest failing level, as the policy saw it).
 
+Every file is written atomically once all levels ran (robustness.json last, once): a SIGTERM / Ctrl-C
+during the levels leaves no file at all (`run`: the `eval --checkpoint` stop contract).
+
 `evaluate_robustness(cfg, bridge, model, params, ...)` is the same as a function; the RL loops call
 it at every evaluation when `env.robustness` is set (`vlajax.rl.setup`).
 """
