@@ -1,6 +1,7 @@
 """`sft.init_from`: start SFT from another run's weights (an SFT run or an imported openpi checkpoint).
 
     cfg = resolve_config(cfg)                  # an empty model.tokenizer_path takes the source's
+    openpi = delta_transforms(cfg)             # the source's openpi transforms if it learned delta actions
     state = load_into(cfg, state, mesh)        # the source's params (its EMA when kept) into `state`
 
 The source directory is what `vlajax.train sft` or `python -m vlajax.models.import_openpi`
@@ -10,6 +11,13 @@ this run's parameter shapes: a leaf missing on either side or of another shape i
 start fresh anyway: LoRA factors (`*_lora_a` / `*_lora_b`, a LoRA run from full weights), a
 value head (`value_hidden`, `value_out`) and flow_noise's `noise_std` (logged). The optimizer state, step and EMA of
 `state` start fresh (the EMA, when kept, starts at the loaded params).
+
+A source whose `policy.json` records openpi transforms with a delta mask (an imported `pi0_libero`,
+`pi0_aloha`, `pi05_aloha`, or `--delta-dims`; or an SFT run fine-tuned from one) was trained on
+delta actions: SFT applies openpi's DeltaActions on those dims to its targets
+(`vlajax.data.openpi`) and its saved policy keeps the transforms, so its outputs go back through
+AbsoluteActions. ALOHA's `adapt_to_pi` (joint flips and gripper maps before the delta) is not
+applied by the SFT input pipeline: such a source is a `ConfigError`.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from vlajax.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["resolve_config", "load_into"]
+__all__ = ["resolve_config", "delta_transforms", "load_into"]
 
 
 def _source(cfg: TrainConfig) -> tuple[str, TrainConfig]:
@@ -45,6 +53,34 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
         return cfg
     _, src = _source(cfg)
     return cfg.replace(model=dataclasses.replace(cfg.model, tokenizer_path=src.model.tokenizer_path))
+
+
+def delta_transforms(cfg: TrainConfig):
+    """The `OpenpiTransforms` of `cfg.sft.init_from`'s policy when they carry a delta mask (its
+    targets must be delta actions on those dims), else None. Reads `policy.json` only."""
+    import json
+
+    from vlajax.policy import POLICY_FILE
+    from vlajax.policy_openpi import OpenpiTransforms
+
+    if not cfg.sft.init_from:
+        return None
+    directory, _ = _source(cfg)
+    path = os.path.join(directory, POLICY_FILE)
+    try:
+        with open(path) as f:
+            record = json.load(f).get("openpi")
+    except FileNotFoundError:
+        raise ConfigError(f"sft.init_from: {path}: missing (a checkpoint directory written by `vlajax.train sft` "
+                          "or `vlajax.models.import_openpi` has it)") from None
+    transforms = OpenpiTransforms.from_json(record) if record else None
+    if transforms is None or not any(transforms.delta_mask):
+        return None
+    if transforms.adapt_to_pi:
+        raise ConfigError(f"sft.init_from={directory}: its openpi config ({transforms.train_config or 'custom'}) "
+                          "learned delta actions in openpi's ALOHA space (adapt_to_pi: joint flips, gripper maps), "
+                          "which the SFT input pipeline does not apply; fine-tuning it is not supported")
+    return transforms
 
 
 def _flat(tree: Any) -> dict[str, Any]:

@@ -26,12 +26,16 @@ evaluation then uses the EMA). Closed-loop evaluation (`vlajax.evaluation.evalua
 
 Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `policy.json`
 (the `vlajax.policy.Bridge`: cameras and normalization statistics, `"source": "sft"`), which is all
-`python -m vlajax.train eval --checkpoint DIR` needs besides the checkpoint.
+`python -m vlajax.train eval --checkpoint DIR` needs besides the checkpoint. From a policy trained
+on delta actions (`sft.init_from` an imported `pi0_libero`: `init_from.delta_transforms`) the
+targets are openpi's DeltaActions and `policy.json` keeps its openpi transforms (AbsoluteActions
+on the way out).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -242,6 +246,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             mesh = sharding.make_mesh(cfg.mesh)
             rules = cfg.mesh.logical_rules
             _check(cfg, mesh)
+            openpi = init_from.delta_transforms(cfg)  # the source learned delta actions: so do we (and keep them)
             log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
             # ---- Data first: bad data fails before anything compiles ------------------------------
@@ -250,8 +255,13 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 from vlajax.demos import grounding_frames
 
                 frames = functools.partial(grounding_frames, cfg)
-            loader, info = make_loader(cfg, mesh, aux_frames=frames)
+            loader, info = make_loader(cfg, mesh, aux_frames=frames, delta_mask=openpi.delta_mask if openpi else (),
+                                       delta_from=f"sft.init_from={cfg.sft.init_from}")
             bridge = Bridge.from_data(cfg, info)
+            if openpi is not None:  # serving / eval turn its delta outputs back into absolute actions
+                bridge = dataclasses.replace(bridge, openpi=openpi)
+                log.info("sft: %s learned delta actions: DeltaActions on mask %s (openpi's data transform)",
+                         cfg.sft.init_from, [int(b) for b in openpi.delta_mask])
             log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
                      cfg.data.batching, info.slots, info.rows, info.row_len)
 

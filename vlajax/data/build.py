@@ -62,6 +62,7 @@ class DataInfo:
     tasks: tuple[str, ...]  # instructions by task_index
     groups: int  # packing groups per global batch (pass to gather_prefix)
     transforms: Group  # inputs: the per-sample pipeline; outputs: model actions -> robot actions
+    delta_mask: tuple[bool, ...] = ()  # pi families: DeltaActions on these action dims (vlajax.data.openpi)
 
 
 def dataset_dir(cfg: TrainConfig) -> str:
@@ -102,11 +103,14 @@ def _cameras(cfg: TrainConfig, src: ActionChunkSource) -> tuple[str, ...]:
 
 
 def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
-                   train: bool = True) -> Group:
+                   train: bool = True, delta_mask: tuple[bool, ...] = ()) -> Group:
     """inputs: select cameras, resize, (camera dropout, augment), tokenize, normalize; outputs: unnormalize.
-    pi families: `vlajax.data.openpi.make_transform` (openpi's steps and order)."""
+    pi families: `vlajax.data.openpi.make_transform` (openpi's steps and order; `delta_mask`: its
+    DeltaActions before normalizing, for a policy trained on delta actions)."""
     if openpi.is_pi(cfg.model):
-        return openpi.make_transform(cfg, cameras, norm, train=train)
+        return openpi.make_transform(cfg, cameras, norm, train=train, delta_mask=delta_mask)
+    if any(delta_mask):
+        raise ValueError(f"delta_mask is an openpi data transform; model.family={cfg.model.family!r}")
     steps = [SelectCameras(keep=cameras), ResizeImages(cfg.model.image_size)]
     if train and cfg.data.camera_dropout > 0:  # never the first camera: every sample keeps one
         p = cfg.data.camera_dropout
@@ -201,13 +205,21 @@ def mix_aux_frames(cfg: TrainConfig, src: ActionChunkSource, frames: dict) -> Mi
 
 
 def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
-                train: bool = True, aux_frames: Callable[[], dict] | None = None) -> tuple[Loader, DataInfo]:
+                train: bool = True, aux_frames: Callable[[], dict] | None = None,
+                delta_mask: tuple[bool, ...] = (), delta_from: str = "delta_mask") -> tuple[Loader, DataInfo]:
     """This process's loader of global batches over `mesh` (None: process-local numpy).
+
+    `delta_mask` (pi families; the policy being fine-tuned was trained on delta actions): openpi's
+    DeltaActions on those dims before normalizing, whose action statistics are then the delta actions'
+    (`vlajax.data.openpi.delta_action_stats`); a dataset it cannot apply to is a ConfigError naming
+    `delta_from` (where the mask came from).
 
     `aux_frames` (with `data.grounding_fraction` > 0): a function returning the frames
     (`vlajax.demos.grounding_frames`' output), called only once the dataset passed its checks; they
     are mixed into the records as aux-only samples (`mix_aux_frames`)."""
     src = make_source(cfg)
+    delta_mask = tuple(delta_mask) if any(delta_mask) else ()
+    openpi.check_delta(cfg, src, delta_mask, delta_from)
     cams = _cameras(cfg, src)
     # decode only the cameras used
     src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams, aux=src.aux,
@@ -216,8 +228,10 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
                             dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
     norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
+    if delta_mask:  # the targets are delta actions on the masked dims: so are their statistics
+        norm["actions"] = openpi.delta_action_stats(src, delta_mask, norm["actions"])
     spec = openpi.prefix_spec(cfg.model) if openpi.is_pi(cfg.model) else PrefixSpec.from_model(cfg.model, cams)
-    group = make_transform(cfg, cams, norm, train=train)
+    group = make_transform(cfg, cams, norm, train=train, delta_mask=delta_mask)
     transform = Compose(group.inputs)
     pc = jax.process_count()
     d = cfg.data
@@ -255,5 +269,5 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     info = DataInfo(src.data.root, cams, spec, norm, d.batch_size,
                     rows if d.batching == "packed" else d.batch_size,
                     row_len if d.batching == "packed" else spec.length, tuple(src.data.tasks), groups * pc,
-                    group)
+                    group, delta_mask)
     return loader, info

@@ -3,9 +3,20 @@
 Per-sample steps (`make_transform`), in openpi's order:
 
     select cameras -> rename them to openpi's image slots (`data.camera_map`) -> resize with pad
-    to `model.image_size` -> (augment) -> normalize state / actions with the dataset's stats ->
-    tokenize (π0: the prompt; π0.5: the prompt and the normalized state, discretized, before
-    padding) -> zero-pad state to `model.state_dim` and actions to `model.action_dim`
+    to `model.image_size` -> (augment) -> [DeltaActions on `delta_mask`] -> normalize state /
+    actions with the dataset's stats -> tokenize (π0: the prompt; π0.5: the prompt and the
+    normalized state, discretized, before padding) -> zero-pad state to `model.state_dim` and
+    actions to `model.action_dim`
+
+DeltaActions (openpi's `transforms.DeltaActions`, a data transform: after the robot inputs,
+before Normalize): on the masked action dims every step of the chunk minus the sample's state
+(the chunk's first frame), `actions[:, :n] -= where(mask, state[:n], 0)`. It applies only when
+the policy being fine-tuned was trained so (an imported openpi policy whose config has a delta
+mask, e.g. `pi0_libero`'s `extra_delta_transform=True`: `vlajax.init_from.delta_transforms`);
+its action statistics on the masked dims are then those of the delta actions
+(`delta_action_stats`), as openpi's `compute_norm_stats` runs the data transforms first. The
+outputs undo it (`AbsoluteActions`, with the sample's state) after Unnormalize; the policy does
+the same at serving time (`vlajax.policy_openpi.OpenpiTransforms.robot_actions`).
 
 A π model has openpi's three slots (`model.num_cameras` = 3; fewer keeps the first ones, for
 CPU tests). A slot no camera maps to is filled by the collator with a black image and mask False (openpi
@@ -38,7 +49,8 @@ from vlajax.data.transforms import (
 )
 
 __all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
-           "make_transform", "TokenizePi", "load_tokenizer", "check_vocab"]
+           "make_transform", "TokenizePi", "load_tokenizer", "check_vocab", "DeltaActions", "AbsoluteActions",
+           "check_delta", "delta_action_stats"]
 
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's image keys (sorted = its order)
 
@@ -135,8 +147,10 @@ class TokenizePi:
 
 
 def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, NormStats], *,
-                   train: bool = True) -> Group:
-    """inputs: the module docstring's steps; outputs: unnormalize (on the dataset's dims)."""
+                   train: bool = True, delta_mask: tuple[bool, ...] = ()) -> Group:
+    """inputs: the module docstring's steps; outputs: unnormalize (on the dataset's dims), then
+    AbsoluteActions where `delta_mask` has a True dim (`norm['actions']` must then be the delta
+    actions' statistics, `delta_action_stats`)."""
     m = cfg.model
     check_vocab(load_tokenizer(m.tokenizer_path, m.max_text_len), m)  # a missing file fails here, before any compile
     steps = [SelectCameras(keep=cameras),
@@ -144,12 +158,101 @@ def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, N
              ResizeWithPad(m.image_size)]
     if train and cfg.data.augment:
         steps.append(AugmentImages(seed=cfg.seed))
+    delta = any(delta_mask)
+    if delta:  # openpi: a data transform, so before Normalize (its stats are the deltas')
+        steps.append(DeltaActions(tuple(delta_mask)))
     mode = action_norm(cfg)
     steps += [Normalize(norm, cfg.data.state_norm, mode),
               TokenizePi(m.tokenizer_path, m.max_text_len, state_in_prompt(m)),
               PadStateActions(m.state_dim, m.action_dim)]
     dims = (int(np.shape(norm["state"].mean)[-1]), int(np.shape(norm["actions"].mean)[-1]))
-    return Group(tuple(steps), (CutStateActions(*dims), Unnormalize(norm, cfg.data.state_norm, mode)))
+    outputs = (CutStateActions(*dims), Unnormalize(norm, cfg.data.state_norm, mode))
+    return Group(tuple(steps), outputs + ((AbsoluteActions(tuple(delta_mask)),) if delta else ()))
+
+
+def _shift(mask: tuple[bool, ...], state: np.ndarray) -> np.ndarray:
+    """where(mask, state[..., :n], 0)[..., None, :] float32 [..., 1, n] (n = len(mask))."""
+    n = len(mask)
+    return np.where(np.asarray(mask, bool), np.asarray(state, np.float32)[..., :n], 0.0)[..., None, :]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaActions:
+    """openpi's `DeltaActions(mask)`: actions [..., H, A] minus the sample's state [..., S] on the
+    masked dims of the first n = len(mask) (n <= A, n <= S); the other dims pass unchanged."""
+
+    mask: tuple[bool, ...]
+
+    def __call__(self, sample: dict) -> dict:
+        if "actions" not in sample or not any(self.mask):
+            return sample
+        actions = np.array(sample["actions"], np.float32)  # a copy: the source's arrays stay as they are
+        n = len(self.mask)
+        actions[..., :n] -= _shift(self.mask, sample["state"])
+        return {**sample, "actions": actions}
+
+
+@dataclasses.dataclass(frozen=True)
+class AbsoluteActions:
+    """openpi's `AbsoluteActions(mask)`, the inverse of `DeltaActions` (an output transform, numpy)."""
+
+    mask: tuple[bool, ...]
+
+    def __call__(self, sample: dict) -> dict:
+        if "actions" not in sample or not any(self.mask):
+            return sample
+        actions = np.array(sample["actions"], np.float32)
+        n = len(self.mask)
+        actions[..., :n] += _shift(self.mask, sample["state"])
+        return {**sample, "actions": actions}
+
+
+def check_delta(cfg: TrainConfig, src: ActionChunkSource, delta_mask: tuple[bool, ...], where: str) -> None:
+    """ConfigError unless DeltaActions on `delta_mask` applies to this model and dataset: a π model,
+    state and actions with at least len(mask) dims each (`where` names the mask's origin)."""
+    if not any(delta_mask):
+        return
+    n = len(delta_mask)
+    if not is_pi(cfg.model):
+        raise ConfigError(f"{where}: DeltaActions on {n} action dims is an openpi data transform; model.family="
+                          f"{cfg.model.family!r} has none")
+    info = os.path.join(src.data.root, "meta", "info.json")
+    short = [f"{k} has {d} dims" for k, d in ((src.state_key, src.state_dim), (src.action_key, src.action_dim))
+             if d < n]
+    if short:
+        raise ConfigError(f"{where}: the policy was trained on delta actions (DeltaActions on mask "
+                          f"{list(map(int, delta_mask))}: actions minus the state on those dims) and {info}: "
+                          f"{' and '.join(short)} < {n}, so its targets cannot be made so; fine-tune it on its "
+                          "robot's data (state and actions of its dims)")
+
+
+def delta_action_stats(src: ActionChunkSource, delta_mask: tuple[bool, ...], base: NormStats, *,
+                       max_frames: int = 20_000) -> NormStats:
+    """`base` (the dataset's action statistics, float32 [A]) with the masked dims' replaced by those of
+    the delta actions: every step of every frame's chunk (as `src` yields it: the last action repeated
+    past an episode's end, as LeRobot pads and openpi's `compute_norm_stats` counts) minus the frame's
+    state. Frames: all, or `max_frames` evenly spaced ones. Exact mean / std / q01 / q99 (min / max when
+    `base` has them) over those steps."""
+    n, total = len(delta_mask), len(src)
+    frames = np.arange(total) if total <= max_frames else np.linspace(0, total - 1, max_frames).astype(np.int64)
+    steps = frames[:, None] + np.arange(src.horizon)[None, :]  # [F, H]
+    data = src.data
+    all_actions = np.asarray(data.columns[src.action_key], np.float32).reshape(total, -1)
+    state = np.asarray(data.columns[src.state_key], np.float32).reshape(total, -1)[frames]
+    end = data.episode_to[data.episode_of][frames][:, None]  # exclusive end of each frame's episode
+    actions = all_actions[np.minimum(steps, end - 1)][..., :n]  # [F, H, n]
+    delta = (actions - _shift(delta_mask, state)).reshape(-1, n).astype(np.float64)
+    dims = np.flatnonzero(np.asarray(delta_mask, bool))
+    out = {}
+    for name, value in (("mean", delta.mean(0)), ("std", delta.std(0)), ("q01", np.quantile(delta, 0.01, axis=0)),
+                        ("q99", np.quantile(delta, 0.99, axis=0)), ("min", delta.min(0)), ("max", delta.max(0))):
+        old = getattr(base, name)
+        if old is None:
+            continue
+        new = np.array(old, np.float32)
+        new[dims] = value[dims]
+        out[name] = new
+    return NormStats(**out)
 
 
 @dataclasses.dataclass(frozen=True)
