@@ -55,9 +55,11 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     return cfg.replace(model=dataclasses.replace(cfg.model, tokenizer_path=src.model.tokenizer_path))
 
 
-def delta_transforms(cfg: TrainConfig):
+def delta_transforms(cfg: TrainConfig, resume_from: str | None = None):
     """The `OpenpiTransforms` of `cfg.sft.init_from`'s policy when they carry a delta mask (its
-    targets must be delta actions on those dims), else None. Reads `policy.json` only."""
+    targets must be delta actions on those dims), else None. Reads `policy.json` only: the source's,
+    or, when `resume_from` (the run's own checkpoint directory, resuming) holds one, that one -- a
+    resumed run keeps the transforms it started with and no longer needs the source directory."""
     import json
 
     from vlajax.policy import POLICY_FILE
@@ -65,7 +67,10 @@ def delta_transforms(cfg: TrainConfig):
 
     if not cfg.sft.init_from:
         return None
-    directory, _ = _source(cfg)
+    if resume_from and os.path.isfile(os.path.join(resume_from, POLICY_FILE)):
+        directory = resume_from
+    else:
+        directory, _ = _source(cfg)
     path = os.path.join(directory, POLICY_FILE)
     try:
         with open(path) as f:

@@ -61,6 +61,7 @@ from vlajax.models.vla import VLA, aux_loss, weighted_mse
 from vlajax.policy import Bridge
 from vlajax.preemption import nothing_new, stop_request
 from vlajax.run_files import (
+    checkpoint_dir,
     eval_params,
     inference_model,
     init_fn,
@@ -246,7 +247,10 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             mesh = sharding.make_mesh(cfg.mesh)
             rules = cfg.mesh.logical_rules
             _check(cfg, mesh)
-            openpi = init_from.delta_transforms(cfg)  # the source learned delta actions: so do we (and keep them)
+            # the source learned delta actions: so do we (and keep them); resuming, the run's own record
+            own = checkpoint_dir(cfg)
+            resuming = cfg.checkpoint.resume and os.path.isdir(own) and any(d.isdigit() for d in os.listdir(own))
+            openpi = init_from.delta_transforms(cfg, own if resuming else None)
             log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
             # ---- Data first: bad data fails before anything compiles ------------------------------

@@ -243,3 +243,10 @@ def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, 
     x = Compose(info.transforms.inputs)(rec)  # the normalized delta target SFT trained on
     back = bridge.env_actions(jnp.asarray(x["actions"])[None], {"state": jnp.asarray(rec["state"])[None]})
     np.testing.assert_allclose(np.asarray(back)[0], rec["actions"], atol=2e-5)
+    # resuming (a second step) after the source directory is gone: the run's own policy.json keeps the mask
+    import shutil
+
+    shutil.rmtree(d)
+    out2 = train(run.replace(sft=dataclasses.replace(run.sft, num_steps=2)))
+    assert out2["steps"] == 2
+    assert Bridge.load(out2["checkpoint_dir"]).openpi == libero
