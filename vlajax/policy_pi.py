@@ -21,36 +21,39 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax.data.openpi import check_vocab, load_tokenizer, model_slots, state_in_prompt
+from vlajax.resize_pad import pad_layout
 
 __all__ = ["PiInputs", "resize_with_pad", "resize_uint8_with_pad"]
+
+
+def _with_pad(img: jax.Array, size: int, resize) -> jax.Array:
+    """[B, h, w, C] -> [B, size, size, C]: `resize(img, rh, rw)` -> [B, rh, rw, C] on `pad_layout`'s size,
+    zero-padded to the centre (the one layout of every path, `vlajax.resize_pad`)."""
+    rh, rw, top, left = pad_layout(img.shape[1], img.shape[2], size, size)
+    return jnp.pad(resize(img, rh, rw), ((0, 0), (top, size - rh - top), (left, size - rw - left), (0, 0)))
+
+
+def _jax_bilinear(img: jax.Array, rh: int, rw: int) -> jax.Array:
+    return jax.image.resize(img, (img.shape[0], rh, rw, img.shape[3]), "bilinear")
 
 
 def resize_with_pad(img: jax.Array, size: int) -> jax.Array:
     """float [B, h, w, 3] -> [B, size, size, 3]: bilinear resize keeping the aspect ratio,
     centred, zero (black) borders (openpi's `image_tools.resize_with_pad`)."""
-    b, h, w, c = img.shape
-    if (h, w) == (size, size):
+    if img.shape[1:3] == (size, size):
         return img
-    ratio = max(w / size, h / size)
-    rh, rw = int(h / ratio), int(w / ratio)
-    small = jax.image.resize(img, (b, rh, rw, c), "bilinear")
-    top, left = (size - rh) // 2, (size - rw) // 2
-    return jnp.pad(small, ((0, 0), (top, size - rh - top), (left, size - rw - left), (0, 0)))
+    return _with_pad(img, size, _jax_bilinear)
 
 
 def resize_uint8_with_pad(img, size: int) -> jax.Array:
     """uint8 [B, h, w, 3] -> float32 [B, size, size, 3] in [0, 1]: resized keeping the aspect ratio
     with PIL's bilinear filter in integer arithmetic (`pil_resize`: the uint8 values openpi's
     `ResizeImages` -- `openpi_client.image_tools.resize_with_pad` -- and our data pipeline's
-    `vlajax.data.transforms.resize_with_pad` compute), centred on black; an image already at `size`
+    `vlajax.resize_pad.resize_with_pad` compute), centred on black; an image already at `size`
     is only scaled."""
     img = jnp.asarray(img)
-    b, h, w, c = img.shape
-    if (h, w) != (size, size):
-        ratio = max(w / size, h / size)
-        rh, rw = int(h / ratio), int(w / ratio)
-        top, left = (size - rh) // 2, (size - rw) // 2
-        img = jnp.pad(pil_resize(img, rh, rw), ((0, 0), (top, size - rh - top), (left, size - rw - left), (0, 0)))
+    if img.shape[1:3] != (size, size):
+        img = _with_pad(img, size, pil_resize)
     return img.astype(jnp.float32) / 255.0
 
 

@@ -16,6 +16,7 @@ from vlajax.data.transforms import resize_with_pad
 from vlajax.envs.tabletop import tasks
 from vlajax.models import sp_tokenizer as spt
 from vlajax.policy import Bridge
+from vlajax.policy_pi import resize_uint8_with_pad
 from vlajax.policy_pi import resize_with_pad as resize_with_pad_jax
 
 
@@ -34,16 +35,24 @@ def tokenizer(tmp_path_factory) -> str:
     return spt.train_tiny_model(str(tmp_path_factory.mktemp("sp") / "tiny.model"), texts)
 
 
-@pytest.mark.parametrize("shape, size", [((32, 32, 3), 56), ((32, 48, 3), 56), ((64, 40, 3), 28)])
-def test_resize_with_pad_host_and_jax_agree(shape, size):
+@pytest.mark.parametrize("shape, size, border", [((32, 32, 3), 56, (0, 0)), ((32, 48, 3), 56, (9, 10)),
+                                                 ((64, 40, 3), 28, (5, 6)), ((47, 30, 3), 56, (10, 11)),
+                                                 ((32, 40, 3), 56, (6, 6))])
+def test_resize_with_pad_host_and_jax_agree(shape, size, border):
+    """The host path (`vlajax.resize_pad`, PIL), the jitted uint8 path (PIL's integer bilinear) and the jitted
+    float path (jax bilinear) share one layout: the same black borders, the odd pixel bottom / right; the
+    two PIL paths bit for bit."""
     img = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     host = resize_with_pad(img, size, size).astype(np.float32) / 255.0
     dev = np.asarray(resize_with_pad_jax(jnp.asarray(img[None], jnp.float32) / 255.0, size))[0]
     assert host.shape == dev.shape == (size, size, 3)
     np.testing.assert_array_equal(host.max(-1) == 0, dev.max(-1) == 0)  # the same black borders
     assert np.abs(host - dev).max() <= 1.5 / 255  # PIL rounds to uint8
-    if shape[0] != shape[1]:
-        assert (host.max(-1) == 0).any()
+    pil = np.asarray(jax.jit(resize_uint8_with_pad, static_argnums=1)(img[None], size))[0]
+    np.testing.assert_array_equal(np.round(pil * 255).astype(np.uint8), resize_with_pad(img, size, size))
+    black = host.max(-1) == 0
+    lines = black.all(1) if shape[0] <= shape[1] else black.all(0)  # fully black rows (wide) / columns (tall)
+    assert (int(np.argmin(lines)), int(np.argmin(lines[::-1]))) == border  # (top / left, bottom / right)
 
 
 def test_camera_map_errors():

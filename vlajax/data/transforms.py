@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from vlajax.data.normalize import Mode, NormStats, normalize, unnormalize
+from vlajax.resize_pad import resize_with_pad
 
 __all__ = [
     "DataTransformFn", "Compose", "SelectCameras", "RandomDropCamera", "ResizeImages", "AugmentImages",
@@ -102,21 +103,10 @@ class ResizeImages:
         return _with_images(sample, {c: _resize(v, self.size, self.size) for c, v in sample["images"].items()})
 
 
-def resize_with_pad(img: np.ndarray, h: int, w: int) -> np.ndarray:
-    """uint8 [h0, w0, 3] -> uint8 [h, w, 3]: bilinear resize keeping the aspect ratio, centred on
-    black (tf.image.resize_with_pad / openpi's `image_tools.resize_with_pad` size arithmetic)."""
-    h0, w0 = img.shape[:2]
-    ratio = max(w0 / w, h0 / h)
-    rh, rw = int(h0 / ratio), int(w0 / ratio)
-    small = _resize(img, rh, rw)
-    top, left = (h - rh) // 2, (w - rw) // 2
-    out = np.zeros((h, w, img.shape[2]), np.uint8)
-    out[top:top + rh, left:left + rw] = small
-    return out
-
-
 @dataclasses.dataclass(frozen=True)
 class ResizeWithPad:
+    """uint8 [h, w, 3] -> uint8 [size, size, 3] (`vlajax.resize_pad.resize_with_pad`: openpi's, bit for bit)."""
+
     size: int
 
     def __call__(self, sample: dict) -> dict:

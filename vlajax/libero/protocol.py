@@ -1,7 +1,8 @@
 """What the LIBERO worker and its parent agree on: conventions, the wire keys and the channel.
 
 Imported by BOTH sides: the worker in the LIBERO venv (numpy, PIL, msgpack -- no jax, nothing of
-our .venv) and the parent in our .venv. Nothing here imports libero or jax.
+our .venv) and the parent in our .venv. Nothing here imports libero or jax; the resize with pad is
+`vlajax.resize_pad`'s (numpy and PIL only), re-exported here.
 
 Conventions (openpi's LIBERO example, examples/libero/main.py; our code):
 
@@ -38,6 +39,8 @@ import os
 from typing import Any
 
 import numpy as np
+
+from vlajax.resize_pad import resize_with_pad
 
 __all__ = ["DUMMY_ACTION", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle", "convert_image", "make_request",
            "max_steps_for", "read_line", "resize_with_pad", "state_vector", "write_atomic_npy", "write_line"]
@@ -130,23 +133,6 @@ def state_vector(obs: dict[str, np.ndarray]) -> np.ndarray:
     """float32 [8]: eef pos, axis-angle(eef quat), gripper qpos of a LIBERO observation."""
     return np.concatenate([obs["robot0_eef_pos"], axis_angle(obs["robot0_eef_quat"]),
                            obs["robot0_gripper_qpos"]]).astype(np.float32)
-
-
-def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
-    """uint8 [h, w, 3] -> uint8 [height, width, 3]: PIL bilinear resize keeping the aspect ratio, then
-    zero padding centred (tf.image.resize_with_pad's layout; openpi_client.image_tools' arithmetic)."""
-    from PIL import Image
-
-    h, w = img.shape[:2]
-    if (h, w) == (height, width):
-        return img
-    ratio = max(w / width, h / height)
-    rh, rw = int(h / ratio), int(w / ratio)
-    small = Image.fromarray(img).resize((rw, rh), resample=Image.BILINEAR)
-    out = np.zeros((height, width, img.shape[2]), np.uint8)
-    top, left = max(0, int((height - rh) / 2)), max(0, int((width - rw) / 2))
-    out[top:top + rh, left:left + rw] = np.asarray(small)
-    return out
 
 
 def convert_image(img: np.ndarray, size: int) -> np.ndarray:
