@@ -1,0 +1,368 @@
+"""The rows of the GPU check (`python -m vlajax.bench gpu-check`, `vlajax.bench.gpu_check`): their budgets, their
+sizes (`GPU`, `DRY` for --dry-run) and their code, run inside the check's worker process (`run_row`).
+
+Rows, in order (each with its own time budget and a status `ok`, `skipped: reason` or `failed: error`):
+
+  pytest        `pytest -m gpu` over every test file that has a GPU-marked test
+  sft:sft-small SFT steps (`sft.make_train_step`) of the sft-small VLA at GPU batch: bfloat16, then
+                Transformer Engine FP8 (`model.fp8='te'`) from the same init on the same batches;
+                tokens/s, loss after N steps, max |param bf16 - param fp8|; memory (below)
+  sft:pi0       the same for π0 at openpi's widths (PaliGemma gemma_2b + gemma_300m expert, SigLIP
+                So400m/14), at the largest depth of 18 / 6 / 2 whose planned memory fits 70% of the
+                device (`memory.reduced_depth`); FP8 is refused by the π config (recorded as skipped)
+  attention     TE fused attention (packed rows, segment ids) and cuDNN vs the XLA reference, max error,
+                at sft-small's and π0's head sizes
+  env:mjx       rendered env steps/s of the tabletop goal suite at 256 / 1024 / 4096 envs (`bench env`'s
+                `time_env`: MJX physics, JAX ray caster, both cameras)
+  env:mjwarp    the same with MJX-Warp physics when warp imports
+  rollout       decisions/s of the VLA rollout (`bench rollout`'s `time_head`, flow head) at 64 / 256 / 1024
+  async         `bench async`: sync vs train_async vs rollout_async, rl-ppo-flow, MJX, one short repeat
+
+Every sft row carries the step's memory: the planner's per-device prediction (`memory.plan`), XLA's
+compiled `memory_analysis()` (argument + temp bytes) and, on GPU, the device's peak bytes in use after
+the row (`peak_attributable`: whether this row raised the process's peak). The top-level `memory` list
+gathers them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str
+    budget_s: float  # killed after this (GPU sizes)
+    min_s: float  # skipped when less than this is left before the deadline
+
+
+ROWS = (Row("pytest", 90, 20), Row("sft:sft-small", 60, 20), Row("sft:pi0", 150, 60), Row("attention", 40, 10),
+        Row("env:mjx", 90, 30), Row("env:mjwarp", 60, 30), Row("rollout", 80, 30), Row("async", 150, 60))
+DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Work per row: `GPU` by default, `DRY` with --dry-run."""
+
+    sft_steps: int = 20  # timed steps after the compiling one
+    small_batch: int = 256
+    pi_family: str = "pi0"  # preset; depth picked by the planner from `pi_depths`
+    pi_depths: tuple[int, ...] = (18, 6, 2)
+    pi_batch: int = 32
+    attn_len: int = 1024
+    envs: tuple[int, ...] = (256, 1024, 4096)
+    env_image: int = 64
+    env_steps: int = 20
+    repeats: int = 3
+    rollout_envs: tuple[int, ...] = (64, 256, 1024)
+    decisions: int = 10
+    async_args: tuple[str, ...] = ("--preset", "rl-ppo-flow", "--regimes", "mjx", "--modes", "sync", "train_async",
+                                   "rollout_async", "--repeats", "1", "--updates", "4", "--envs", "256", "--slots",
+                                   "4", "--horizon", "8")
+
+
+GPU = Sizes()
+DRY = Sizes(sft_steps=2, small_batch=4, pi_family="pi0-dummy", pi_depths=(0,), pi_batch=2, attn_len=32, envs=(2,),
+            env_image=16, env_steps=2, repeats=1, rollout_envs=(2,), decisions=1,
+            async_args=("--preset", "rl-debug", "--regimes", "mjx", "--modes", "sync", "train_async", "--repeats",
+                        "1", "--updates", "2", "--envs", "2", "--slots", "1", "--horizon", "2"))
+
+
+def skipped(reason: str) -> dict:
+    return {"status": f"skipped: {reason}"}
+
+
+def failed(e: BaseException) -> dict:
+    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return {"status": f"failed: {type(e).__name__}: {msg}", "oom": "RESOURCE_EXHAUSTED" in str(e)
+            or "out of memory" in str(e).lower()}
+
+
+def _guard(fn, *args, **kw) -> dict:
+    """fn(...) -> dict with status 'ok' unless it says otherwise; any exception (OOM too) -> failed."""
+    try:
+        out = fn(*args, **kw)
+        return {"status": "ok", **out} if "status" not in out else out
+    except Exception as e:  # noqa: BLE001  (a row's failure is data, never the end of the check)
+        return failed(e)
+
+
+def _memory_stats() -> dict | None:
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats()
+    return {k: stats[k] for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit") if k in stats} if stats else None
+
+
+def row_pytest(sz: Sizes, budget: float, env: dict) -> dict:
+    files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
+                   if "mark.gpu" in p.read_text(errors="ignore"))
+    if not files:
+        return skipped("no test has the gpu marker")
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider", *files]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    summary = lines[-1].strip("= ") if lines else ""
+    out = {"files": files, "returncode": p.returncode, "summary": summary,
+           "skip_reasons": [ln for ln in lines if ln.startswith("SKIPPED")][:20]}
+    if p.returncode not in (0, 5):  # 5: every test deselected
+        out["status"] = f"failed: pytest exit {p.returncode}: {summary}"
+        out["tail"] = (p.stdout + p.stderr)[-3000:]
+    return out
+
+
+def synthetic_batch(mcfg, cameras: tuple[str, ...], n: int, seed: int) -> dict:
+    """A fixed-batching loader batch of `n` samples (packing.collate + fixed_layout): random images,
+    instructions of random length and state; actions a fixed function of the state (learnable)."""
+    import numpy as np
+
+    from vlajax.data.openpi import is_pi, prefix_spec
+    from vlajax.data.packing import PrefixSpec, collate, fixed_layout
+
+    spec = prefix_spec(mcfg) if is_pi(mcfg) else PrefixSpec.from_model(mcfg, cameras)
+    rng = np.random.default_rng(seed)
+    w = np.random.default_rng(1234).standard_normal((mcfg.state_dim, mcfg.action_dim)).astype(np.float32)
+    samples = []
+    for i in range(n):
+        k = int(rng.integers(3, mcfg.max_text_len + 1))
+        state = rng.standard_normal(mcfg.state_dim).astype(np.float32)
+        samples.append({
+            "images": {c: rng.integers(0, 256, (mcfg.image_size, mcfg.image_size, 3), np.uint8) for c in spec.cameras},
+            "tokens": np.where(np.arange(mcfg.max_text_len) < k,
+                               rng.integers(3, min(1000, mcfg.vocab_size), mcfg.max_text_len), 0),
+            "token_mask": np.arange(mcfg.max_text_len) < k, "state": state,
+            "actions": np.tile(np.tanh(state @ w / 3), (mcfg.action_horizon, 1)),
+            "action_mask": np.ones(mcfg.action_horizon, bool), "task_index": 0, "index": i})
+    batch = collate(samples, spec, n)
+    return {**batch, **fixed_layout(np.stack([spec.valid(s) for s in samples]), n)}
+
+
+def _sft_run(cfg, cameras, batches, steps: int, keep_params: bool = False) -> dict:
+    """Init (seed 0) + `steps` + 1 SFT steps on `batches` (cycled); the first compiles. -> figures
+    (+ '_params', float32 host copies, with `keep_params`)."""
+    import jax
+    import numpy as np
+
+    from vlajax import sft, sharding
+    from vlajax.models import build_model, fp8, memory
+    from vlajax.run_files import init_fn
+
+    mesh = sharding.make_mesh(cfg.mesh)
+    rules = cfg.mesh.logical_rules
+    peak0 = (_memory_stats() or {}).get("peak_bytes_in_use")
+    with contextlib.ExitStack() as scope:
+        if cfg.model.fp8 == "te":
+            scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
+        state, shardings = sharding.init_sharded(init_fn(cfg, cameras), mesh, rules, jax.random.key(0))
+        step = sft.make_train_step(build_model(cfg.model), 1, cfg.sft.ema_decay, shardings, mesh)
+        with sharding.use_mesh(mesh, rules):
+            t0 = time.perf_counter()
+            compiled = step.lower(state, batches[0]).compile()
+            compile_s = time.perf_counter() - t0
+            state, m = compiled(state, batches[0])
+            first = float(m["loss"])
+            jax.block_until_ready(state)
+            t0, tokens, losses = time.perf_counter(), 0.0, []
+            for i in range(steps):
+                state, m = compiled(state, batches[(i + 1) % len(batches)])
+                losses.append(m["loss"])
+                tokens += m["prefix_tokens"] + m["action_tokens"]
+            jax.block_until_ready(state)
+            sec = time.perf_counter() - t0
+    ma = compiled.memory_analysis()
+    stats = _memory_stats()
+    b = int(batches[0]["sample_mask"].shape[0])
+    plan = memory.plan(cfg, jax.device_count(), b)
+    xla = ma.argument_size_in_bytes + ma.temp_size_in_bytes if ma is not None else None
+    peak = stats.get("peak_bytes_in_use") if stats else None
+    mem = {"planned_bytes": plan["total"], "planned_activation_bytes": plan["activations"],
+           "xla_argument_plus_temp_bytes": xla, "plan_over_xla": plan["total"] / xla if xla else None,
+           "peak_bytes_in_use": peak, "plan_over_peak": plan["total"] / peak if peak else None,
+           "peak_attributable": peak is not None and (peak0 is None or peak > peak0),
+           "device_bytes_limit": stats.get("bytes_limit") if stats else None}
+    out = {"batch": b, "steps_timed": steps, "compile_s": round(compile_s, 2), "seconds": round(sec, 3),
+           "loss_first": first, "loss_after_steps": float(losses[-1]) if losses else first,
+           "tokens_per_s": round(float(tokens) / sec, 1) if steps else None,
+           "samples_per_s": round(b * steps / sec, 2) if steps else None, "memory": mem}
+    if not np.isfinite([out["loss_first"], out["loss_after_steps"]]).all():
+        out["status"] = f"failed: non-finite loss ({out['loss_first']} first, {out['loss_after_steps']} last)"
+    if keep_params:
+        out["_params"] = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(state.params))
+    del state, compiled
+    return out
+
+
+def _max_diff(a, b) -> float:
+    import jax
+    import numpy as np
+
+    return float(max(np.max(np.abs(x - y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))
+
+
+def row_sft(sz: Sizes, budget: float, model: str) -> dict:
+    import jax
+
+    from vlajax.config import MeshConfig, get_config
+    from vlajax.data.openpi import model_slots
+    from vlajax.models import memory
+    from vlajax.models.attention import te_available
+
+    if model == "sft-small":
+        base = get_config("sft-small")
+        cams = tuple(sorted(base.env.cameras))
+        cfg = base.replace(model=dataclasses.replace(base.model, dtype="bfloat16"), mesh=MeshConfig())
+        batch, chosen = sz.small_batch, {}
+    else:
+        base = get_config(sz.pi_family)
+        cams = model_slots(base.model)
+        limit = (_memory_stats() or {}).get("bytes_limit")
+        state_cache = {}
+        for depth in sz.pi_depths:  # the largest depth whose plan fits 70% of the device
+            cfg = memory.reduced_depth(base, depth) if depth else base
+            cfg = cfg.replace(mesh=MeshConfig())
+            state_cache[depth] = memory.plan(cfg, jax.device_count(), sz.pi_batch)["total"]
+            if limit is None or state_cache[depth] <= 0.7 * limit:
+                break
+        batch, chosen = sz.pi_batch, {"depth": depth or "preset", "planned_bytes_by_depth": state_cache,
+                                      "device_bytes_limit": limit}
+    batches = [synthetic_batch(cfg.model, cams, batch, seed) for seed in range(4)]
+    out = {"model": cfg.model.name, "family": cfg.model.family, **chosen,
+           "widths": {k: getattr(cfg.model, k) for k in ("paligemma_variant", "action_expert_variant",
+                                                         "siglip_variant", "siglip_depth")}
+           if cfg.model.family != "vla" else {k: getattr(cfg.model, k) for k in ("width", "depth", "vit_width")}}
+    te_ok = cfg.model.family == "vla" and te_available()
+    bf16 = _guard(_sft_run, cfg, cams, batches, sz.sft_steps, te_ok)
+    p_bf16 = bf16.pop("_params", None)
+    out["bf16"] = bf16
+    if cfg.model.family != "vla":
+        out["te_fp8"] = skipped(f"model.fp8='te' is not available for model.family={cfg.model.family!r} "
+                                "(ModelConfig refuses it)")
+    elif not te_available():
+        out["te_fp8"] = skipped("Transformer Engine does not import here, or no GPU")
+    else:
+        te = _guard(_sft_run, cfg.replace(model=dataclasses.replace(cfg.model, fp8="te")), cams, batches,
+                    sz.sft_steps, True)
+        p_te = te.pop("_params", None)
+        if p_bf16 is not None and p_te is not None:
+            te["max_param_diff_vs_bf16"] = _max_diff(p_bf16, p_te)
+            te["tokens_per_s_over_bf16"] = te["tokens_per_s"] / bf16["tokens_per_s"] if bf16.get("tokens_per_s") \
+                else None
+        out["te_fp8"] = te
+    if not bf16["status"].startswith("ok"):
+        out["status"] = bf16["status"]
+    return out
+
+
+def _attention_error(q, k, v, seg, pos, causal: bool, backend: str, ref) -> dict:
+    import numpy as np
+
+    from vlajax.models import attention
+
+    got = np.asarray(attention.attend(q, k, v, seg, seg, pos, pos, causal=causal, backend=backend), np.float32)
+    return {"max_abs_error": float(np.max(np.abs(got - ref)[np.asarray(seg > 0)]))}
+
+
+def row_attention(sz: Sizes, budget: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vlajax.models import attention
+
+    gpu = jax.default_backend() == "gpu"
+    out, n = {}, sz.attn_len
+    a, b, pad = n * 2 // 5, n // 2, n // 10  # three packed segments, then padding
+    c = n - a - b - pad
+    seg = jnp.asarray(np.tile(np.concatenate([np.full(a, 1), np.full(b, 2), np.full(c, 3), np.zeros(pad)]), (4, 1)),
+                      jnp.int32)
+    pos = jnp.asarray(np.tile(np.concatenate([np.arange(a), np.arange(b), np.arange(c), np.zeros(pad)]), (4, 1)),
+                      jnp.int32)
+    for name, (h, kvh, d) in {"sft-small": (4, 2, 32), "pi0": (8, 1, 256)}.items():
+        ks = jax.random.split(jax.random.key(7), 3)
+        q = jax.random.normal(ks[0], (4, n, h, d), jnp.bfloat16)
+        k, v = (jax.random.normal(x, (4, n, kvh, d), jnp.bfloat16) for x in ks[1:])
+        for causal in (False, True):
+            ref = np.asarray(attention.attend(q, k, v, seg, seg, pos, pos, causal=causal, backend="xla"), np.float32)
+            for backend in ("te", "cudnn"):
+                key = f"{name} h{h} kv{kvh} d{d} {'causal' if causal else 'full'} {backend}"
+                if not gpu:
+                    out[key] = skipped(f"needs a GPU (backend {jax.default_backend()})")
+                elif backend == "te" and not attention.te_available():
+                    out[key] = skipped("Transformer Engine does not import here")
+                else:
+                    out[key] = _guard(_attention_error, q, k, v, seg, pos, causal, backend, ref)
+    res = {"shape": f"[4, {n}, H, D], 3 packed segments + padding, bf16", "comparisons": out}
+    if not gpu:  # the XLA references ran; nothing to compare them with
+        res["status"] = f"skipped: TE / cuDNN attention need a GPU (backend {jax.default_backend()})"
+    return res
+
+
+def row_env(sz: Sizes, budget: float, impl: str) -> dict:
+    import jax
+
+    from vlajax.bench.env import time_env
+
+    if impl == "warp":
+        if jax.default_backend() != "gpu":
+            return skipped(f"MJX-Warp needs a GPU (backend {jax.default_backend()})")
+        if importlib.util.find_spec("warp") is None:
+            return skipped("warp (warp-lang) is not installed")
+    t_end, rows = time.monotonic() + budget, []
+    for n in sz.envs:
+        if time.monotonic() > t_end - 10:
+            rows.append({"num_envs": n, **skipped("the row's budget is spent")})
+            continue
+        rows.append({"num_envs": n, **_guard(time_env, "goal/put_in_square", n, True, sz.env_image, sz.env_steps,
+                                             sz.repeats, impl)})
+    return {"rows": rows, "task": "goal/put_in_square", "render": "JAX ray caster, agentview + wrist",
+            "image_size": sz.env_image}
+
+
+def row_rollout(sz: Sizes, budget: float) -> dict:
+    from vlajax.bench.rollout import time_head
+
+    t_end, rows = time.monotonic() + budget, []
+    for n in sz.rollout_envs:
+        if time.monotonic() > t_end - 15:
+            rows.append({"num_envs": n, **skipped("the row's budget is spent")})
+            continue
+        rows.append(_guard(time_head, "flow", n, sz.decisions, sz.repeats, 200, True, model_name="small")
+                    | {"num_envs": n})
+    return {"rows": rows, "model": "sft-small VLA, flow head (bench rollout)"}
+
+
+def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
+    path = out_dir / "async.json"
+    cmd = [sys.executable, "-m", "vlajax.bench", "async", "--json", str(path), *sz.async_args]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
+    if p.returncode != 0:
+        return {"status": f"failed: bench async exit {p.returncode}", "tail": (p.stdout + p.stderr)[-3000:]}
+    data = json.loads(path.read_text())
+    keep = ("regime", "mode", "env_steps_per_s", "updates_per_s", "speedup_vs_sync", "loadavg_1m")
+    return {"command": "python -m vlajax.bench async " + " ".join(sz.async_args),
+            "rows": [{k: r.get(k) for k in keep} for r in data["rows"]]}
+
+
+def run_row(name: str, sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
+    kind, _, arg = name.partition(":")
+    if kind == "pytest":
+        return row_pytest(sz, budget, env)
+    if kind == "sft":
+        return row_sft(sz, budget, arg)
+    if kind == "attention":
+        return row_attention(sz, budget)
+    if kind == "env":
+        return row_env(sz, budget, {"mjx": "jax", "mjwarp": "warp"}[arg])
+    if kind == "rollout":
+        return row_rollout(sz, budget)
+    return row_async(sz, budget, env, out_dir)
