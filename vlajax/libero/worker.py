@@ -1,8 +1,8 @@
 """A LIBERO worker process: runs LIBERO episodes, asking an openpi-protocol policy server for actions.
 
 Runs in the LIBERO venv (`make libero`), never in ours: it imports numpy, PIL, msgpack,
-websockets, tyro (its command line) and libero only (plus `vlajax.libero.protocol` and `vlajax.serve.codec`, which need
-nothing else; `PYTHONPATH=<repo>`).
+websockets, tyro (its command line) and libero only (plus `vlajax.libero.protocol`, `vlajax.resize_pad` and
+`vlajax.serve.codec`, which need nothing else; `PYTHONPATH=<repo>`).
 
     PYTHONPATH=. .venv-libero/bin/python -m vlajax.libero.worker --policy ws://127.0.0.1:8000 \
         [--envs K] [--frames-dir DIR] [--gl egl|osmesa] [--channel-fd N]
