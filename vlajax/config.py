@@ -176,7 +176,8 @@ class SFTConfig:
     eval_connections: int = 16  # eval --policy-server: connections (requests in flight; the server batches them)
     time_limit_minutes: float = 0.0  # stop (with a checkpoint) once training ran this long (0 = no limit)
     # checkpoint directory (an SFT run's or `vlajax.models.import_openpi`'s) whose weights start the run;
-    # its model config must match this one's sizes ('' = fresh weights)
+    # its model config must match this one's sizes ('' = fresh weights); a policy trained on delta actions
+    # (imported pi0_libero: its policy.json's delta mask) trains on openpi's DeltaActions (docs/models.md)
     init_from: str = ""
     # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
     aux_target_weight: float = 1.0
