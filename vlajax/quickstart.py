@@ -63,9 +63,10 @@ SIZES = {
 
 
 PIPELINE_FLAGS = [
-    # train-async: the issue-21 protocol's async-s1 arm (staleness 1, decoupled PPO), whose paired difference to
-    # sync contained 0 over 5 seed pairs on a workload where sync itself barely learned (docs/async.md, "Sample
-    # efficiency: the issue-21 protocol"; issue 45 pre-registers a test that can fail: docs/async/preregistration_45.md)
+    # train-async: staleness 1, decoupled PPO -- EQUIVALENT to sync within 10 points in issue 45's pre-registered
+    # test (16 seed pairs of this recipe's SFT start with per-token ratios, T 1, no KL: docs/async.md, "Issue 45");
+    # staleness 2 was NOT EQUIVALENT there (-8 points at update 15). This recipe's own sync pair:
+    # experiments/quickstart_seeds.py
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
 ]
 RL_FLAGS = [

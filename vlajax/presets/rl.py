@@ -88,9 +88,9 @@ def _rl_grpo_tokens() -> TrainConfig:
     cfg = _grpo_pixels("runs/rl-grpo-tokens", ModelConfig(action_head="tokens", value_head="none"), 5e-5)
     # the sync loop by default; `--pipeline.enabled` runs the issue-21 protocol's tested async arm
     pipeline = AsyncConfig(
-        # 1: async-s1 was not told apart from sync in 5 seed pairs (docs/async.md, "Sample efficiency: the
-        # issue-21 protocol"), a comparison without power (sync's own lift interval includes 0); the
-        # pre-registered equivalence test of issue 45 (docs/async/preregistration_45.md) has not run yet
+        # 1: the pre-registered equivalence test of issue 45 (docs/async.md, "Issue 45"; this preset with
+        # per-token ratios, 16 seed pairs): staleness 1 EQUIVALENT to sync within 10 points (update 15: +0.002
+        # [-0.053, +0.056]); staleness 2 NOT EQUIVALENT (-0.080 [-0.143, -0.018]: it costs learning)
         staleness_threshold=1.0,
         # False (decoupled PPO, recomputed proximal): what every async arm of that protocol table ran
         use_rollout_log_probs=False)
