@@ -495,7 +495,12 @@ def plot(p: Protocol, runs: dict, rows: list[dict], path: str) -> None:
         pts = [(r["update"], r["diff"][a]) for r in rows if a in r["diff"]]
         u = np.asarray([q[0] for q in pts], float) + 0.25 * i
         m = np.asarray([q[1]["mean"] for q in pts])
-        err = np.asarray([[q[1]["mean"] - q[1]["low"] for q in pts], [q[1]["high"] - q[1]["mean"] for q in pts]])
+        if p.delta:  # an equivalence protocol: the test's own interval (90%, the wider of t and bootstrap)
+            ci = [async_stats.interval(q[1]["values"], 0.90) for q in pts]
+            lo, hi = [c["low"] for c in ci], [c["high"] for c in ci]
+        else:
+            lo, hi = [q[1]["low"] for q in pts], [q[1]["high"] for q in pts]
+        err = np.asarray([m - np.asarray(lo), np.asarray(hi) - m])
         ax3.errorbar(u, m, yerr=err, color=_COLORS.get(a, "k"), marker="o", capsize=4, ls="none",
                      label=f"{a} - sync ({min(q[1]['pairs'] for q in pts)} pairs)")
     ax3.axhline(0, color="k", lw=0.8)
@@ -508,13 +513,14 @@ def plot(p: Protocol, runs: dict, rows: list[dict], path: str) -> None:
     ax2.set_xlabel("training wall time, evaluations excluded (min; shared 2-core CPU)")
     ax3.set_xlabel("update")
     ax1.set_ylabel(f"eval success ({p.eval_episodes} episodes per task, eval seed {p.eval_seed})")
-    ax3.set_ylabel("paired difference in success, 95% bootstrap interval")
+    ax3.set_ylabel("paired difference, " + ("the test's 90% interval" if p.delta else "95% bootstrap interval"))
     for ax in (ax1, ax2):
         ax.set_ylim(-0.02, 1.02)
     for ax in (ax1, ax2, ax3):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{p.name} ({p.preset}) on {p.suite}: async vs sync, paired by seed (issue 21 protocol)",
+    test = f"issue 45 equivalence test, margin {p.delta:g}" if p.delta else "issue 21 protocol"
+    fig.suptitle(f"{p.name} ({p.preset}) on {p.suite}: async vs sync, paired by seed ({test})",
                  fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
