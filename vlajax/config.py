@@ -179,6 +179,10 @@ class SFTConfig:
     # its model config must match this one's sizes ('' = fresh weights); a policy trained on delta actions
     # (imported pi0_libero: its policy.json's delta mask) trains on openpi's DeltaActions (docs/models.md)
     init_from: str = ""
+    # with init_from a policy trained on delta actions: 'auto' = openpi's DeltaActions on its mask (its robot's
+    # data) and the policy keeps its transforms; 'off' = train on the dataset's actions as they are and save
+    # the policy without the source's robot transforms (another embodiment, e.g. our tabletop env's data)
+    delta_actions: Literal["auto", "off"] = "auto"
     # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
     aux_target_weight: float = 1.0
     # model.aux_target='grasp_place': weight of the auxiliary loss on an episode's start frames (before the

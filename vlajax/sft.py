@@ -251,6 +251,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             own = checkpoint_dir(cfg)
             resuming = cfg.checkpoint.resume and os.path.isdir(own) and any(d.isdigit() for d in os.listdir(own))
             openpi = init_from.delta_transforms(cfg, own if resuming else None)
+            if cfg.sft.delta_actions == "off":  # another embodiment: the dataset's actions, our own bridge
+                openpi = None
             log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
             # ---- Data first: bad data fails before anything compiles ------------------------------

@@ -250,3 +250,35 @@ def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, 
     out2 = train(run.replace(sft=dataclasses.replace(run.sft, num_steps=2)))
     assert out2["steps"] == 2
     assert Bridge.load(out2["checkpoint_dir"]).openpi == libero
+
+
+def test_sft_delta_actions_off_trains_on_the_datasets_actions(tokenizer, tmp_path):
+    """`sft.delta_actions='off'` from a source whose delta mask the dataset cannot take (9 dims > its 7
+    actions): the run trains (no refusal) on the dataset's actions and saves our own bridge (no openpi
+    transforms), as before delta actions were applied; 'auto' on the same source is refused."""
+    import jax
+
+    from vlajax import checkpoint, sharding
+    from vlajax.run_files import init_fn
+    from vlajax.sft import train
+
+    cfg = pi0_cfg(tokenizer)
+    wide = dataclasses.replace(OPENPI_CONFIGS["pi0_libero"].transforms, delta_mask=make_bool_mask(8, -1))
+    d = _source_dir(tmp_path / "src", cfg, wide)
+    mesh = sharding.make_mesh(cfg.mesh)
+    state, _ = sharding.init_sharded(init_fn(cfg, ("agentview",)), mesh, cfg.mesh.logical_rules, jax.random.key(0))
+    with checkpoint.Checkpointer(d, async_save=False) as ckpt:
+        ckpt.save(0, state, extra={"step": 0}, force=True)
+    run = cfg.replace(output_dir=str(tmp_path / "ft"), compilation_cache_dir="",
+                      data=dataclasses.replace(cfg.data, batch_size=jax.device_count()),
+                      sft=SFTConfig(init_from=d, num_steps=1, eval_every=-1),
+                      checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False),
+                      logging=dataclasses.replace(cfg.logging, progress="none", tensorboard=False))
+    with pytest.raises(ConfigError, match="--sft.delta-actions off"):
+        train(run)
+    out = train(run.replace(sft=dataclasses.replace(run.sft, delta_actions="off")))
+    assert out["steps"] == 1 and np.isfinite(out["final_loss"])
+    bridge = Bridge.load(out["checkpoint_dir"])
+    assert bridge.openpi is None
+    _, info = make_loader(cfg, None)  # the dataset's own statistics, no delta
+    np.testing.assert_allclose(bridge.norm["actions"].mean, info.norm["actions"].mean, rtol=1e-6)

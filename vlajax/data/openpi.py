@@ -223,7 +223,8 @@ def check_delta(cfg: TrainConfig, src: ActionChunkSource, delta_mask: tuple[bool
         raise ConfigError(f"{where}: the policy was trained on delta actions (DeltaActions on mask "
                           f"{list(map(int, delta_mask))}: actions minus the state on those dims) and {info}: "
                           f"{' and '.join(short)} < {n}, so its targets cannot be made so; fine-tune it on its "
-                          "robot's data (state and actions of its dims)")
+                          "robot's data (state and actions of its dims), or pass --sft.delta-actions off to train "
+                          "on this dataset's actions as they are (another embodiment)")
 
 
 def delta_action_stats(src: ActionChunkSource, delta_mask: tuple[bool, ...], base: NormStats, *,

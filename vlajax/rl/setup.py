@@ -201,9 +201,11 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     h = cfg.rl.chunk_steps or model_cfg.action_horizon  # env steps per decision
     env = ro.make_env(cfg.env, h, reward=cfg.rl.reward, privileged_obs=privileged)
     if bridge.openpi is not None:  # an imported openpi policy acts in its robot's space (docs/models.md)
-        raise ConfigError(f"rl.init_from={cfg.rl.init_from}: an imported openpi policy ({bridge.openpi.train_config}) "
-                          f"answers in the {bridge.openpi.robot} robot's {bridge.env_action_dim}-dim actions, not this "
-                          "env's; fine-tune it on the env's data first (sft --sft.init-from), or run RL on its robot")
+        o = bridge.openpi
+        raise ConfigError(f"rl.init_from={cfg.rl.init_from}: an imported openpi policy ({o.train_config}) answers in "
+                          f"the {o.robot} robot's {o.keys.action_dims}-dim actions, not this env's; fine-tune it on "
+                          "the env's data first (sft --sft.init-from, with --sft.delta-actions off if it learned "
+                          "delta actions), or run RL on its robot")
     critic = mlp_policy.ValueMLP((cfg.rl.critic_width,) * 2) if privileged else None
     actor = actors.vla_actor(model, bridge, use_value=cfg.rl.algo == "ppo", temperature=cfg.rl.temperature,
                              execute=cfg.rl.chunk_steps, critic=critic,
