@@ -3,7 +3,8 @@ workloads of `experiments/async_sample_efficiency.py` (`--workload grpo-tokens` 
 
 Arms (`ARMS`): `sync` (`vlajax.rl.loop.train`), `async-s1` and `async-s2`
 (`vlajax.rl.async_loop.train_async`, `pipeline.staleness_threshold` 1 / 2, one env slot, no
-partial rollout, no streaming, decoupled PPO: `use_rollout_log_probs=False`). Every run of a
+partial rollout, no streaming, decoupled PPO: `use_rollout_log_probs=False`); `async-s2-kl` = async-s2 with
+the arm's own rl fields (`ARM_RL`: `rl.target_kl`, issue 45 item 2). Every run of a
 workload starts from the same SFT checkpoint (`init_from`; its parameter hash is in every run's
 JSON) and is scored on the same evaluation episodes (`rl.eval_seed`); a seed k sets the
 collect / update key streams (`cfg.seed`), the same in every arm, so arm runs with the same seed
@@ -35,7 +36,11 @@ import numpy as np
 
 from experiments import async_stats
 
-ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0}  # arm -> pipeline.staleness_threshold (None: sync loop)
+ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0,  # arm -> pipeline.staleness_threshold (None: sync loop)
+        "async-s2-kl": 2.0}
+# an arm's own rl fields over the protocol's (issue 45 item 2, docs/async/preregistration_45b.md): staleness 2
+# with a per-update KL bound at the 90th percentile of the staleness-1 arm's per-update approx KL (eq45 runs)
+ARM_RL: dict[str, tuple[tuple[str, object], ...]] = {"async-s2-kl": (("target_kl", 0.0034),)}
 
 QUICKSTART_RECIPE = (  # `make quickstart`'s demos + SFT phases (vlajax/quickstart.py, default size, seed 0)
     "python -m vlajax.train demos --preset sft-small --suite goal --episodes-per-task 5 --out runs/quickstart/demos",
@@ -121,6 +126,12 @@ PROTOCOLS |= {
     "eq45-ppo-flow": Protocol(name="eq45-ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
                               init_recipe=FLOW_RECIPE, iterations=60, eval_every=20, arms=("sync", "async-s1"),
                               **_EQ45),
+    # issue 45 item 2 (docs/async/preregistration_45b.md, committed before any of its runs): staleness 2 cost 8
+    # points; the fix tried is a per-update KL bound (async-s2-kl, decides), async-s2 beside it as a replication
+    # (reported, decides nothing); fresh seeds 116-131, the same rule
+    "eq45b-grpo-s2-kl": Protocol(name="eq45b-grpo-s2-kl", rl_overrides=(("ratio_level", "factor"),),
+                                 arms=("sync", "async-s2-kl", "async-s2"),
+                                 **(_EQ45 | dict(seeds=tuple(range(116, 116 + async_stats.MAX_PAIRS))))),
 }
 
 
@@ -146,7 +157,8 @@ def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
         raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
     cfg = preset(p.preset)
     rl = dict(init_from=p.init_from, num_iterations=p.iterations, eval_every=p.eval_every,
-              eval_episodes_per_task=p.eval_episodes, eval_seed=p.eval_seed, **dict(p.rl_overrides))
+              eval_episodes_per_task=p.eval_episodes, eval_seed=p.eval_seed,
+              **dict(p.rl_overrides), **dict(ARM_RL.get(arm, ())))
     if cfg.rl.algo == "grpo":
         rl["group_size"] = p.group_size
     elif p.rollout_length:

@@ -410,3 +410,24 @@ def test_protocol_report_of_an_issue45_workload_gives_the_equivalence_verdicts(t
                                                                    ("async-s2", "NOT EQUIVALENT")]
     text = (runs_dir / p.name / "report.md").read_text()
     assert "Issue 45: equivalence" in text and "**async-s2: NOT EQUIVALENT**" in text
+
+
+def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp_path):
+    """Issue 45 item 2 (docs/async/preregistration_45b.md): async-s2-kl is async-s2 plus rl.target_kl and
+    nothing else; sync is the first workload's sync; fresh seeds, disjoint from eq45's."""
+    import dataclasses
+
+    proto, _ = _protocol()
+    p, first = proto.get_protocol("eq45b-grpo-s2-kl"), proto.get_protocol("eq45-grpo-tokens-factor")
+    assert p.arms == ("sync", "async-s2-kl", "async-s2") and not set(p.seeds) & set(first.seeds)
+    assert len(p.seeds) == 16 and p.delta == first.delta and p.pilot_pairs == first.pilot_pairs
+    cfgs = {a: proto.train_config(p, a, 116, str(tmp_path / a)) for a in p.arms}
+    assert cfgs["async-s2-kl"].rl == dataclasses.replace(cfgs["sync"].rl, target_kl=0.0034)
+    assert cfgs["async-s2"].rl == cfgs["sync"].rl and cfgs["async-s2"].rl.target_kl == 0.0
+    assert cfgs["async-s2-kl"].pipeline == cfgs["async-s2"].pipeline
+    assert cfgs["async-s2"].pipeline.staleness_threshold == 2.0
+    # the same sync config (fingerprint) as the first workload's sync arm, and the same async-s2
+    same = {a: proto.train_config(first, a, 116, str(tmp_path / "f" / a)) for a in ("sync", "async-s2")}
+    for a, c in same.items():
+        assert proto.config_fingerprint(c)[0] == proto.config_fingerprint(cfgs[a])[0]
+    assert len({proto.config_fingerprint(c)[0] for c in cfgs.values()}) == 3
