@@ -210,28 +210,35 @@ def test_sft_cli_refuses_a_delta_mask_the_data_cannot_take(tokenizer, tmp_path):
     assert not os.path.exists(tmp_path / "out" / "checkpoints")
 
 
-def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, tmp_path):
-    """`sft.train` from a source whose policy.json carries pi0_libero's transforms (weights: a fresh
-    tiny π0 state, saved as a run step): one step; the run's policy.json keeps the transforms and the
-    delta actions' statistics, and its Bridge turns a training target back into the dataset's actions."""
+def _source_run(tmp_path, cfg, transforms):
+    """A source directory with `transforms` in its policy.json and a fresh tiny π0 state saved as step 0, and
+    a one-step SFT config from it (synchronous saves, no logs). -> (source dir, TrainConfig)."""
     import jax
 
     from vlajax import checkpoint, sharding
     from vlajax.run_files import init_fn
-    from vlajax.sft import train
 
-    cfg = pi0_cfg(tokenizer)
-    libero = OPENPI_CONFIGS["pi0_libero"].transforms
-    d = _source_dir(tmp_path / "src", cfg, libero)
+    d = _source_dir(tmp_path / "src", cfg, transforms)
     mesh = sharding.make_mesh(cfg.mesh)
     state, _ = sharding.init_sharded(init_fn(cfg, ("agentview",)), mesh, cfg.mesh.logical_rules, jax.random.key(0))
     with checkpoint.Checkpointer(d, async_save=False) as ckpt:
         ckpt.save(0, state, extra={"step": 0}, force=True)
-    run = cfg.replace(output_dir=str(tmp_path / "ft"), compilation_cache_dir="",
-                      data=dataclasses.replace(cfg.data, batch_size=jax.device_count()),  # the mesh's dp
-                      sft=SFTConfig(init_from=d, num_steps=1, eval_every=-1),
-                      checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False),
-                      logging=dataclasses.replace(cfg.logging, progress="none", tensorboard=False))
+    return d, cfg.replace(output_dir=str(tmp_path / "ft"), compilation_cache_dir="",
+                          data=dataclasses.replace(cfg.data, batch_size=jax.device_count()),  # the mesh's dp
+                          sft=SFTConfig(init_from=d, num_steps=1, eval_every=-1),
+                          checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False),
+                          logging=dataclasses.replace(cfg.logging, progress="none", tensorboard=False))
+
+
+def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, tmp_path):
+    """`sft.train` from a source whose policy.json carries pi0_libero's transforms (weights: a fresh
+    tiny π0 state, saved as a run step): one step; the run's policy.json keeps the transforms and the
+    delta actions' statistics, and its Bridge turns a training target back into the dataset's actions."""
+    from vlajax.sft import train
+
+    cfg = pi0_cfg(tokenizer)
+    libero = OPENPI_CONFIGS["pi0_libero"].transforms
+    d, run = _source_run(tmp_path, cfg, libero)
     out = train(run)
     assert out["steps"] == 1 and np.isfinite(out["final_loss"])
     bridge = Bridge.load(out["checkpoint_dir"])
@@ -256,24 +263,11 @@ def test_sft_delta_actions_off_trains_on_the_datasets_actions(tokenizer, tmp_pat
     """`sft.delta_actions='off'` from a source whose delta mask the dataset cannot take (9 dims > its 7
     actions): the run trains (no refusal) on the dataset's actions and saves our own bridge (no openpi
     transforms), as before delta actions were applied; 'auto' on the same source is refused."""
-    import jax
-
-    from vlajax import checkpoint, sharding
-    from vlajax.run_files import init_fn
     from vlajax.sft import train
 
     cfg = pi0_cfg(tokenizer)
     wide = dataclasses.replace(OPENPI_CONFIGS["pi0_libero"].transforms, delta_mask=make_bool_mask(8, -1))
-    d = _source_dir(tmp_path / "src", cfg, wide)
-    mesh = sharding.make_mesh(cfg.mesh)
-    state, _ = sharding.init_sharded(init_fn(cfg, ("agentview",)), mesh, cfg.mesh.logical_rules, jax.random.key(0))
-    with checkpoint.Checkpointer(d, async_save=False) as ckpt:
-        ckpt.save(0, state, extra={"step": 0}, force=True)
-    run = cfg.replace(output_dir=str(tmp_path / "ft"), compilation_cache_dir="",
-                      data=dataclasses.replace(cfg.data, batch_size=jax.device_count()),
-                      sft=SFTConfig(init_from=d, num_steps=1, eval_every=-1),
-                      checkpoint=dataclasses.replace(cfg.checkpoint, async_save=False),
-                      logging=dataclasses.replace(cfg.logging, progress="none", tensorboard=False))
+    _, run = _source_run(tmp_path, cfg, wide)
     with pytest.raises(ConfigError, match="--sft.delta-actions off"):
         train(run)
     out = train(run.replace(sft=dataclasses.replace(run.sft, delta_actions="off")))
