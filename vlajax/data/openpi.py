@@ -182,29 +182,23 @@ class DeltaActions:
     masked dims of the first n = len(mask) (n <= A, n <= S); the other dims pass unchanged."""
 
     mask: tuple[bool, ...]
+    sign = -1.0  # the state's sign on the masked dims (a class constant, not a field)
 
     def __call__(self, sample: dict) -> dict:
         if "actions" not in sample or not any(self.mask):
             return sample
         actions = np.array(sample["actions"], np.float32)  # a copy: the source's arrays stay as they are
         n = len(self.mask)
-        actions[..., :n] -= _shift(self.mask, sample["state"])
+        actions[..., :n] += self.sign * _shift(self.mask, sample["state"])
         return {**sample, "actions": actions}
 
 
 @dataclasses.dataclass(frozen=True)
-class AbsoluteActions:
-    """openpi's `AbsoluteActions(mask)`, the inverse of `DeltaActions` (an output transform, numpy)."""
+class AbsoluteActions(DeltaActions):
+    """openpi's `AbsoluteActions(mask)`, the inverse of `DeltaActions` (an output transform, numpy): the
+    sample's state added back on the masked dims."""
 
-    mask: tuple[bool, ...]
-
-    def __call__(self, sample: dict) -> dict:
-        if "actions" not in sample or not any(self.mask):
-            return sample
-        actions = np.array(sample["actions"], np.float32)
-        n = len(self.mask)
-        actions[..., :n] += _shift(self.mask, sample["state"])
-        return {**sample, "actions": actions}
+    sign = 1.0
 
 
 def check_delta(cfg: TrainConfig, src: ActionChunkSource, delta_mask: tuple[bool, ...], where: str) -> None:
