@@ -114,17 +114,23 @@ def _replace(actor, **k):
     return dataclasses.replace(actor, **k)
 
 
+def _mark_first(set_attr, module, name: str, phase: str) -> None:
+    """Replace `module.name` by the real function preceded by `mark(phase)` (the phase starts, and is
+    slowed when it is the slow one, before the real work runs)."""
+    real = getattr(module, name)
+
+    def marked(*a, **k):
+        mark(phase)
+        return real(*a, **k)
+
+    set_attr(module, name, marked)
+
+
 def _patch_sft(set_attr) -> None:
     from vlajax import sft
     from vlajax.data import build as data_build
 
-    make_loader = data_build.make_loader
-
-    def slow_loader(*a, **k):
-        mark("setup")
-        return make_loader(*a, **k)
-
-    set_attr(data_build, "make_loader", slow_loader)
+    _mark_first(set_attr, data_build, "make_loader", "setup")
     make_step = sft.make_train_step
 
     def slow_make_step(*a, **k):
@@ -162,14 +168,8 @@ def _patch_eval(set_attr) -> None:
                   "gif_episodes": 1}
         return result, np.zeros((3, 2, 8, 8, 3), np.uint8)
 
-    write = evaluation.write_outputs
-
-    def slow_write(*a, **k):
-        mark("write")
-        return write(*a, **k)
-
     set_attr(evaluation, "run_episodes", episodes)
-    set_attr(evaluation, "write_outputs", slow_write)
+    _mark_first(set_attr, evaluation, "write_outputs", "write")
     _patch_robustness(set_attr)
 
 
@@ -202,14 +202,8 @@ def _patch_robustness(set_attr) -> None:
                   "episodes_per_task": 1, "episodes": 4}
         return result, {"camera": (1, "t0", np.zeros((3, 8, 8, 3), np.uint8))}
 
-    write = robustness.write_outputs
-
-    def slow_write(*a, **k):
-        mark("write")
-        return write(*a, **k)
-
     set_attr(robustness, "run_levels", levels)
-    set_attr(robustness, "write_outputs", slow_write)
+    _mark_first(set_attr, robustness, "write_outputs", "write")
 
 
 if __name__ == "__main__":
