@@ -250,9 +250,10 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             # the source learned delta actions: so do we (and keep them); resuming, the run's own record
             own = checkpoint_dir(cfg)
             resuming = cfg.checkpoint.resume and os.path.isdir(own) and any(d.isdigit() for d in os.listdir(own))
-            openpi = init_from.delta_transforms(cfg, own if resuming else None)
-            if cfg.sft.delta_actions == "off":  # another embodiment: the dataset's actions, our own bridge
-                openpi = None
+            # 'off' (another embodiment): the dataset's actions and our own bridge; the source's transforms
+            # are not read, so none of their refusals (a mask too wide, openpi's ALOHA space) applies
+            openpi = None if cfg.sft.delta_actions == "off" else init_from.delta_transforms(
+                cfg, own if resuming else None)
             log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
             # ---- Data first: bad data fails before anything compiles ------------------------------

@@ -259,16 +259,22 @@ def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, 
     assert Bridge.load(out2["checkpoint_dir"]).openpi == libero
 
 
-def test_sft_delta_actions_off_trains_on_the_datasets_actions(tokenizer, tmp_path):
-    """`sft.delta_actions='off'` from a source whose delta mask the dataset cannot take (9 dims > its 7
-    actions): the run trains (no refusal) on the dataset's actions and saves our own bridge (no openpi
-    transforms), as before delta actions were applied; 'auto' on the same source is refused."""
+@pytest.mark.parametrize("source", ["wide-mask", "aloha"])
+def test_sft_delta_actions_off_trains_on_the_datasets_actions(tokenizer, tmp_path, source):
+    """`sft.delta_actions='off'` from a source whose delta actions 'auto' refuses -- a mask the dataset
+    cannot take (9 dims > its 7 actions), or openpi's ALOHA space (adapt_to_pi) -- trains (no refusal)
+    on the dataset's actions and saves our own bridge (no openpi transforms): 'off' applies no delta, so
+    the source's transforms are not read at all."""
     from vlajax.sft import train
 
     cfg = pi0_cfg(tokenizer)
-    wide = dataclasses.replace(OPENPI_CONFIGS["pi0_libero"].transforms, delta_mask=make_bool_mask(8, -1))
-    _, run = _source_run(tmp_path, cfg, wide)
-    with pytest.raises(ConfigError, match="--sft.delta-actions off"):
+    if source == "aloha":
+        transforms, refusal = OPENPI_CONFIGS["pi0_aloha"].transforms, "learned delta actions in openpi's ALOHA space"
+    else:
+        transforms = dataclasses.replace(OPENPI_CONFIGS["pi0_libero"].transforms, delta_mask=make_bool_mask(8, -1))
+        refusal = "--sft.delta-actions off"
+    _, run = _source_run(tmp_path, cfg, transforms)
+    with pytest.raises(ConfigError, match=refusal):
         train(run)
     out = train(run.replace(sft=dataclasses.replace(run.sft, delta_actions="off")))
     assert out["steps"] == 1 and np.isfinite(out["final_loss"])
