@@ -431,3 +431,19 @@ def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp
     for a, c in same.items():
         assert proto.config_fingerprint(c)[0] == proto.config_fingerprint(cfgs[a])[0]
     assert len({proto.config_fingerprint(c)[0] for c in cfgs.values()}) == 3
+
+
+def test_every_protocol_is_a_workload_the_command_line_accepts():
+    """`--workload` offers exactly 'mlp' and the protocols (eq45b-grpo-s2-kl was once defined but refused
+    by the command line), and the command parses the newest one."""
+    import typing
+
+    mod = _module()
+    proto, _ = _protocol()
+    choices = set(typing.get_args(typing.get_type_hints(mod.Args)["workload"]))
+    assert choices == {"mlp", *proto.PROTOCOLS}
+    from vlajax import cli
+
+    a = cli.parse(mod.Args, ["--workload", "eq45b-grpo-s2-kl", "--runs", "async-s2-kl:116", "--reuse"])
+    assert a.workload == "eq45b-grpo-s2-kl" and proto.parse_runs(a.runs, proto.get_protocol(a.workload)) == \
+        [("async-s2-kl", 116)]
