@@ -66,8 +66,9 @@ PIPELINE_FLAGS = [
     # train-async: staleness 1, decoupled PPO -- EQUIVALENT to sync within 10 points in issue 45's pre-registered
     # test (16 seed pairs of this recipe's SFT start with per-token ratios, T 1, no KL: docs/async.md, "Issue 45");
     # staleness 2 was NOT EQUIVALENT there (-8 points at update 15). This recipe's own sync pair
-    # (experiments/quickstart_seeds.py, docs/results/quickstart-seeds45/; 3 of 5 seeds so far): sync lifted +26.3,
-    # +31.3, +31.2 points, this train-async recipe +3.8, +2.5, +21.2 -- not judged until the 5 seeds exist
+    # (experiments/quickstart_seeds.py, docs/results/quickstart-seeds45/, seeds 200-204): train-async lifted
+    # +12.5 [-2.9, +27.9] points, sync +21.5 [+7.4, +35.6]; paired async - sync -9.0 [-32.1, +14.1] (no difference
+    # shown, none excluded: five pairs); the main job stays train-async, what it costs is in the README
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
 ]
 RL_FLAGS = [
