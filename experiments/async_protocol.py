@@ -165,7 +165,10 @@ def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
         rl["rollout_length"] = p.rollout_length
     cfg = dataclasses.replace(
         cfg, seed=seed, output_dir=output_dir,
-        env=dataclasses.replace(cfg.env, suite=p.suite, task="", num_envs=p.num_envs, episode_length=p.episode_length),
+        # MJX, pinned: every protocol's runs (and pre-registrations) were made when it was the default (the default
+        # became 'auto' in issue 44.3: C MuJoCo on a one-device CPU host); their configs and fingerprints stay
+        env=dataclasses.replace(cfg.env, suite=p.suite, task="", num_envs=p.num_envs, episode_length=p.episode_length,
+                                physics_impl="jax"),
         rl=dataclasses.replace(cfg.rl, **rl),
         checkpoint=CheckpointConfig(every_steps=p.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))

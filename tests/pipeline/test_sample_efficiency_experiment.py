@@ -447,3 +447,25 @@ def test_every_protocol_is_a_workload_the_command_line_accepts():
     a = cli.parse(mod.Args, ["--workload", "eq45b-grpo-s2-kl", "--runs", "async-s2-kl:116", "--reuse"])
     assert a.workload == "eq45b-grpo-s2-kl" and proto.parse_runs(a.runs, proto.get_protocol(a.workload)) == \
         [("async-s2-kl", 116)]
+
+
+def test_every_saved_protocol_run_matches_its_config_today():
+    """Each committed run (docs/async/runs/<workload>/<arm>-seed<k>.json, one per workload and arm) has the
+    config fingerprint its protocol gives now: no later default (e.g. env.physics_impl, 'auto' since issue
+    44.3) changes a pre-registered workload's config. The protocols pin MJX."""
+    proto, _ = _protocol()
+    runs = ROOT / "docs" / "async" / "runs"
+    checked = 0
+    for name, p in proto.PROTOCOLS.items():
+        for arm in p.arms:
+            assert proto.train_config(p, arm, p.seeds[0], "x").env.physics_impl == "jax"
+            saved = sorted((runs / name).glob(f"{arm}-seed*.json"))
+            if not saved:
+                continue
+            rec = json.loads(saved[0].read_text())
+            now = proto.config_fingerprint(proto.train_config(p, arm, rec["seed"], "x"))
+            changed, added = proto.config_changes(rec["config"], now[1]) if "config" in rec else ([], [])
+            assert now[0] == rec["fingerprints"]["config_sha256"] or (not changed and added), \
+                (name, arm, changed)
+            checked += 1
+    assert checked >= 10  # grpo-tokens, grpo-tokens-factor, ppo-flow, eq45-grpo-tokens-factor, eq45b ...
