@@ -147,7 +147,9 @@ def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
     cfg = dataclasses.replace(
         cfg, seed=seed, output_dir=output_dir,
         model=dataclasses.replace(cfg.model, width=exp.width),
-        env=dataclasses.replace(cfg.env, task=exp.task, num_envs=exp.num_envs, episode_length=exp.episode_length),
+        # MJX, pinned: the committed runs were MJX (the default until issue 44.3 made it 'auto')
+        env=dataclasses.replace(cfg.env, task=exp.task, num_envs=exp.num_envs, episode_length=exp.episode_length,
+                                physics_impl="jax"),
         rl=dataclasses.replace(cfg.rl, num_iterations=exp.iterations, rollout_length=exp.rollout_length,
                                eval_every=exp.eval_every, eval_episodes_per_task=exp.eval_episodes,
                                reward=exp.reward, behaviour_weight_mode="drop"),  # as measured (session 2)

@@ -50,10 +50,12 @@ class EnvConfig:
     cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras rendered for the policy (subset of these two)
     render_backend: Literal["jax", "warp"] = "jax"  # pure-JAX ray caster (CPU default) or MJX-Warp
     # MJX implementation "jax" or "warp" (warp is required for warp rendering), or "c": C MuJoCo
-    # on the host through a callback (the LIBERO-style CPU simulator; single-device rollouts), or "auto":
-    # the RL rollout picks C MuJoCo on a one-device CPU host (2.2-2.5x MJX decisions/s there, bench rollout
-    # --physics mjx c, docs/results.md) and MJX on accelerators / sharded rollouts; other envs (demos, SFT eval) MJX
-    physics_impl: Literal["jax", "warp", "c", "auto"] = "jax"
+    # on the host through a callback (the LIBERO-style CPU simulator; single-device rollouts), or "auto"
+    # (default): the RL rollout picks C MuJoCo on a one-device CPU host (2.2-2.5x MJX decisions/s there, bench
+    # rollout --physics mjx c) and MJX on accelerators / sharded rollouts; other envs (demos, SFT eval) MJX.
+    # The default by a pre-registered test: the quickstart's SFT policies act the same on both (C - MJX +1.5
+    # points, 90% [-0.3, +3.3] over 400 paired episodes; docs/results.md, "The physics lever")
+    physics_impl: Literal["jax", "warp", "c", "auto"] = "auto"
     episode_length: int = 200  # low-level control steps before truncation
     action_repeat: int = 1  # multiplies the env's 5 physics steps (4 ms each) per control step
     # domain randomization for demos and RL: 'axis=lo:hi,...' (e.g. 'camera=0:2,lighting=0:1'); each

@@ -53,7 +53,7 @@ def _config(iterations: int, debug: bool):
                              num_minibatches=MINIBATCHES, update_epochs=EPOCHS, eval_every=0,
                              eval_episodes_per_task=1)
     return cfg.replace(
-        env=dataclasses.replace(cfg.env, num_envs=envs), rl=rl,
+        env=dataclasses.replace(cfg.env, num_envs=envs, physics_impl="jax"), rl=rl,  # MJX: the env brax steps too
         model=dataclasses.replace(cfg.model, width=HIDDEN[0], depth=len(HIDDEN), action_horizon=1),
         checkpoint=CheckpointConfig(every_steps=10**9, async_save=False),
         logging=LoggingConfig(tensorboard=False, progress="none", every_steps=1),
