@@ -112,6 +112,7 @@ def soak_train_async(a: Args) -> int:
     base = get_config(a.preset)
     cfg = base.replace(
         output_dir=a.out,
+        env=dataclasses.replace(base.env, physics_impl="jax"),  # MJX, as the published soaks (before 'auto')
         rl=dataclasses.replace(base.rl, num_iterations=10**9, eval_every=a.eval_every),
         pipeline=dataclasses.replace(base.pipeline, enabled=True),
         checkpoint=dataclasses.replace(base.checkpoint, every_steps=a.checkpoint_every),
