@@ -70,6 +70,25 @@ def test_auto_physics_is_c_on_a_one_device_cpu_host_unless_mjx_is_needed(monkeyp
     assert registry.config_from_env_config(auto)["physics_impl"] == "jax"
 
 
+def test_rl_says_which_simulator_its_rollout_steps(monkeypatch, caplog):
+    """The default picks a simulator by device, so `rl` logs the one it steps (a state-MLP set-up: no compile)."""
+    import dataclasses
+    import logging
+
+    from vlajax.config import get_config
+    from vlajax.rl import setup
+
+    cfg = get_config("rl-debug")
+    cfg = cfg.replace(env=dataclasses.replace(cfg.env, num_envs=2))
+    monkeypatch.setattr(jax, "device_count", lambda *a: 1)
+    with caplog.at_level(logging.INFO, logger="vlajax.rl.setup"):
+        assert setup.build(cfg).env is not None
+        setup.build(cfg.replace(env=dataclasses.replace(cfg.env, physics_impl="jax")))
+    lines = [r.getMessage() for r in caplog.records if "the rollout steps" in r.getMessage()]
+    assert lines == ["rl: the rollout steps C MuJoCo on the host (env.physics_impl='auto'; docs/envs.md)",
+                     "rl: the rollout steps MJX (env.physics_impl='jax'; docs/envs.md)"], lines
+
+
 @pytest.mark.slow
 def test_bench_rollout_times_both_simulators_side_by_side(tmp_path):
     import json
