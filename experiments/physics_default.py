@@ -46,6 +46,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments.outputs import write_results  # noqa: E402
 from vlajax import cli  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)
@@ -190,12 +191,7 @@ def main(argv=None) -> None:
         r = summarize(a)
     except ValueError as e:
         cli.error(str(e))
-    md = markdown(r)
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump(r, f, indent=1)
-    with open(os.path.join(a.out, "summary.md"), "w") as f:
-        f.write(md)
-    print(md, end="")
+    write_results(r, markdown(r), os.path.join(a.out, "summary.json"))  # and summary.md beside it
 
 
 if __name__ == "__main__":

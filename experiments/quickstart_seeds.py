@@ -36,6 +36,7 @@ from typing import Literal
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments.outputs import write_results  # noqa: E402
 from vlajax import cli, quickstart, quickstart_report  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)  # fresh: never used by a quickstart or a protocol before issue 45
@@ -178,12 +179,7 @@ def main(argv=None) -> None:
         r = summarize(a.out)
     except ValueError as e:
         cli.error(str(e))
-    md = markdown(r)
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump(r, f, indent=1)
-    with open(os.path.join(a.out, "summary.md"), "w") as f:
-        f.write(md)
-    print(md, end="")
+    write_results(r, markdown(r), os.path.join(a.out, "summary.json"))  # and summary.md beside it
 
 
 if __name__ == "__main__":
