@@ -17,7 +17,8 @@ The first SIGTERM or Ctrl-C then does one of two things, depending on where it l
   "interrupted", printing the same kind of line (`stop.report`). The wait is one step.
 
 The same command run again resumes from the newest checkpoint. A second signal exits at once (code
-130) without waiting for anything: Orbax renames a checkpoint into place only when it is whole.
+130) without waiting for anything: Orbax renames a checkpoint into place only when it is whole. Only the
+`on_hard_exit` hooks run first (killing child processes that no terminal signal reaches).
 
 Multi-process runs: a signal may reach some processes and not others, and a process that left
 alone would leave its peers hanging in the next collective. So once a loop marks the request
@@ -42,6 +43,16 @@ log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _ACTIVE: StopRequest | None = None  # the installed one (one per process)
+_HARD_EXIT_HOOKS: list[Callable[[], object]] = []  # run before a second signal's os._exit(130)
+
+
+def on_hard_exit(fn: Callable[[], object]) -> Callable[[], object]:
+    """Register `fn()` to run, from the signal watcher thread, just before a second signal's `os._exit(130)`;
+    its exceptions are ignored. For what must not outlive the process and that no terminal signal reaches:
+    e.g. the LIBERO worker processes, each in a session of its own (`vlajax.libero.pool.kill_all`)."""
+    if fn not in _HARD_EXIT_HOOKS:
+        _HARD_EXIT_HOOKS.append(fn)
+    return fn
 
 
 def nothing_new(step: int | None, unit: str) -> str:
@@ -120,6 +131,9 @@ class StopRequest:
         if self.signal_name is not None:
             print(f"error: {self.what}: a second interrupt ({name}): exiting at once without saving; the last "
                   "complete checkpoint is kept", file=sys.stderr, flush=True)
+            for hook in _HARD_EXIT_HOOKS:
+                with contextlib.suppress(Exception):
+                    hook()
             os._exit(130)
         with self._lock:
             self.signal_name = name

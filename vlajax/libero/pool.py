@@ -16,7 +16,8 @@ not re-run (it would fail again).
 Stops: every process this module starts (workers, `describe`) runs in a session of its own (a terminal's
 Ctrl-C reaches the parent only) and is listed until it is reaped, so a stop that abandons the run
 (`vlajax.preemption`: its cleanup, then `os._exit`) calls `kill_all()` from its watcher thread: SIGKILL to
-each one's process group, reaped, and no new one starts in this process after it. Nothing is orphaned.
+each one's process group, reaped, and no new one starts in this process after it. A second signal, which
+exits at once (130), runs `kill_all(reap=False)` first (`preemption.on_hard_exit`). Nothing is orphaned.
 
 The LIBERO venv is `.venv-libero` in the repo (`make libero`), or `$VLAJAX_LIBERO_VENV`.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -36,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vlajax import preemption
 from vlajax.libero import protocol as P
 
 log = logging.getLogger(__name__)
@@ -65,10 +68,10 @@ def _reaped(popen: subprocess.Popen) -> None:
         _LIVE.pop(popen.pid, None)
 
 
-def kill_all(timeout_s: float = 10.0) -> list[int]:
-    """SIGKILL every process this module started and has not reaped (each one's process group), reap them,
-    and start none after it (a later `_start` blocks). For a process about to exit (a stop's cleanup, from any
-    thread). -> the pids killed."""
+def kill_all(timeout_s: float = 10.0, reap: bool = True) -> list[int]:
+    """SIGKILL every process this module started and has not reaped (each one's process group), reap them
+    (unless `reap` is False: the second signal's exit, which must not wait), and start none after it (a later
+    `_start` blocks). For a process about to exit (a stop's cleanup, from any thread). -> the pids killed."""
     with _LIVE_LOCK:
         _EXITING.set()
         procs = list(_LIVE.values())
@@ -77,10 +80,15 @@ def kill_all(timeout_s: float = 10.0) -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout_s
-    for p in procs:
+    for p in procs if reap else ():
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(max(0.1, deadline - time.monotonic()))
     return [p.pid for p in procs]
+
+
+# a second signal's exit leaves no worker behind: SIGKILL only, no reaping (the exit must come at once, before
+# the main thread can finish a stop of its own; the killed workers are reaped by whoever adopts them)
+preemption.on_hard_exit(functools.partial(kill_all, reap=False))
 
 
 class LiberoEnvMissing(RuntimeError):
