@@ -291,7 +291,10 @@ def run_path(runs_dir: str, p: Protocol, arm: str, seed: int) -> str:
     return os.path.join(runs_dir, p.name, f"{arm}-seed{seed}.json")
 
 
-_DIAGNOSTICS = ("success", "approx_kl", "clip_frac", "behaviour_kl", "behaviour_capped_frac", "behaviour_weight_max")
+# the async learner's per-update metrics kept in the run's JSON (`kl_stopped`: rl.target_kl skipped a minibatch step;
+# `updates`: the minibatch steps applied; both recorded from eq45b seed 118 on, session 26)
+_DIAGNOSTICS = ("success", "approx_kl", "clip_frac", "behaviour_kl", "behaviour_capped_frac", "behaviour_weight_max",
+                "kl_stopped", "updates")
 
 
 def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> dict:
