@@ -292,7 +292,7 @@ def run_path(runs_dir: str, p: Protocol, arm: str, seed: int) -> str:
 
 
 # the async learner's per-update metrics kept in the run's JSON (`kl_stopped`: rl.target_kl skipped a minibatch step;
-# `updates`: the minibatch steps applied; both recorded from eq45b seed 118 on, session 26)
+# `updates`: the minibatch steps applied; recorded from eq45b async-s2 seed 118 and async-s2-kl seed 119 on)
 _DIAGNOSTICS = ("success", "approx_kl", "clip_frac", "behaviour_kl", "behaviour_capped_frac", "behaviour_weight_max",
                 "kl_stopped", "updates")
 
