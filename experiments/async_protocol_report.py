@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from experiments import async_stats
 
-if TYPE_CHECKING:
-    from experiments.async_protocol import Protocol
+Protocol = Any  # an `experiments.async_protocol.Protocol` (not imported: that module imports this one)
 
 
 def _ci(a: dict) -> str:
