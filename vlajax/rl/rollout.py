@@ -83,8 +83,7 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
     step can outweigh finishing, since success ends the episode); `reward='progress'` pays the
     success bonus plus the *change* of the shaped terms (`ProgressRewardWrapper`: an episode's
     return is the bonus plus the shaped terms of its final state)."""
-    if env_cfg.physics_impl == "auto":
-        env_cfg = dataclasses.replace(env_cfg, physics_impl=rollout_physics(env_cfg))
+    env_cfg = dataclasses.replace(env_cfg, physics_impl=rollout_physics(env_cfg))
     names = registry.tasks_for(env_cfg)
     overrides = registry.config_from_env_config(env_cfg)
     n = num_envs or env_cfg.num_envs
@@ -105,12 +104,15 @@ def make_env(env_cfg, action_horizon: int, num_envs: int | None = None, reward: 
 
 
 def rollout_physics(env_cfg) -> str:
-    """What `env.physics_impl='auto'` means for an RL rollout: 'c' (C MuJoCo on the host) when this
-    program's JAX backend is a single CPU device and nothing needs MJX (warp rendering, the dynamics
-    perturbation axis); else 'jax' (MJX: accelerators, rollouts sharded over several devices). Chosen
-    from `bench rollout --physics mjx c`: on the 2-core CPU host C gave 2.2-2.5x MJX's decisions/s."""
+    """The simulator an RL rollout of `env_cfg` steps: its `physics_impl`, unless that is 'auto', which means
+    'c' (C MuJoCo on the host) when this program's JAX backend is a single CPU device and nothing needs MJX
+    (warp rendering, the dynamics perturbation axis); else 'jax' (MJX: accelerators, rollouts sharded over
+    several devices). Chosen from `bench rollout --physics mjx c`: on the 2-core CPU host C gave 2.2-2.5x
+    MJX's decisions/s."""
     from vlajax.envs import perturb
 
+    if env_cfg.physics_impl != "auto":
+        return env_cfg.physics_impl
     axes = {*perturb.parse_ranges(env_cfg.randomize), *(perturb.parse_eval(env_cfg.robustness)
                                                          if env_cfg.robustness else ())}
     if env_cfg.render_backend != "jax" or "dynamics" in axes:

@@ -126,7 +126,7 @@ def build(cfg: TrainConfig, mesh=None) -> Setup:
     if cfg.model.fp8 != "none":  # (the CLI refuses it first: vlajax.train.preflight)
         raise ConfigError(f"model.fp8={cfg.model.fp8!r} is for sft: the RL train states carry no FP8 scale "
                           "collections yet; use model.fp8='none' for rl")
-    physics = ro.rollout_physics(cfg.env) if cfg.env.physics_impl == "auto" else cfg.env.physics_impl
+    physics = ro.rollout_physics(cfg.env)
     log.info("rl: the rollout steps %s (env.physics_impl=%r; docs/envs.md)",
              {"c": "C MuJoCo on the host", "jax": "MJX", "warp": "MJX-Warp"}[physics], cfg.env.physics_impl)
     if cfg.env.obs_mode == "state":
