@@ -1,4 +1,5 @@
-"""An experiment's outputs: the JSON record and, next to it, its markdown table (`<name>.md`)."""
+"""An experiment's outputs: the JSON record and, next to it, its markdown table (`<name>.md`); the machine's load
+as a record states it."""
 
 from __future__ import annotations
 
@@ -14,3 +15,9 @@ def write_results(record: dict, table: str, json_path: str) -> None:
     with open(os.path.splitext(json_path)[0] + ".md", "w") as f:
         f.write(table)
     print(table, end="", flush=True)
+
+
+def loadavg() -> str:
+    """`/proc/loadavg` as it reads (1-, 5-, 15-minute load, running / total tasks, last pid)."""
+    with open("/proc/loadavg") as f:
+        return f.read().strip()

@@ -46,7 +46,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from experiments.outputs import write_results  # noqa: E402
+from experiments.outputs import loadavg, write_results  # noqa: E402
 from vlajax import cli  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)
@@ -67,11 +67,6 @@ class Args:
     out: str = "docs/results/physics-default44"  # the per-eval JSONs and the summary
     replace: bool = False  # evaluate again even if the JSON exists
     dry_run: bool = False  # print the commands only
-
-
-def _loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().strip()
 
 
 def command(a: Args, seed: int, physics: str, out_dir: str) -> list[str]:
@@ -95,7 +90,7 @@ def run(a: Args) -> None:
             if os.path.exists(path) and not a.replace:
                 print(f"== {physics} seed {seed}: kept {path}", flush=True)
                 continue
-            load0, wall0, t0 = _loadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.time()
+            load0, wall0, t0 = loadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.time()
             proc = subprocess.run(argv, capture_output=True, text=True)
             if proc.returncode:
                 raise SystemExit(f"{physics} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -104,7 +99,7 @@ def run(a: Args) -> None:
                 ev = json.load(f)
             git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
             rec = {"physics": physics, "seed": seed, "eval": ev, "command": " ".join(argv[1:]),
-                   "wall_seconds": round(time.time() - t0, 1), "loadavg": {"start": load0, "end": _loadavg()},
+                   "wall_seconds": round(time.time() - t0, 1), "loadavg": {"start": load0, "end": loadavg()},
                    "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": git}
             with open(path + ".tmp", "w") as f:
                 json.dump(rec, f, indent=1)

@@ -36,7 +36,7 @@ from typing import Literal
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from experiments.outputs import write_results  # noqa: E402
+from experiments.outputs import loadavg, write_results  # noqa: E402
 from vlajax import cli, quickstart, quickstart_report  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)  # fresh: never used by a quickstart or a protocol before issue 45
@@ -54,11 +54,6 @@ class Args:
     work: str = "runs/quickstart-seeds45"  # the runs themselves (demos, checkpoints, logs; not in git)
     replace: bool = False  # run a seed again even if its JSON exists
     dry_run: bool = False  # print the commands only
-
-
-def _loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().strip()
 
 
 def _git() -> dict:
@@ -89,7 +84,7 @@ def _record(arm: str, seed: int, env: dict, argv: list[str], t0: float, load0: s
         body = {"before": evals[0], "after": evals[-1], "lift": evals[-1]["mean"] - evals[0]["mean"], "evals": evals}
     return {"arm": arm, "seed": seed, "size": a.size, **body,
             "command": " ".join([f"{k}={v}" for k, v in env.items()] + argv[1:]),
-            "minutes": round((time.time() - t0) / 60, 2), "loadavg": {"start": load0, "end": _loadavg()},
+            "minutes": round((time.time() - t0) / 60, 2), "loadavg": {"start": load0, "end": loadavg()},
             "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": _git()}
 
 
@@ -107,8 +102,8 @@ def run(a: Args) -> None:
             if os.path.exists(path) and not a.replace:
                 print(f"== {arm} seed {seed}: kept {path}", flush=True)
                 continue
-            print(f"== {arm} seed {seed} (load {_loadavg()}, {time.strftime('%H:%M:%S')}): {line}", flush=True)
-            t0, load0, wall0 = time.time(), _loadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            print(f"== {arm} seed {seed} (load {loadavg()}, {time.strftime('%H:%M:%S')}): {line}", flush=True)
+            t0, load0, wall0 = time.time(), loadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             proc = subprocess.run(argv, env=dict(os.environ, **env))
             if proc.returncode:
                 raise SystemExit(f"{arm} seed {seed} failed (exit {proc.returncode}): {line}")
