@@ -29,12 +29,12 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 import time
 
 import numpy as np
 
 from experiments import async_stats
+from experiments.outputs import git_state, loadavg
 
 ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0,  # arm -> pipeline.staleness_threshold (None: sync loop)
         "async-s2-kl": 2.0}
@@ -272,21 +272,6 @@ def fingerprints(p: Protocol, arm: str, seed: int, init: dict | None = None) -> 
 # ----------------------------------------------------------------------------------------
 
 
-def _loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().strip()
-
-
-def _git() -> dict:
-    def out(*args):
-        try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return {"commit": out("rev-parse", "HEAD"),
-            "dirty_paths": out("status", "--porcelain", "--", "vlajax", "experiments").splitlines()}
-
-
 def run_path(runs_dir: str, p: Protocol, arm: str, seed: int) -> str:
     return os.path.join(runs_dir, p.name, f"{arm}-seed{seed}.json")
 
@@ -309,7 +294,7 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     cfg = train_config(p, arm, seed, out)
     config_sha, config_dict = config_fingerprint(cfg)
     init = init_fingerprint(cfg)
-    wall_start, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _loadavg()
+    wall_start, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), loadavg()
     setup = build(cfg, sharding.make_mesh(cfg.mesh))
     evals_at: dict[int, dict] = {}
     t0 = time.perf_counter()
@@ -317,7 +302,7 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     def timed_evaluate(params, iteration):  # the eval's start, its length, the machine's load then
         start = time.perf_counter()
         res = setup_evaluate(params, iteration)
-        evals_at[int(iteration)] = {"start": start - t0, "eval_s": time.perf_counter() - start, "loadavg": _loadavg()}
+        evals_at[int(iteration)] = {"start": start - t0, "eval_s": time.perf_counter() - start, "loadavg": loadavg()}
         return res
 
     setup_evaluate = setup.evaluate
@@ -362,10 +347,10 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
         "protocol": dataclasses.asdict(p), "config": config_dict, "curve": curve,
         "final_success": curve[-1]["success"], "seconds": round(seconds, 1),
         "wall_clock_utc": [wall_start, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())],
-        "loadavg": {"start": load_start, "end": _loadavg()},
+        "loadavg": {"start": load_start, "end": loadavg()},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
                     "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]},
-        "git": _git(), **extra}
+        "git": git_state("vlajax", "experiments"), **extra}
     path = run_path(runs_dir, p, arm, seed)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as f:
@@ -444,7 +429,7 @@ def main(p: Protocol, runs_dir: str, work_dir: str, plot_path: str, only: str | 
                                      "pass --replace to run it again over it")
                 if got == want and not replace:
                     raise SystemExit(f"{path} exists (same fingerprints): pass --reuse to keep it, --replace to rerun")
-            print(f"== {arm} seed {seed} (load {_loadavg()}, {time.strftime('%H:%M:%S')})", flush=True)
+            print(f"== {arm} seed {seed} (load {loadavg()}, {time.strftime('%H:%M:%S')})", flush=True)
             rec = run_one(p, arm, seed, work_dir, runs_dir)
             print(f"== {arm} seed {seed}: " + " / ".join(f"{c['success']:.3f}" for c in rec["curve"])
                   + f" in {rec['seconds']:.0f} s -> {path}", flush=True)

@@ -36,7 +36,7 @@ from typing import Literal
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from experiments.outputs import loadavg, write_results  # noqa: E402
+from experiments.outputs import git_state, loadavg, write_results  # noqa: E402
 from vlajax import cli, quickstart, quickstart_report  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)  # fresh: never used by a quickstart or a protocol before issue 45
@@ -54,12 +54,6 @@ class Args:
     work: str = "runs/quickstart-seeds45"  # the runs themselves (demos, checkpoints, logs; not in git)
     replace: bool = False  # run a seed again even if its JSON exists
     dry_run: bool = False  # print the commands only
-
-
-def _git() -> dict:
-    run = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
-    return {"commit": run("rev-parse", "HEAD"),
-            "dirty_paths": run("status", "--porcelain", "--", "vlajax").splitlines()}
 
 
 def commands(a: Args, seed: int) -> dict[str, tuple[dict, list[str]]]:
@@ -85,7 +79,7 @@ def _record(arm: str, seed: int, env: dict, argv: list[str], t0: float, load0: s
     return {"arm": arm, "seed": seed, "size": a.size, **body,
             "command": " ".join([f"{k}={v}" for k, v in env.items()] + argv[1:]),
             "minutes": round((time.time() - t0) / 60, 2), "loadavg": {"start": load0, "end": loadavg()},
-            "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": _git()}
+            "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": git_state("vlajax")}
 
 
 def run(a: Args) -> None:
