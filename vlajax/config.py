@@ -259,8 +259,9 @@ class RLConfig:
     # token head: sampling temperature of the rollouts' bins (logits / T); the learner scores the stored tokens at
     # the same T, so fresh-data ratios stay 1. Evaluation stays greedy whatever T is. T < 1 draws rollouts closer
     # to the greedy policy that evaluation measures; T > 1 explores more. Other heads refuse T != 1. The quickstart
-    # runs T 0.5 with rl.kl_coef 0.04: +17.5 points over 3 fresh seeds, t 95% interval -7.1 to +42.1, no sync pair
-    # (T 0.5 alone: +12.1; docs/results.md, Quickstart, "Eighteenth session")
+    # runs T 0.5 with rl.kl_coef 0.04, chosen on seeds 25-27 (+17.5; T 0.5 alone +12.1: docs/results.md, Quickstart,
+    # "Eighteenth session"); on fresh seeds 200-204 it lifted +12.5 [-2.9, +27.9] train-async and +21.5 [+7.4, +35.6]
+    # as its sync pair (docs/results/quickstart-seeds45/summary.md)
     temperature: float = 1.0
     target_kl: float = 0.0  # skip the remaining minibatch updates once approx KL exceeds this (0 = off)
     update_epochs: int = 2  # passes over each collected batch

@@ -13,8 +13,10 @@ Phases (each is the documented command, run as its own process):
             contains 0 at every point from the midpoint on over 5 seed pairs (docs/async.md,
             "Sample efficiency: the issue-21 protocol"; a criterion that could not fail: issue 45);
             it is evaluated closed-loop at update 0 (= the SFT policy), every 5 updates and at the
-            end: before/after and a curve. This recipe lifted mean success by +17.5 points over
-            fresh seeds 25-27 (docs/results.md, Quickstart, "Eighteenth session"; 3 seeds, no sync pair).
+            end: before/after and a curve. This recipe was chosen on fresh seeds 25-27, +17.5 points
+            (docs/results.md, Quickstart, "Eighteenth session"; 3 seeds, no sync pair); on fresh
+            seeds 200-204 it lifted +12.5 [-2.9, +27.9], its sync pair +21.5 [+7.4, +35.6]
+            (docs/results/quickstart-seeds45/summary.md; experiments/quickstart_seeds.py).
             (Without temperature and KL it lifted +7.1; at temperature 0.5 alone +12.1 on fresh seeds
             19-21; with the KL estimated on whole decisions, which exploded, +7.1 on 22-24. Per-token
             ratios with 40 updates lifted +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8:

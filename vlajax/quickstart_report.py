@@ -19,7 +19,8 @@ Writes into <run>/report/:
 
 Intervals: Wilson score 95% intervals over the evaluation's episodes (20 per task, 80 in all): how much
 another draw of evaluation episodes could move the figure for this one trained policy. They do not
-include the spread between seeds (`docs/results.md`, "Quickstart": 3 fresh seeds lifted +10.0 to +28.7).
+include the spread between seeds (`docs/results/quickstart-seeds45/summary.md`: 5 fresh seeds lifted +2.5 to
++30.0).
 """
 
 from __future__ import annotations
