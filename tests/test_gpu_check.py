@@ -90,3 +90,5 @@ def test_full_dry_run_exercises_every_row(tmp_path):  # issue 42's acceptance: t
     assert rows["env:mjx"]["rows"][0]["steps_per_s"] > 0
     assert rows["rollout"]["rows"][0]["decisions_per_s"] > 0
     assert {r["mode"] for r in rows["async"]["rows"]} == {"sync", "train_async"}
+    serve = rows["serve"]["servers"]
+    assert [r["clients"] for r in serve[0]["rows"]] == [1, 2] and serve[0]["rows"][1]["requests_per_s"]["median"] > 0

@@ -17,8 +17,8 @@ BENCHMARKS: dict[str, str] = {
     "serve": "policy server requests/s and p50/p95 latency vs concurrent clients (vlajax.bench.serve)",
     "libero": "LIBERO workers: env steps/s with and without cameras, 1 vs 2 workers, env build, rendering variants "
               "with their pixels compared (vlajax.bench.libero, docs/libero.md)",
-    "gpu-check": "the one prepared GPU check: pytest -m gpu, SFT bf16 vs TE FP8, attention, env, rollout, async, "
-                 "memory vs the planner; --dry-run on CPU (vlajax.bench.gpu_check, docs/gpu.md)",
+    "gpu-check": "the one prepared GPU check: pytest -m gpu, SFT bf16 vs TE FP8, attention, env, rollout, serve, "
+                 "async, memory vs the planner; --dry-run on CPU (vlajax.bench.gpu_check, docs/gpu.md)",
 }
 
 

@@ -16,6 +16,9 @@ Rows, in order (each with its own time budget and a status `ok`, `skipped: reaso
                 `time_env`: MJX physics, JAX ray caster, both cameras)
   env:mjwarp    the same with MJX-Warp physics when warp imports
   rollout       decisions/s of the VLA rollout (`bench rollout`'s `time_head`, flow head) at 64 / 256 / 1024
+  serve         `bench serve`: 1 / 4 / 16 / 64 closed-loop websocket clients against one server replica of the
+                sft-small VLA on the device, the adaptive wait (issue 44's fair baseline): requests/s over one
+                client's and p95 over its p50, paired per repeat
   async         `bench async`: sync vs train_async vs rollout_async, rl-ppo-flow, MJX, one short repeat
 
 Every sft row carries the step's memory: the planner's per-device prediction (`memory.plan`), XLA's
@@ -46,7 +49,8 @@ class Row:
 
 
 ROWS = (Row("pytest", 90, 20), Row("sft:sft-small", 60, 20), Row("sft:pi0", 150, 60), Row("attention", 40, 10),
-        Row("env:mjx", 90, 30), Row("env:mjwarp", 60, 30), Row("rollout", 80, 30), Row("async", 150, 60))
+        Row("env:mjx", 90, 30), Row("env:mjwarp", 60, 30), Row("rollout", 80, 30), Row("serve", 90, 45),
+        Row("async", 150, 60))
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
 
 
@@ -69,13 +73,17 @@ class Sizes:
     async_args: tuple[str, ...] = ("--preset", "rl-ppo-flow", "--regimes", "mjx", "--modes", "sync", "train_async",
                                    "rollout_async", "--repeats", "1", "--updates", "4", "--envs", "256", "--slots",
                                    "4", "--horizon", "8")
+    serve_args: tuple[str, ...] = ("--clients", "1", "4", "16", "64", "--replicas", "1", "--seconds", "4",
+                                   "--warmup-s", "1", "--repeats", "2")
 
 
 GPU = Sizes()
 DRY = Sizes(sft_steps=2, small_batch=4, pi_family="pi0-dummy", pi_depths=(0,), pi_batch=2, attn_len=32, envs=(2,),
             env_image=16, env_steps=2, repeats=1, rollout_envs=(2,), decisions=1,
             async_args=("--preset", "rl-debug", "--regimes", "mjx", "--modes", "sync", "train_async", "--repeats",
-                        "1", "--updates", "2", "--envs", "2", "--slots", "1", "--horizon", "2"))
+                        "1", "--updates", "2", "--envs", "2", "--slots", "1", "--horizon", "2"),
+            serve_args=("--clients", "1", "2", "--replicas", "1", "--seconds", "1", "--warmup-s", "0.5", "--repeats",
+                        "1"))
 
 
 def skipped(reason: str) -> dict:
@@ -353,6 +361,20 @@ def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dic
             "rows": [{k: r.get(k) for k in keep} for r in data["rows"]]}
 
 
+def row_serve(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
+    path = out_dir / "serve.json"
+    cmd = [sys.executable, "-m", "vlajax.bench", "serve", "--json", str(path), *sz.serve_args]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
+    if p.returncode != 0:
+        return {"status": f"failed: bench serve exit {p.returncode}", "tail": (p.stdout + p.stderr)[-3000:]}
+    data = json.loads(path.read_text())
+    keep = ("clients", "requests_per_s", "p50_ms", "p95_ms", "mean_batch", "rps_over_1", "p95_over_p50_1")
+    return {"command": "python -m vlajax.bench serve " + " ".join(sz.serve_args),
+            "servers": [{"replicas": e["server_replicas"], "wait_rule": e["wait_rule"],
+                         "rows": [{k: r.get(k) for k in keep} for r in e["rows"]], "targets": e.get("targets")}
+                        for e in data["summary"]]}
+
+
 def run_row(name: str, sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
     kind, _, arg = name.partition(":")
     if kind == "pytest":
@@ -365,4 +387,6 @@ def run_row(name: str, sz: Sizes, budget: float, env: dict, out_dir: pathlib.Pat
         return row_env(sz, budget, {"mjx": "jax", "mjwarp": "warp"}[arg])
     if kind == "rollout":
         return row_rollout(sz, budget)
+    if kind == "serve":
+        return row_serve(sz, budget, env, out_dir)
     return row_async(sz, budget, env, out_dir)
