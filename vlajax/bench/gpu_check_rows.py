@@ -349,25 +349,29 @@ def row_rollout(sz: Sizes, budget: float) -> dict:
     return {"rows": rows, "model": "sft-small VLA, flow head (bench rollout)"}
 
 
-def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
-    path = out_dir / "async.json"
-    cmd = [sys.executable, "-m", "vlajax.bench", "async", "--json", str(path), *sz.async_args]
+def _bench(name: str, args: tuple[str, ...], budget: float, env: dict, path: pathlib.Path) -> dict:
+    """`python -m vlajax.bench <name> --json <path> <args>` in a child process within `budget`. -> the JSON it
+    wrote, or {'status': 'failed: ...', 'tail': its last output}."""
+    cmd = [sys.executable, "-m", "vlajax.bench", name, "--json", str(path), *args]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
     if p.returncode != 0:
-        return {"status": f"failed: bench async exit {p.returncode}", "tail": (p.stdout + p.stderr)[-3000:]}
-    data = json.loads(path.read_text())
+        return {"status": f"failed: bench {name} exit {p.returncode}", "tail": (p.stdout + p.stderr)[-3000:]}
+    return json.loads(path.read_text())
+
+
+def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
+    data = _bench("async", sz.async_args, budget, env, out_dir / "async.json")
+    if "status" in data:
+        return data
     keep = ("regime", "mode", "env_steps_per_s", "updates_per_s", "speedup_vs_sync", "loadavg_1m")
     return {"command": "python -m vlajax.bench async " + " ".join(sz.async_args),
             "rows": [{k: r.get(k) for k in keep} for r in data["rows"]]}
 
 
 def row_serve(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
-    path = out_dir / "serve.json"
-    cmd = [sys.executable, "-m", "vlajax.bench", "serve", "--json", str(path), *sz.serve_args]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
-    if p.returncode != 0:
-        return {"status": f"failed: bench serve exit {p.returncode}", "tail": (p.stdout + p.stderr)[-3000:]}
-    data = json.loads(path.read_text())
+    data = _bench("serve", sz.serve_args, budget, env, out_dir / "serve.json")
+    if "status" in data:
+        return data
     keep = ("clients", "requests_per_s", "p50_ms", "p95_ms", "mean_batch", "rps_over_1", "p95_over_p50_1")
     return {"command": "python -m vlajax.bench serve " + " ".join(sz.serve_args),
             "servers": [{"replicas": e["server_replicas"], "wait_rule": e["wait_rule"],
