@@ -10,8 +10,10 @@ The logical-to-mesh sharding tables are data (`LOGICAL_RULES`), selected by name
 `MeshConfig.rules` and amended entry by entry with `MeshConfig.rule_overrides`.
 
 Layout: `vlajax.config_errors` (ConfigError and the check helper), `vlajax.mesh_config` (mesh axes,
-rule tables, MeshConfig) and `vlajax.model_config` (ModelConfig, openpi tower sizes) hold their
-sections; this module holds the others, `TrainConfig` and the registry, and re-exports them all.
+rule tables, MeshConfig), `vlajax.model_config` (ModelConfig, openpi tower sizes) and `vlajax.run_config`
+(checkpoint, logging, distributed start-up) hold their sections; this module holds the others, `TrainConfig`
+and the registry, and re-exports them all; the base presets `debug` and `cpu-small` live in
+`vlajax.presets.base`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from vlajax.config_errors import ConfigError, parse_errors
 from vlajax.config_errors import check as _check
 from vlajax.mesh_config import DP, LOGICAL_RULES, MESH_AXES, SP, TP, MeshConfig
 from vlajax.model_config import GEMMA_VARIANTS, SIGLIP_VARIANTS, ModelConfig
+from vlajax.run_config import CheckpointConfig, DistributedConfig, LoggingConfig
 
 __all__ = [  # the names other modules import from here (the sections live in their own modules)
     "DP", "GEMMA_VARIANTS", "LOGICAL_RULES", "MESH_AXES", "SIGLIP_VARIANTS", "SP", "TP", "AsyncConfig",
@@ -365,56 +368,6 @@ class AsyncConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckpointConfig:
-    """Orbax checkpoints."""
-
-    dir: str = ""  # checkpoint directory ('' = <output_dir>/checkpoints)
-    every_steps: int = 100  # save every N steps (and at the end); a save leaks ~0.5 KiB/array (docs/reliability.md)
-    max_to_keep: int = 3  # newest checkpoints kept
-    async_save: bool = True  # write in a background thread while training continues
-    resume: bool = True  # resume from the newest checkpoint in dir when one exists
-
-    def __post_init__(self):
-        _check(self.every_steps >= 1, "checkpoint.every_steps must be >= 1")
-        _check(self.max_to_keep >= 1, "checkpoint.max_to_keep must be >= 1")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoggingConfig:
-    """TensorBoard and console progress."""
-
-    tensorboard: bool = True  # write TensorBoard event files under <output_dir>/tb
-    every_steps: int = 10  # log scalars every N steps
-    progress: Literal["rich", "plain", "none"] = "rich"  # console progress display
-    video_every: int = 0  # write rollout videos every N evals (0 = off)
-
-    def __post_init__(self):
-        _check(self.every_steps >= 1, "logging.every_steps must be >= 1")
-
-
-@dataclasses.dataclass(frozen=True)
-class DistributedConfig:
-    """Multi-host start-up (`jax.distributed.initialize`). Empty = single process or auto-detect."""
-
-    coordinator_address: str = ""  # 'host:port' of process 0 ('' = auto-detect or single process)
-    num_processes: int = 0  # total processes (0 = auto-detect)
-    process_id: int = -1  # this process's index (-1 = auto-detect)
-    local_device_count: int = 0  # CPU only: virtual devices per process (0 = leave as is)
-    initialization_timeout_s: int = 300  # how long to wait for every process to join
-
-    def __post_init__(self):
-        explicit = bool(self.coordinator_address)
-        _check(
-            not explicit or (self.num_processes >= 1 and self.process_id >= 0),
-            "distributed.coordinator_address needs distributed.num_processes and distributed.process_id",
-        )
-        _check(
-            not explicit or self.process_id < self.num_processes,
-            f"distributed.process_id={self.process_id} must be < num_processes={self.num_processes}",
-        )
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One run of vlajax: every section, a seed and where outputs go."""
 
@@ -533,30 +486,3 @@ def get_config(name: str) -> TrainConfig:
         raise ConfigError(f"unknown preset {name!r}; {hint}available: {', '.join(preset_names())}")
     cfg = _PRESETS[name][1]()
     return dataclasses.replace(cfg, name=name)
-
-
-@register("debug", "smallest everything: 2-step smoke runs and tests")
-def _debug() -> TrainConfig:
-    return TrainConfig(
-        output_dir="runs/debug",
-        env=EnvConfig(num_envs=8, image_size=32, episode_length=40),
-        data=DataConfig(batch_size=8),
-        sft=SFTConfig(num_steps=4, warmup_steps=1, eval_episodes_per_task=2),
-        rl=RLConfig(num_iterations=2, rollout_length=4, group_size=4, num_minibatches=2),
-        checkpoint=CheckpointConfig(every_steps=2),
-        logging=LoggingConfig(every_steps=1, progress="plain"),
-    )
-
-
-@register("cpu-small", "the CPU learning preset: small model, 32x32 pixels, sized for 2 cores")
-def _cpu_small() -> TrainConfig:
-    return TrainConfig(
-        output_dir="runs/cpu-small",
-        model=ModelConfig(name="small-cpu", width=128, depth=4, num_heads=4, num_kv_heads=2, head_dim=32,
-                          mlp_dim=256, vit_width=96, vit_depth=3, expert_width=96),
-        env=EnvConfig(num_envs=32, image_size=32, episode_length=120),
-        data=DataConfig(batch_size=64),
-        sft=SFTConfig(num_steps=3000, warmup_steps=200, eval_every=1000, eval_episodes_per_task=20),
-        rl=RLConfig(num_iterations=200, rollout_length=16, group_size=8),
-        checkpoint=CheckpointConfig(every_steps=250),
-    )

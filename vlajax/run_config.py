@@ -1,0 +1,59 @@
+"""The sections of a run's plumbing: Orbax checkpoints, logging and multi-host start-up (part of
+`vlajax.config`, which re-exports every name here)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from vlajax.config_errors import check as _check
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Orbax checkpoints."""
+
+    dir: str = ""  # checkpoint directory ('' = <output_dir>/checkpoints)
+    every_steps: int = 100  # save every N steps (and at the end); a save leaks ~0.5 KiB/array (docs/reliability.md)
+    max_to_keep: int = 3  # newest checkpoints kept
+    async_save: bool = True  # write in a background thread while training continues
+    resume: bool = True  # resume from the newest checkpoint in dir when one exists
+
+    def __post_init__(self):
+        _check(self.every_steps >= 1, "checkpoint.every_steps must be >= 1")
+        _check(self.max_to_keep >= 1, "checkpoint.max_to_keep must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    """TensorBoard and console progress."""
+
+    tensorboard: bool = True  # write TensorBoard event files under <output_dir>/tb
+    every_steps: int = 10  # log scalars every N steps
+    progress: Literal["rich", "plain", "none"] = "rich"  # console progress display
+    video_every: int = 0  # write rollout videos every N evals (0 = off)
+
+    def __post_init__(self):
+        _check(self.every_steps >= 1, "logging.every_steps must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """Multi-host start-up (`jax.distributed.initialize`). Empty = single process or auto-detect."""
+
+    coordinator_address: str = ""  # 'host:port' of process 0 ('' = auto-detect or single process)
+    num_processes: int = 0  # total processes (0 = auto-detect)
+    process_id: int = -1  # this process's index (-1 = auto-detect)
+    local_device_count: int = 0  # CPU only: virtual devices per process (0 = leave as is)
+    initialization_timeout_s: int = 300  # how long to wait for every process to join
+
+    def __post_init__(self):
+        explicit = bool(self.coordinator_address)
+        _check(
+            not explicit or (self.num_processes >= 1 and self.process_id >= 0),
+            "distributed.coordinator_address needs distributed.num_processes and distributed.process_id",
+        )
+        _check(
+            not explicit or self.process_id < self.num_processes,
+            f"distributed.process_id={self.process_id} must be < num_processes={self.num_processes}",
+        )
