@@ -12,7 +12,8 @@ Seeds are fixed: episode e of task t (index in `tasks.TASKS`) resets with
 two evaluations of the same checkpoint see the same initial states.
 
 Outputs in `--output-dir` (default `<output_dir>/eval`): `eval.json` (`per_task` success,
-`mean_success`, `episodes`, `seeds`, per-episode success and steps), `eval.md` (the per-task
+`mean_success`, `episodes`, `seeds`, per-episode success and steps, `physics`: the simulator the episodes
+stepped, 'jax' (MJX), 'c' (C MuJoCo) or 'warp'; `env.physics_impl='auto'` evaluates on MJX), `eval.md` (the per-task
 table: task, instruction template, success with failure count, total success rate, total
 episodes) and one GIF per task (`<task>.gif`, the first episodes of the task side by side).
 
@@ -178,6 +179,7 @@ def run_episodes(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *,
         "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
         "seconds": round(seconds, 1),
         "gif_episodes": g,
+        "physics": registry.config_from_env_config(env_cfg)["physics_impl"],
     }
     return result, np.asarray(frames)
 

@@ -92,5 +92,6 @@ def test_demos_sft_eval_chain_tiny(tmp_path):
         full = json.load(f)
     assert set(full["per_task"]) == {"goal/put_in_square", "goal/push_to_square", "goal/stack", "goal/press_button"}
     assert full["episodes"] == 8 and 0.0 <= full["mean_success"] <= 1.0 and full["seeds"]["seed"] == 0
+    assert full["physics"] == "jax"  # the default env.physics_impl 'auto' evaluates on MJX, and eval.json says so
     assert os.path.isfile(os.path.join(res["out_dir"], "eval.md"))
     assert len([f for f in os.listdir(res["out_dir"]) if f.endswith(".gif")]) == 4
