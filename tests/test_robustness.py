@@ -62,6 +62,7 @@ def test_one_compile_for_every_axis_and_level(tmp_path):
     saved = json.loads((out / "robustness.json").read_text())
     assert saved["spec"] == "camera=3,language=2"
     assert saved["replan_steps"] == (cfg.sft.eval_replan_steps or model_cfg.action_horizon)
+    assert saved["physics"] == "jax"
     assert (out / "robustness.png").stat().st_size > 0
     # 4 control steps cannot press the button: every episode fails, so each axis has its failure GIF
     assert sorted(os.listdir(out)) == ["failure__camera.gif", "failure__language.gif", "robustness.json",
