@@ -186,7 +186,8 @@ class SFTConfig:
     init_from: str = ""
     # with init_from a policy trained on delta actions: 'auto' = openpi's DeltaActions on its mask (its robot's
     # data) and the policy keeps its transforms; 'off' = train on the dataset's actions as they are and save
-    # the policy without the source's robot transforms (another embodiment, e.g. our tabletop env's data)
+    # the policy without the source's robot transforms (another embodiment, e.g. our tabletop env's data; the
+    # only way to fine-tune a source in openpi's ALOHA space, adapt_to_pi, which 'auto' refuses)
     delta_actions: Literal["auto", "off"] = "auto"
     # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
     aux_target_weight: float = 1.0

@@ -16,8 +16,9 @@ A source whose `policy.json` records openpi transforms with a delta mask (an imp
 `pi0_aloha`, `pi05_aloha`, or `--delta-dims`; or an SFT run fine-tuned from one) was trained on
 delta actions: SFT applies openpi's DeltaActions on those dims to its targets
 (`vlajax.data.openpi`) and its saved policy keeps the transforms, so its outputs go back through
-AbsoluteActions. ALOHA's `adapt_to_pi` (joint flips and gripper maps before the delta) is not
-applied by the SFT input pipeline: such a source is a `ConfigError`.
+AbsoluteActions. ALOHA's `adapt_to_pi` (joint flips and gripper maps, before any delta) is not
+applied by the SFT input pipeline: such a source (`pi0_aloha`, `pi05_aloha`, and `pi0_aloha_sim`, which
+has no delta mask) is a `ConfigError` unless `sft.delta_actions='off'` (the dataset's actions as they are).
 """
 
 from __future__ import annotations
@@ -79,13 +80,15 @@ def delta_transforms(cfg: TrainConfig, resume_from: str | None = None):
         raise ConfigError(f"sft.init_from: {path}: missing (a checkpoint directory written by `vlajax.train sft` "
                           "or `vlajax.models.import_openpi` has it)") from None
     transforms = OpenpiTransforms.from_json(record) if record else None
-    if transforms is None or not any(transforms.delta_mask):
+    if transforms is None:
         return None
-    if transforms.adapt_to_pi:
+    if transforms.adapt_to_pi:  # with or without a delta mask: its state and actions live in openpi's ALOHA space
+        learned = "learned delta actions" if any(transforms.delta_mask) else "learned its state and actions"
         raise ConfigError(f"sft.init_from={directory}: its openpi config ({transforms.train_config or 'custom'}) "
-                          "learned delta actions in openpi's ALOHA space (adapt_to_pi: joint flips, gripper maps), "
-                          "which the SFT input pipeline does not apply; fine-tuning it is not supported")
-    return transforms
+                          f"{learned} in openpi's ALOHA space (adapt_to_pi: joint flips, gripper maps), which the "
+                          "SFT input pipeline does not apply; --sft.delta-actions off fine-tunes it on the dataset's "
+                          "state and actions as they are, saved without the source's robot transforms")
+    return transforms if any(transforms.delta_mask) else None
 
 
 def _flat(tree: Any) -> dict[str, Any]:

@@ -186,6 +186,12 @@ def test_init_from_reads_the_sources_delta_mask(tokenizer, tmp_path):
     aloha = _source_dir(tmp_path / "aloha", cfg, OPENPI_CONFIGS["pi0_aloha"].transforms)
     with pytest.raises(ConfigError, match=r"pi0_aloha\) learned delta actions in openpi's ALOHA space"):
         init_from.delta_transforms(cfg.replace(sft=SFTConfig(init_from=aloha)))
+    # no delta mask, but openpi's ALOHA space all the same: refused too, not trained silently on raw ALOHA data
+    sim = OPENPI_CONFIGS["pi0_aloha_sim"].transforms
+    assert sim.adapt_to_pi and not any(sim.delta_mask)
+    with pytest.raises(ConfigError, match=r"pi0_aloha_sim\) learned its state and actions in openpi's ALOHA space.*"
+                                          r"--sft.delta-actions off"):
+        init_from.delta_transforms(cfg.replace(sft=SFTConfig(init_from=_source_dir(tmp_path / "sim", cfg, sim))))
 
 
 def test_sft_cli_refuses_a_delta_mask_the_data_cannot_take(tokenizer, tmp_path):
