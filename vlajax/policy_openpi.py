@@ -34,7 +34,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["OPENPI_CONFIGS", "ROBOTS", "OpenpiConfig", "OpenpiTransforms", "RobotKeys", "make_bool_mask"]
+__all__ = ["OPENPI_CONFIGS", "ROBOTS", "OpenpiConfig", "OpenpiTransforms", "RobotKeys", "delta_shift",
+           "make_bool_mask"]
 
 
 def make_bool_mask(*dims: int) -> tuple[bool, ...]:
@@ -135,14 +136,21 @@ class OpenpiTransforms:
         """Unnormalized actions [B, H, A] and the robot's state [B, S] -> robot actions [B, H, action_dims]."""
         if self.delta_mask:
             n = len(self.delta_mask)
-            mask = jnp.asarray(self.delta_mask)
-            shift = jnp.where(mask, state[..., :n], 0.0)[..., None, :]
-            actions = jnp.concatenate([actions[..., :n] + shift, actions[..., n:]], axis=-1)
+            actions = jnp.concatenate([actions[..., :n] + delta_shift(self.delta_mask, state, jnp), actions[..., n:]],
+                                      axis=-1)
         actions = actions[..., : self.keys.action_dims]
         if self.adapt_to_pi:
             actions = actions * _ALOHA_FLIP
             actions = actions.at[..., [6, 13]].set(_gripper_from_angular(actions[..., [6, 13]]))
         return actions
+
+
+def delta_shift(mask: tuple[bool, ...], state, xp=np):
+    """What openpi's DeltaActions subtracts from (AbsoluteActions adds to) a chunk's first n = len(mask)
+    action dims: where(mask, state[..., :n], 0)[..., None, :], float32 [..., 1, n]. `xp`: numpy (the SFT
+    data transform) or jax.numpy (the policy's outputs, jitted)."""
+    n = len(mask)
+    return xp.where(xp.asarray(mask, bool), xp.asarray(state, xp.float32)[..., :n], 0.0)[..., None, :]
 
 
 # aloha <-> openpi's internal runtime (openpi's aloha_policy: the joint flips and gripper maps)

@@ -47,6 +47,7 @@ from vlajax.data.transforms import (
     SelectCameras,
     Unnormalize,
 )
+from vlajax.policy_openpi import delta_shift
 
 __all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
            "make_transform", "TokenizePi", "load_tokenizer", "check_vocab", "DeltaActions", "AbsoluteActions",
@@ -170,12 +171,6 @@ def make_transform(cfg: TrainConfig, cameras: tuple[str, ...], norm: dict[str, N
     return Group(tuple(steps), outputs + ((AbsoluteActions(tuple(delta_mask)),) if delta else ()))
 
 
-def _shift(mask: tuple[bool, ...], state: np.ndarray) -> np.ndarray:
-    """where(mask, state[..., :n], 0)[..., None, :] float32 [..., 1, n] (n = len(mask))."""
-    n = len(mask)
-    return np.where(np.asarray(mask, bool), np.asarray(state, np.float32)[..., :n], 0.0)[..., None, :]
-
-
 @dataclasses.dataclass(frozen=True)
 class DeltaActions:
     """openpi's `DeltaActions(mask)`: actions [..., H, A] minus the sample's state [..., S] on the
@@ -189,7 +184,7 @@ class DeltaActions:
             return sample
         actions = np.array(sample["actions"], np.float32)  # a copy: the source's arrays stay as they are
         n = len(self.mask)
-        actions[..., :n] += self.sign * _shift(self.mask, sample["state"])
+        actions[..., :n] += self.sign * delta_shift(self.mask, sample["state"])
         return {**sample, "actions": actions}
 
 
@@ -236,7 +231,7 @@ def delta_action_stats(src: ActionChunkSource, delta_mask: tuple[bool, ...], bas
     state = np.asarray(data.columns[src.state_key], np.float32).reshape(total, -1)[frames]
     end = data.episode_to[data.episode_of][frames][:, None]  # exclusive end of each frame's episode
     actions = all_actions[np.minimum(steps, end - 1)][..., :n]  # [F, H, n]
-    delta = (actions - _shift(delta_mask, state)).reshape(-1, n).astype(np.float64)
+    delta = (actions - delta_shift(delta_mask, state)).reshape(-1, n).astype(np.float64)
     dims = np.flatnonzero(np.asarray(delta_mask, bool))
     out = {}
     for name, value in (("mean", delta.mean(0)), ("std", delta.std(0)), ("q01", np.quantile(delta, 0.01, axis=0)),
