@@ -81,6 +81,9 @@ class Protocol:
     delta: float = 0.0
     pilot_pairs: int = 0
     max_pairs: int = 0
+    # the simulator of every run (rollout and evaluation): MJX ('jax') for every workload whose runs or
+    # pre-registration predate the 'auto' default (issue 44.3); 'c' = C MuJoCo on the host
+    physics_impl: str = "jax"
 
     @property
     def steps_per_update(self) -> int:
@@ -126,6 +129,11 @@ PROTOCOLS |= {
     "eq45-ppo-flow": Protocol(name="eq45-ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
                               init_recipe=FLOW_RECIPE, iterations=60, eval_every=20, arms=("sync", "async-s1"),
                               **_EQ45),
+    # the same on C MuJoCo (docs/async/preregistration_45c.md, committed before any of its runs): eq45-ppo-flow
+    # was never run; C trains this workload ~1.5x faster on the 2-core host, nothing else changes
+    "eq45c-ppo-flow-c": Protocol(name="eq45c-ppo-flow-c", preset="rl-ppo-flow",
+                                 init_from="runs/issue21/sft-flow/checkpoints", init_recipe=FLOW_RECIPE, iterations=60,
+                                 eval_every=20, arms=("sync", "async-s1"), physics_impl="c", **_EQ45),
     # issue 45 item 2 (docs/async/preregistration_45b.md, committed before any of its runs): staleness 2 cost 8
     # points; the fix tried is a per-update KL bound (async-s2-kl, decides), async-s2 beside it as a replication
     # (reported, decides nothing); fresh seeds 116-131, the same rule
@@ -165,10 +173,10 @@ def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
         rl["rollout_length"] = p.rollout_length
     cfg = dataclasses.replace(
         cfg, seed=seed, output_dir=output_dir,
-        # MJX, pinned: every protocol's runs (and pre-registrations) were made when it was the default (the default
-        # became 'auto' in issue 44.3: C MuJoCo on a one-device CPU host); their configs and fingerprints stay
+        # the protocol's simulator, explicit (never 'auto', which would resolve per host): MJX for the workloads made
+        # when it was the default (it became 'auto' in issue 44.3), so their configs and fingerprints stay
         env=dataclasses.replace(cfg.env, suite=p.suite, task="", num_envs=p.num_envs, episode_length=p.episode_length,
-                                physics_impl="jax"),
+                                physics_impl=p.physics_impl),
         rl=dataclasses.replace(cfg.rl, **rl),
         checkpoint=CheckpointConfig(every_steps=p.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))

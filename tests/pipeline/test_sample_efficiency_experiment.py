@@ -452,13 +452,15 @@ def test_every_protocol_is_a_workload_the_command_line_accepts():
 def test_every_saved_protocol_run_matches_its_config_today():
     """Each committed run (docs/async/runs/<workload>/<arm>-seed<k>.json, one per workload and arm) has the
     config fingerprint its protocol gives now: no later default (e.g. env.physics_impl, 'auto' since issue
-    44.3) changes a pre-registered workload's config. The protocols pin MJX."""
+    44.3) changes a pre-registered workload's config. Every protocol names its simulator (never 'auto', which
+    resolves per host): MJX, except eq45c-ppo-flow-c, registered on C MuJoCo."""
     proto, _ = _protocol()
     runs = ROOT / "docs" / "async" / "runs"
     checked = 0
     for name, p in proto.PROTOCOLS.items():
         for arm in p.arms:
-            assert proto.train_config(p, arm, p.seeds[0], "x").env.physics_impl == "jax"
+            assert proto.train_config(p, arm, p.seeds[0], "x").env.physics_impl == \
+                ("c" if name == "eq45c-ppo-flow-c" else "jax")
             for path in sorted((runs / name).glob(f"{arm}-seed*.json")):
                 rec = json.loads(path.read_text())
                 now = proto.config_fingerprint(proto.train_config(p, arm, rec["seed"], "x"))
