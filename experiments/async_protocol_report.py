@@ -64,6 +64,7 @@ def report(p: Protocol, runs: dict, out_dir: str, plot_path: str) -> dict:
                       + f" | {rec['final_success']:.3f} | {rec['seconds']:.0f} | "
                       f"{ld(rec['loadavg']['start'])} / {ld(rec['loadavg']['end'])} | {st} | "
                       f"{rec['wall_clock_utc'][0][:16]} |")
+    md += _diagnostics(runs, arms)
     if eq is not None:
         md += ["", f"## Issue 45: equivalence (margin {p.delta:g}, pre-registered)", "",
                async_stats.report_equivalence(eq)]
@@ -84,6 +85,32 @@ def report(p: Protocol, runs: dict, out_dir: str, plot_path: str) -> dict:
     for v in verdicts:
         print(f"criterion {p.name} {v['arm']}: {v['verdict']} ({v['reason']})", flush=True)
     return summary
+
+
+# the async learner's per-update metrics that a run's JSON keeps (`per_update`), in the table's order
+_DIAGNOSTICS = ("behaviour_kl", "behaviour_capped_frac", "behaviour_weight_max", "approx_kl", "clip_frac",
+                "kl_stopped", "updates")
+
+
+def _diagnostics(runs: dict, arms: list[str]) -> list[str]:
+    """Markdown lines: per async arm, the median [min, max] over every update of every seed of each learner metric
+    in `per_update` (descriptive, not part of any criterion); none when no run kept them (the sync loop keeps none;
+    `kl_stopped` / `updates` exist only in runs saved after they were added)."""
+    lines = []
+    for a in arms:
+        per = [u for rec in runs[a].values() for u in rec.get("per_update", [])]
+        cells = []
+        for k in _DIAGNOSTICS:
+            v = [float(u[k]) for u in per if k in u]
+            cells.append(f"{np.median(v):.4g} [{min(v):.4g}, {max(v):.4g}] ({len(v)})" if v else "-")
+        if per:
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["", "Learner diagnostics per update, median [min, max] (updates), every seed (descriptive): behaviour "
+            "KL and capped fraction compare the proximal policy with the rollout's; `kl_stopped` = rl.target_kl cut "
+            "the update short; `updates` = minibatch steps applied", "",
+            "| arm | " + " | ".join(_DIAGNOSTICS) + " |", "|---|" + "---|" * len(_DIAGNOSTICS), *lines]
 
 
 _COLORS = {"sync": "tab:blue", "async-s1": "tab:red", "async-s2": "tab:orange"}

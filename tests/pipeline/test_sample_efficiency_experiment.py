@@ -154,6 +154,9 @@ def test_protocol_reuses_only_runs_with_matching_fingerprints(tmp_path, monkeypa
                "wall_clock_utc": ["2026-11-24T17:00:00Z", "2026-11-24T17:10:00Z"]}
         if arm != "sync":
             rec |= {"staleness_max": 1, "staleness_mean": 0.5}
+        if arm == "async-s1":  # the learner's per-update metrics (seed 1's runs predate `updates`)
+            rec["per_update"] = [{"update": u, "behaviour_kl": 0.001 * (u + seed), **({"updates": 4 - u} if seed == 0
+                                                                                        else {})} for u in (1, 2)]
         if arm == "async-s2":
             rec["fingerprints"]["init_params_sha256"] = "c" * 64  # another starting checkpoint: not reused
         path = pathlib.Path(proto.run_path(str(runs_dir), p, arm, seed))
@@ -169,6 +172,8 @@ def test_protocol_reuses_only_runs_with_matching_fingerprints(tmp_path, monkeypa
     assert "criterion grpo-tokens async-s1: PASS" in text and "not reused (fingerprints)" in text
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     assert (runs_dir / p.name / "report.md").read_text().count("| async-s1 |") >= 3
+    # descriptive learner diagnostics: median [min, max] (count) over every update of every seed, '-' when absent
+    assert "| async-s1 | 0.002 [0.001, 0.003] (4) | - | - | - | - | - | 2.5 [2, 3] (2) |" in text
     with pytest.raises(SystemExit, match="--reuse"):  # a saved run is never overwritten silently
         proto.main(p, str(runs_dir), str(tmp_path / "work"), str(tmp_path / "p.png"), only="sync:0")
 
