@@ -253,9 +253,15 @@ def equivalence(curves: dict[str, dict[int, list[dict]]], seeds: list[int] | tup
     return {"plan": plan, "verdicts": verdicts}
 
 
+# `async_protocol.Protocol` fields added after runs were saved, with the value every earlier run had: a record without
+# one reads as that value (physics_impl: 2026-11-28, session 27; every protocol before it pinned MJX in its config)
+PROTOCOL_FIELDS_ADDED = {"physics_impl": "jax"}
+
+
 def load_dir(path: str) -> tuple[dict, dict[str, dict[int, list[dict]]]]:
     """(protocol, curves) of the per-seed run JSONs `<arm>-seed<k>.json` in `path` (`async_protocol.run_one`'s
-    records). Refuses runs of another protocol, another starting checkpoint, or an arm whose seeds differ in config."""
+    records). Refuses runs of another protocol, another starting checkpoint, or an arm whose seeds differ in config.
+    A protocol field added since a run was saved (`PROTOCOL_FIELDS_ADDED`) reads as its earlier value."""
     import glob
     import json
     import os
@@ -268,6 +274,7 @@ def load_dir(path: str) -> tuple[dict, dict[str, dict[int, list[dict]]]]:
         with open(f) as fh:
             rec = json.load(fh)
         fp = rec.get("fingerprints", {})
+        rec["protocol"] = PROTOCOL_FIELDS_ADDED | rec["protocol"]
         if proto is None:
             proto, init = rec["protocol"], fp.get("init_params_sha256")
         if rec["protocol"] != proto:

@@ -380,6 +380,19 @@ def test_equivalence_refuses_mixed_runs_and_its_power_can_fail(tmp_path):
     (tmp_path / "eq" / "async-s1-seed103.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="another starting checkpoint"):
         st.load_dir(d)
+    # a protocol field added after the first runs were saved: read at its earlier value, any other value refused
+    d = _eq_runs(tmp_path, [0.75] * 6, {"async-s1": [0.0] * 6}, name="added")
+    for seed, value in ((104, "jax"), (105, "jax")):
+        f = tmp_path / "added" / f"sync-seed{seed}.json"
+        rec = json.loads(f.read_text())
+        rec["protocol"] = rec["protocol"] | {"physics_impl": value}
+        f.write_text(json.dumps(rec))
+    proto, _ = st.load_dir(d)
+    assert proto["physics_impl"] == "jax"
+    rec["protocol"]["physics_impl"] = "c"
+    f.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="another protocol"):
+        st.load_dir(d)
     kw = dict(sims=300, resamples=300)
     assert st.tost_power(0.03, 6, **kw) > 0.9
     assert st.tost_power(0.11, 6, **kw) < st.tost_power(0.11, 16, **kw)
