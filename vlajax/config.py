@@ -267,7 +267,9 @@ class RLConfig:
     # "Eighteenth session"); on fresh seeds 200-204 it lifted +12.5 [-2.9, +27.9] train-async and +21.5 [+7.4, +35.6]
     # as its sync pair (docs/results/quickstart-seeds45/summary.md)
     temperature: float = 1.0
-    target_kl: float = 0.0  # skip the remaining minibatch updates once approx KL exceeds this (0 = off)
+    # skip the remaining minibatch updates once approx KL exceeds this (0 = off). Off by default: at staleness 2
+    # on GRPO tokens, 0.0034 (cut at the second minibatch) lost 34 points to sync over 16 pairs (docs/async.md, eq45b)
+    target_kl: float = 0.0
     update_epochs: int = 2  # passes over each collected batch
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
     micro_batches: int = 1  # gradient-accumulation steps per minibatch
