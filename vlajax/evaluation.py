@@ -179,7 +179,7 @@ def run_episodes(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *,
         "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
         "seconds": round(seconds, 1),
         "gif_episodes": g,
-        "physics": registry.config_from_env_config(env_cfg)["physics_impl"],
+        "physics": registry.physics_impl(env_cfg),
     }
     return result, np.asarray(frames)
 

@@ -134,7 +134,7 @@ def run_levels(cfg: TrainConfig, bridge, model, params, *, spec: str | None = No
         "episode_length": cfg.env.episode_length, "seconds": round(seconds, 1),
         # actions executed per predicted chunk (sft.eval_replan_steps; 0 there = the whole chunk)
         "replan_steps": cfg.sft.eval_replan_steps or bridge.model.action_horizon,
-        "physics": registry.config_from_env_config(cfg.env)["physics_impl"],  # the simulator ('auto': MJX)
+        "physics": registry.physics_impl(cfg.env),  # the simulator ('auto': MJX)
     }
     return result, failure_clip
 

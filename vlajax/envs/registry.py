@@ -58,6 +58,12 @@ def load(name: str, config_overrides: Mapping[str, Any] | None = None, **overrid
     return TabletopEnv(spec, dataclasses.replace(get_default_config(), **changes))
 
 
+def physics_impl(env_cfg) -> str:
+    """The simulator an env built from `env_cfg` outside the RL rollout steps: its `physics_impl`, MJX ('jax') for
+    'auto' (the RL rollout resolves 'auto' itself: `vlajax.rl.rollout.rollout_physics`)."""
+    return "jax" if env_cfg.physics_impl == "auto" else env_cfg.physics_impl
+
+
 def config_from_env_config(env_cfg) -> dict[str, Any]:
     """Map a `vlajax.config.EnvConfig` onto `TabletopConfig` overrides."""
     return {
@@ -65,7 +71,7 @@ def config_from_env_config(env_cfg) -> dict[str, Any]:
         "image_size": env_cfg.image_size,
         "cameras": tuple(env_cfg.cameras),
         "render_backend": env_cfg.render_backend,
-        "physics_impl": "jax" if env_cfg.physics_impl == "auto" else env_cfg.physics_impl,  # auto: MJX outside RL
+        "physics_impl": physics_impl(env_cfg),
         "num_envs": env_cfg.num_envs,
         "n_substeps": env_cfg.action_repeat * TabletopConfig.n_substeps,
         "randomize": tuple((a, lo, hi) for a, (lo, hi) in perturb.parse_ranges(env_cfg.randomize).items()),
