@@ -149,14 +149,18 @@ def restore_eval_params(directory: str, target: TrainState, flag: str) -> tuple[
 # ------------------------------------------------------------------------------------------
 
 
-def write_policy(directory: str, cfg: TrainConfig, bridge: Bridge, source: str) -> None:
+def write_policy(directory: str, cfg: TrainConfig, bridge: Bridge, source: str,
+                 rollout_physics: str | None = None) -> None:
     """Make a run's checkpoint directory self-describing: `config.json` (the run's config) and
-    `policy.json` (the bridge plus `"source"`, one of `POLICY_SOURCES`). SFT and RL runs call it."""
+    `policy.json` (the bridge plus `"source"`, one of `POLICY_SOURCES`, and for RL runs
+    `"rollout_physics"`: the simulator its rollouts stepped, 'auto' resolved, since `config.json` keeps
+    `env.physics_impl` as given). SFT and RL runs call it."""
     if source not in POLICY_SOURCES:
         raise ValueError(f"source {source!r} is not one of {POLICY_SOURCES}")
     os.makedirs(directory, exist_ok=True)
     write_json(os.path.join(directory, CONFIG_FILE), config_to_dict(cfg))
-    write_json(os.path.join(directory, POLICY_FILE), {**bridge.to_json(), "source": source})
+    facts = {} if rollout_physics is None else {"rollout_physics": rollout_physics}
+    write_json(os.path.join(directory, POLICY_FILE), {**bridge.to_json(), "source": source, **facts})
 
 
 def policy_source(directory: str) -> str:

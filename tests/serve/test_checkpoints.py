@@ -73,7 +73,10 @@ def test_eval_checkpoint_and_serve_to_openpi_client(checkpoints, tmp_path, kind)
 
     ckpt = checkpoints[kind]
     with open(os.path.join(ckpt, POLICY_FILE)) as f:
-        assert json.load(f)["source"] == kind  # every run writes its source (SFT too)
+        written = json.load(f)
+    assert written["source"] == kind  # every run writes its source (SFT too)
+    # RL runs say what their rollouts stepped: 'auto' on one CPU device is C MuJoCo (rollout_physics)
+    assert written.get("rollout_physics") == (None if kind == "sft" else "c")
     cfg = _eval_cfg(str(tmp_path)).replace(checkpoint=dataclasses.replace(get_config("sft-tiny").checkpoint, dir=ckpt))
     assert evaluate.run(cfg) == 0
     [name] = os.listdir(os.path.join(str(tmp_path), "eval"))

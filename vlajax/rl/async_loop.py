@@ -75,6 +75,7 @@ from vlajax.pipeline.slots import SlotRollout
 from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
+from vlajax.rl.rollout import rollout_physics
 from vlajax.rl.async_progress import AsyncProgress
 from vlajax.rl.async_workload import RLWorkload, Trainer, check_streaming
 from vlajax.train_state import TrainState
@@ -230,7 +231,8 @@ def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_a
             # ---- Checkpoint and resume -------------------------------------------------------------
             ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
             if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
-                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
+                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge,
+                                       "async-rl", rollout_physics=rollout_physics(roll_cfg.env))
             env_rows = rl_setup.env_leaves if hosts is None else (lambda e: hosts.stack(rl_setup.env_leaves(e)))
             # multi-host: a row per process
             pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_rows(e)})  # noqa: E731

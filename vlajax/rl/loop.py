@@ -48,6 +48,7 @@ from vlajax.config import TrainConfig
 from vlajax.logging import MetricsLogger, Progress
 from vlajax.preemption import nothing_new, stop_request
 from vlajax.rl import learner
+from vlajax.rl.rollout import rollout_physics
 from vlajax.rl.setup import (
     Setup,
     build,
@@ -112,7 +113,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             # ---- Checkpoints and resume ----------------------------------------------------------
             ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
             if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
-                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl")
+                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl",
+                                       rollout_physics=rollout_physics(cfg.env))
             pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})
             start, env_steps = 0, 0.0
             if cfg.checkpoint.resume and ckpt.latest_step() is not None:
