@@ -46,7 +46,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from experiments.outputs import loadavg, write_results  # noqa: E402
+from experiments.outputs import git_state, loadavg, write_results  # noqa: E402
 from vlajax import cli  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)
@@ -97,7 +97,7 @@ def run(a: Args) -> None:
             (found,) = glob.glob(os.path.join(out_dir, "eval", "goal-step-*", "eval.json"))
             with open(found) as f:
                 ev = json.load(f)
-            git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+            git = git_state()["commit"]  # the bare sha, as earlier records store it
             rec = {"physics": physics, "seed": seed, "eval": ev, "command": " ".join(argv[1:]),
                    "wall_seconds": round(time.time() - t0, 1), "loadavg": {"start": load0, "end": loadavg()},
                    "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": git}

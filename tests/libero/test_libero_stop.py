@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from tests.procs import process_stat
+
 sys.path.insert(0, os.path.dirname(__file__))
 from test_libero_rl import FIXTURES, imported, venv_or_skip  # noqa: E402, F401  (the imported dummy pi05_libero; 3-9 s)
 
@@ -30,21 +32,11 @@ ABANDON_BOUND_S = 10.0  # docs/reliability.md: a phase abandoned -> the exit (me
 START_TIMEOUT_S = 600.0  # waiting for the phase to begin (a loaded 2-core machine)
 
 
-def _stat(pid: int) -> tuple[int, int, str] | None:
-    """(ppid, session id, state) of a live process, None when it is gone (or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in "ZX" else (int(fields[1]), int(fields[3]), fields[0])
-
-
 def _workers_of(pid: int) -> list[int]:
     """The LIBERO worker processes (children of `pid` running vlajax.libero.worker)."""
     out = []
     for d in os.listdir("/proc"):
-        if d.isdigit() and (st := _stat(int(d))) is not None and st[0] == pid:
+        if d.isdigit() and (st := process_stat(int(d))) is not None and st[0] == pid:
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
                     if b"vlajax.libero.worker" in f.read():
@@ -56,7 +48,7 @@ def _workers_of(pid: int) -> list[int]:
 
 def _left_in_sessions(sessions: list[int]) -> list[int]:
     """Live processes in any of those sessions (a worker runs in a session of its own, with what it started)."""
-    return [int(d) for d in os.listdir("/proc") if d.isdigit() and (st := _stat(int(d))) is not None
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and (st := process_stat(int(d))) is not None
             and st[1] in sessions]
 
 

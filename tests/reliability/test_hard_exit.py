@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from tests.procs import process_stat
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = """
@@ -24,15 +26,6 @@ with preemption.stop_request("demo"):
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is not alive (its parent is gone, it awaits a reaper)
-        return f.read().split(") ")[-1][0] != "Z"
-
-
 def test_a_second_signal_kills_the_pool_workers_before_it_exits():
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO}
     proc = subprocess.Popen([sys.executable, "-c", CHILD], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -40,7 +33,7 @@ def test_a_second_signal_kills_the_pool_workers_before_it_exits():
     worker = -1
     try:
         worker = int(proc.stdout.readline())
-        assert _alive(worker)
+        assert process_stat(worker) is not None
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         assert proc.poll() is None  # the first signal asked for a stop at the next step boundary
@@ -51,8 +44,8 @@ def test_a_second_signal_kills_the_pool_workers_before_it_exits():
         err = proc.stderr.read()
         assert rc == 130 and "a second interrupt" in err, err[-2000:]
         assert dt < 5, dt  # at once
-        assert not _alive(worker), f"the pool's worker {worker} outlived the second signal's exit"
+        assert process_stat(worker) is None, f"the pool's worker {worker} outlived the second signal's exit"
     finally:
         proc.kill()
-        if worker > 0 and _alive(worker):
+        if worker > 0 and process_stat(worker) is not None:
             os.kill(worker, signal.SIGKILL)
