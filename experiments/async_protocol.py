@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import time
 
 import numpy as np
@@ -299,6 +300,9 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     from vlajax.rl.setup import build
 
     out = os.path.join(work_dir, p.name, f"{arm}-seed{seed}")
+    if os.path.isdir(out):  # an earlier run's (cut off, or --replace): its checkpoints would collide with these saves
+        print(f"== {arm} seed {seed}: removing the earlier run's {out}", flush=True)
+        shutil.rmtree(out)
     cfg = train_config(p, arm, seed, out)
     config_sha, config_dict = config_fingerprint(cfg)
     init = init_fingerprint(cfg)

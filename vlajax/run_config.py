@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
+from vlajax.config_errors import ConfigError
 from vlajax.config_errors import check as _check
 
 
@@ -17,11 +19,38 @@ class CheckpointConfig:
     every_steps: int = 100  # save every N steps (and at the end); a save leaks ~0.5 KiB/array (docs/reliability.md)
     max_to_keep: int = 3  # newest checkpoints kept
     async_save: bool = True  # write in a background thread while training continues
-    resume: bool = True  # resume from the newest checkpoint in dir when one exists
+    # resume from the newest checkpoint in dir when one exists; False: a fresh run, refused (before anything is built)
+    # when dir already holds steps, which its saves would collide with
+    resume: bool = True
 
     def __post_init__(self):
         _check(self.every_steps >= 1, "checkpoint.every_steps must be >= 1")
         _check(self.max_to_keep >= 1, "checkpoint.max_to_keep must be >= 1")
+
+    def directory(self, output_dir: str) -> str:
+        """The run's checkpoint directory, absolute: `dir`, or `<output_dir>/checkpoints`."""
+        return os.path.abspath(self.dir or os.path.join(output_dir, "checkpoints"))
+
+    def check_fresh(self, output_dir: str) -> None:
+        """ConfigError when `resume=False` would start a fresh run in a directory that already holds steps:
+        Orbax refuses to write a step that exists, so the run would fail at the first save that meets one,
+        after training up to it. Called before anything is built (`vlajax.train.preflight`)."""
+        directory = self.directory(output_dir)
+        if not self.resume and (steps := checkpoint_steps(directory)):
+            shown = ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")
+            raise ConfigError(f"checkpoint.resume=false starts a fresh run, but {directory} already holds checkpoints "
+                              f"(steps {shown}) that its saves would collide with: pass another --output-dir (or "
+                              "--checkpoint.dir), delete them, or resume from them (without --checkpoint.no-resume)")
+
+
+def checkpoint_steps(directory: str) -> list[int]:
+    """The complete steps in an Orbax checkpoint directory (its integer-named subdirectories), sorted; [] when
+    the directory does not exist. A write cut off by a crash (`N.orbax-checkpoint-tmp-*`) is not a step."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(directory, n)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,7 +171,7 @@ def policy_source(directory: str) -> str:
 
 def checkpoint_dir(cfg: TrainConfig) -> str:
     """The run's checkpoint directory, absolute: `checkpoint.dir`, or `<output_dir>/checkpoints`."""
-    return os.path.abspath(cfg.checkpoint.dir or os.path.join(cfg.output_dir, "checkpoints"))
+    return cfg.checkpoint.directory(cfg.output_dir)
 
 
 def run_checkpointer(cfg: TrainConfig) -> tuple[str, checkpoint.Checkpointer]:

@@ -60,6 +60,7 @@ from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA, aux_loss, weighted_mse
 from vlajax.policy import Bridge
 from vlajax.preemption import nothing_new, stop_request
+from vlajax.run_config import checkpoint_steps
 from vlajax.run_files import (
     checkpoint_dir,
     eval_params,
@@ -249,7 +250,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             _check(cfg, mesh)
             # the source learned delta actions: so do we (and keep them); resuming, the run's own record
             own = checkpoint_dir(cfg)
-            resuming = cfg.checkpoint.resume and os.path.isdir(own) and any(d.isdigit() for d in os.listdir(own))
+            resuming = cfg.checkpoint.resume and bool(checkpoint_steps(own))
             # 'off' (another embodiment): the dataset's actions and our own bridge; the source's transforms
             # are not read, so none of their refusals (a mask too wide, openpi's ALOHA space) applies
             openpi = None if cfg.sft.delta_actions == "off" else init_from.delta_transforms(

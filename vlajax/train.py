@@ -187,6 +187,8 @@ def preflight(cfg: TrainConfig, command: str = "") -> None:
     `rl` on state observations (the MLP policy) refuses the `model.*` flags it does not read;
     `model.attention='cudnn'` needs a GPU (tests/foundation/test_every_value.py tries every value).
     """
+    if command in ("smoke", "sft", "rl"):  # a fresh run (checkpoint.resume=false) over saved steps fails at a save
+        cfg.checkpoint.check_fresh(cfg.output_dir)
     if command not in ("sft", "") and cfg.data.grounding_fraction > 0:
         raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} is for sft (it mixes rendered "
                           f"frames into the SFT batches); the {command} command does not read it")

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.procs import process_stat
 from vlajax.libero import protocol as P
 from vlajax.libero.rl_lane import LiberoArgs, Recorder, assemble_group
 from vlajax.libero.rl_train import split_args
@@ -88,7 +89,9 @@ def test_split_args_and_refusals(tmp_path):
     assert mine == ["--suite", "libero_goal", "--tasks", "1", "2", "--workers=3"]
     assert rest == ["--preset", "x", "--rl.num-iterations", "4"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "VLAJAX_LIBERO_VENV": str(tmp_path / "nope")}
-    for extra, needle in ((["--rl.algo", "ppo", "--libero.workers", "0"], "--libero.workers"), ([], "make libero")):
+    (tmp_path / "out" / "checkpoints" / "3").mkdir(parents=True)  # a saved step: a fresh run is refused over it
+    for extra, needle in ((["--rl.algo", "ppo", "--libero.workers", "0"], "--libero.workers"), ([], "make libero"),
+                          (["--output-dir", str(tmp_path / "out"), "--checkpoint.no-resume"], "(steps 3)")):
         out = subprocess.run([sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
                               "rl-pi05-libero-dummy", "--rl.init-from", str(tmp_path), *extra], env=env, cwd=REPO,
                              capture_output=True, text=True, timeout=120)
@@ -159,16 +162,6 @@ def _killer(killed: list[int]):
 LARGS = LiberoArgs(suite="libero_spatial", tasks=(0,), max_steps=10, num_steps_wait=2)  # 2 decisions / episode
 
 
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, session id) of a live process; None when gone (or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in "ZX" else (int(fields[1]), int(fields[3]))
-
-
 def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
     """The chain in its own process (this file's __main__: `rl_train.train` with the test's reward and fault
     hooks): async updates at staleness 1; the worker is killed mid-episode in the first group: the episode
@@ -190,7 +183,7 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
     while not any("rl libero: update 3/5" in ln for ln in err):
         assert proc.poll() is None and time.monotonic() < deadline, "".join(err)[-4000:]
         for d in os.listdir("/proc"):
-            if d.isdigit() and (st := _proc_stat(int(d))) is not None and st[0] == proc.pid and st[1] == int(d):
+            if d.isdigit() and (st := process_stat(int(d))) is not None and st[0] == proc.pid and st[1] == int(d):
                 sessions.add(st[1])  # a child leading its own session: a LIBERO worker
         time.sleep(0.05)
     t_sig = time.monotonic()
@@ -215,7 +208,7 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
     assert sorted(int(d) for d in os.listdir(ckpt_dir) if d.isdigit()) == [1, n]
     with open(os.path.join(ckpt_dir, "policy.json")) as f:
         assert json.load(f)["source"] == "async-rl"  # a servable policy
-    left = [int(d) for d in os.listdir("/proc") if d.isdigit() and (st := _proc_stat(int(d))) and st[1] in sessions]
+    left = [int(d) for d in os.listdir("/proc") if d.isdigit() and (st := process_stat(int(d))) and st[1] in sessions]
     assert len(sessions) == 2 and not left, (sessions, left)  # the killed worker's replacement is gone too
     assert [h["update"] for h in hist] == list(range(1, n + 1))
     assert max(max(h["staleness"]) for h in hist) >= 1, [h["staleness"] for h in hist]  # rollout ran ahead

@@ -81,6 +81,7 @@ def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
 def _check(cfg: TrainConfig, largs: LiberoArgs) -> None:
     """ConfigError for what this run cannot do (before anything loads)."""
     largs.check()
+    cfg.checkpoint.check_fresh(cfg.output_dir)
     if cfg.rl.algo != "grpo":
         raise ConfigError(f"rl.algo={cfg.rl.algo!r}: RL on LIBERO workers runs GRPO (rl.algo='grpo')")
     if cfg.rl.eval_every > 0:
