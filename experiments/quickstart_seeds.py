@@ -28,6 +28,7 @@ import dataclasses
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -99,6 +100,8 @@ def run(a: Args) -> None:
             if os.path.exists(path) and not a.replace:
                 print(f"== {arm} seed {seed}: kept {path}", flush=True)
                 continue
+            if arm == "sync":  # an earlier sync run's checkpoints would be resumed (0 updates), its evals re-read
+                shutil.rmtree(os.path.join(a.work, f"seed-{seed}", "rl-sync"), ignore_errors=True)
             print(f"== {arm} seed {seed} (load {loadavg()}, {time.strftime('%H:%M:%S')}): {line}", flush=True)
             t0, load0, wall0 = time.time(), loadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             proc = subprocess.run(argv, env=dict(os.environ, **env))
