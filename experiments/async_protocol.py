@@ -3,8 +3,8 @@ workloads of `experiments/async_sample_efficiency.py` (`--workload grpo-tokens` 
 
 Arms (`ARMS`): `sync` (`vlajax.rl.loop.train`), `async-s1` and `async-s2`
 (`vlajax.rl.async_loop.train_async`, `pipeline.staleness_threshold` 1 / 2, one env slot, no
-partial rollout, no streaming, decoupled PPO: `use_rollout_log_probs=False`); `async-s2-kl` = async-s2 with
-the arm's own rl fields (`ARM_RL`: `rl.target_kl`, issue 45 item 2). Every run of a
+partial rollout, no streaming, decoupled PPO: `use_rollout_log_probs=False`); `async-s2-kl` and `async-s2-lr` =
+async-s2 with the arm's own rl fields (`ARM_RL`: `rl.target_kl`, `rl.learning_rate`; issue 45 item 2). Every run of a
 workload starts from the same SFT checkpoint (`init_from`; its parameter hash is in every run's
 JSON) and is scored on the same evaluation episodes (`rl.eval_seed`); a seed k sets the
 collect / update key streams (`cfg.seed`), the same in every arm, so arm runs with the same seed
@@ -38,10 +38,13 @@ from experiments import async_stats
 from experiments.outputs import git_state, loadavg
 
 ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0,  # arm -> pipeline.staleness_threshold (None: sync loop)
-        "async-s2-kl": 2.0}
-# an arm's own rl fields over the protocol's (issue 45 item 2, docs/async/preregistration_45b.md): staleness 2
-# with a per-update KL bound at the 90th percentile of the staleness-1 arm's per-update approx KL (eq45 runs)
-ARM_RL: dict[str, tuple[tuple[str, object], ...]] = {"async-s2-kl": (("target_kl", 0.0034),)}
+        "async-s2-kl": 2.0, "async-s2-lr": 2.0}
+# an arm's own rl fields over the protocol's (issue 45 item 2): staleness 2 with a per-update KL bound at the 90th
+# percentile of the staleness-1 arm's per-update approx KL (eq45 runs; docs/async/preregistration_45b.md); staleness
+# 2 with the learning rate divided by the staleness (Zhang et al. 2016: rl-grpo-tokens' 5e-5 / 2;
+# docs/async/preregistration_45d.md)
+ARM_RL: dict[str, tuple[tuple[str, object], ...]] = {"async-s2-kl": (("target_kl", 0.0034),),
+                                                     "async-s2-lr": (("learning_rate", 2.5e-5),)}
 
 QUICKSTART_RECIPE = (  # `make quickstart`'s demos + SFT phases (vlajax/quickstart.py, default size, seed 0)
     "python -m vlajax.train demos --preset sft-small --suite goal --episodes-per-task 5 --out runs/quickstart/demos",
@@ -141,6 +144,12 @@ PROTOCOLS |= {
     "eq45b-grpo-s2-kl": Protocol(name="eq45b-grpo-s2-kl", rl_overrides=(("ratio_level", "factor"),),
                                  arms=("sync", "async-s2-kl", "async-s2"),
                                  **(_EQ45 | dict(seeds=tuple(range(116, 116 + async_stats.MAX_PAIRS))))),
+    # issue 45 item 2, the next candidate (docs/async/preregistration_45d.md, committed before any of its runs):
+    # learning-rate / staleness coupling, lr / 2 at staleness 2 (async-s2-lr, decides), async-s2 beside it as a
+    # second replication (decides nothing); fresh seeds 132-147, the same rule, MJX as eq45 and eq45b
+    "eq45d-grpo-s2-lr": Protocol(name="eq45d-grpo-s2-lr", rl_overrides=(("ratio_level", "factor"),),
+                                 arms=("sync", "async-s2-lr", "async-s2"),
+                                 **(_EQ45 | dict(seeds=tuple(range(132, 132 + async_stats.MAX_PAIRS))))),
 }
 
 

@@ -438,7 +438,7 @@ class Args:
     debug: bool = False
     # 'mlp' or one of async_protocol.PROTOCOLS
     workload: Literal['mlp', 'grpo-tokens', 'grpo-tokens-factor', 'ppo-flow', 'eq45-grpo-tokens-factor',
-                      'eq45-ppo-flow', 'eq45b-grpo-s2-kl', 'eq45c-ppo-flow-c'] = "mlp"
+                      'eq45-ppo-flow', 'eq45b-grpo-s2-kl', 'eq45c-ppo-flow-c', 'eq45d-grpo-s2-lr'] = "mlp"
     init_from: str | None = None  # pixel workloads: the SFT checkpoint directory (default: the protocol's)
     runs_dir: str = "docs/async/runs"  # pixel workloads: one JSON per run under <runs_dir>/<workload>/
     replace: bool = False  # pixel workloads: run again over a saved run

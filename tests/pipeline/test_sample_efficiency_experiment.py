@@ -451,6 +451,28 @@ def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp
     assert len({proto.config_fingerprint(c)[0] for c in cfgs.values()}) == 3
 
 
+def test_eq45d_arms_differ_only_in_the_pipeline_and_the_learning_rate(tmp_path):
+    """Issue 45 item 2, the next candidate (docs/async/preregistration_45d.md): async-s2-lr is async-s2 with the
+    preset's learning rate divided by the staleness (2) and nothing else; sync and async-s2 are eq45b's configs;
+    fresh seeds, disjoint from eq45's and eq45b's."""
+    import dataclasses
+
+    proto, _ = _protocol()
+    p, kl, first = (proto.get_protocol(n) for n in ("eq45d-grpo-s2-lr", "eq45b-grpo-s2-kl", "eq45-grpo-tokens-factor"))
+    assert p.arms == ("sync", "async-s2-lr", "async-s2") and p.physics_impl == "jax"
+    assert not set(p.seeds) & (set(kl.seeds) | set(first.seeds)) and p.seeds == tuple(range(132, 148))
+    assert (p.delta, p.pilot_pairs, p.max_pairs) == (first.delta, first.pilot_pairs, first.max_pairs)
+    cfgs = {a: proto.train_config(p, a, 132, str(tmp_path / a)) for a in p.arms}
+    assert cfgs["sync"].rl.learning_rate == 5e-5  # rl-grpo-tokens' own
+    assert cfgs["async-s2-lr"].rl == dataclasses.replace(cfgs["async-s2"].rl, learning_rate=2.5e-5)
+    assert cfgs["async-s2-lr"].pipeline == cfgs["async-s2"].pipeline and cfgs["async-s2"].rl == cfgs["sync"].rl
+    assert cfgs["async-s2"].pipeline.staleness_threshold == 2.0
+    same = {a: proto.train_config(kl, a, 132, str(tmp_path / "kl" / a)) for a in ("sync", "async-s2")}
+    for a, c in same.items():  # the same configs (fingerprints) as eq45b's sync and async-s2
+        assert proto.config_fingerprint(c)[0] == proto.config_fingerprint(cfgs[a])[0]
+    assert len({proto.config_fingerprint(c)[0] for c in cfgs.values()}) == 3
+
+
 def test_every_protocol_is_a_workload_the_command_line_accepts():
     """`--workload` offers exactly 'mlp' and the protocols (eq45b-grpo-s2-kl was once defined but refused
     by the command line), and the command parses the newest one."""
