@@ -316,6 +316,7 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     config_sha, config_dict = config_fingerprint(cfg)
     init = init_fingerprint(cfg)
     wall_start, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), loadavg()
+    git = git_state("vlajax", "experiments")  # the checkout this run imported (HEAD may move while it trains)
     setup = build(cfg, sharding.make_mesh(cfg.mesh))
     evals_at: dict[int, dict] = {}
     t0 = time.perf_counter()
@@ -371,7 +372,7 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
         "loadavg": {"start": load_start, "end": loadavg()},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
                     "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]},
-        "git": git_state("vlajax", "experiments"), **extra}
+        "git": git, **extra}
     path = run_path(runs_dir, p, arm, seed)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as f:

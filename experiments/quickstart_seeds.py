@@ -67,7 +67,8 @@ def commands(a: Args, seed: int) -> dict[str, tuple[dict, list[str]]]:
             "sync": ({}, [sys.executable, "-m", "vlajax.train", *sync])}
 
 
-def _record(arm: str, seed: int, env: dict, argv: list[str], t0: float, load0: str, wall0: str, a: Args) -> dict:
+def _record(arm: str, seed: int, env: dict, argv: list[str], t0: float, load0: str, wall0: str, git: dict,
+            a: Args) -> dict:
     run_dir = os.path.join(a.work, f"seed-{seed}")
     if arm == "async":
         with open(os.path.join(run_dir, "report", "summary.json")) as f:
@@ -83,7 +84,7 @@ def _record(arm: str, seed: int, env: dict, argv: list[str], t0: float, load0: s
     return {"arm": arm, "seed": seed, "size": a.size, **body,
             "command": " ".join([f"{k}={v}" for k, v in env.items()] + argv[1:]),
             "minutes": round((time.time() - t0) / 60, 2), "loadavg": {"start": load0, "end": loadavg()},
-            "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": git_state("vlajax")}
+            "wall_clock_utc": [wall0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())], "git": git}
 
 
 def run(a: Args) -> None:
@@ -104,10 +105,11 @@ def run(a: Args) -> None:
                 shutil.rmtree(os.path.join(a.work, f"seed-{seed}", "rl-sync"), ignore_errors=True)
             print(f"== {arm} seed {seed} (load {loadavg()}, {time.strftime('%H:%M:%S')}): {line}", flush=True)
             t0, load0, wall0 = time.time(), loadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            git = git_state("vlajax")  # the checkout the run starts from (HEAD may move while it runs)
             proc = subprocess.run(argv, env=dict(os.environ, **env))
             if proc.returncode:
                 raise SystemExit(f"{arm} seed {seed} failed (exit {proc.returncode}): {line}")
-            rec = _record(arm, seed, env, argv, t0, load0, wall0, a)
+            rec = _record(arm, seed, env, argv, t0, load0, wall0, git, a)
             with open(path + ".tmp", "w") as f:
                 json.dump(rec, f, indent=1)
             os.replace(path + ".tmp", path)
