@@ -51,8 +51,8 @@ class Args:
     seeds: tuple[int, ...] = SEEDS  # quickstart seeds (VLAJAX_QUICKSTART_SEED), run in this order
     arms: tuple[Literal["async", "sync"], ...] = ("async", "sync")  # sync needs the seed's async run (its SFT)
     size: Literal["default", "smoke"] = "default"  # smoke: a wiring check (its --out must be outside docs/)
-    out: str = "docs/results/quickstart-seeds45"  # the per-seed JSONs and the summary
-    work: str = "runs/quickstart-seeds45"  # the runs themselves (demos, checkpoints, logs; not in git)
+    out: str = "docs/results/quickstart-seeds-c"  # the per-seed JSONs and the summary (MJX-rollout set: ...-seeds45)
+    work: str = "runs/quickstart-seeds-c"  # the runs themselves (demos, checkpoints, logs; not in git)
     replace: bool = False  # run a seed again even if its JSON exists
     dry_run: bool = False  # print the commands only
 

@@ -15,8 +15,9 @@ Phases (each is the documented command, run as its own process):
             it is evaluated closed-loop at update 0 (= the SFT policy), every 5 updates and at the
             end: before/after and a curve. This recipe was chosen on fresh seeds 25-27, +17.5 points
             (docs/results.md, Quickstart, "Eighteenth session"; 3 seeds, no sync pair); on fresh
-            seeds 200-204 it lifted +12.5 [-2.9, +27.9], its sync pair +21.5 [+7.4, +35.6]
-            (docs/results/quickstart-seeds45/summary.md; experiments/quickstart_seeds.py).
+            seeds 200-204 it lifted +32.2 [+19.0, +45.5], its sync pair +23.2 [+11.6, +34.9]
+            (docs/results/quickstart-seeds-c/summary.md; experiments/quickstart_seeds.py); with MJX
+            in the RL rollout, the default before 'auto', +12.5 and +21.5 (.../quickstart-seeds45/).
             (Without temperature and KL it lifted +7.1; at temperature 0.5 alone +12.1 on fresh seeds
             19-21; with the KL estimated on whole decisions, which exploded, +7.1 on 22-24. Per-token
             ratios with 40 updates lifted +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8:
@@ -68,9 +69,10 @@ PIPELINE_FLAGS = [
     # train-async: staleness 1, decoupled PPO -- EQUIVALENT to sync within 10 points in issue 45's pre-registered
     # test (16 seed pairs of this recipe's SFT start with per-token ratios, T 1, no KL: docs/async.md, "Issue 45");
     # staleness 2 was NOT EQUIVALENT there (-8 points at update 15). This recipe's own sync pair
-    # (experiments/quickstart_seeds.py, docs/results/quickstart-seeds45/, seeds 200-204): train-async lifted
-    # +12.5 [-2.9, +27.9] points, sync +21.5 [+7.4, +35.6]; paired async - sync -9.0 [-32.1, +14.1] (no difference
-    # shown, none excluded: five pairs); the main job stays train-async, what it costs is in the README
+    # (experiments/quickstart_seeds.py, docs/results/quickstart-seeds-c/, seeds 200-204, C rollout): train-async
+    # lifted +32.2 [+19.0, +45.5] points, sync +23.2 [+11.6, +34.9]; paired async - sync +9.0 [-7.0, +25.0] (MJX
+    # rollout, docs/results/quickstart-seeds45/: -9.0 [-32.1, +14.1]; no difference shown either way, none excluded:
+    # five pairs); the main job stays train-async, what it costs is in the README
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
 ]
 RL_FLAGS = [
