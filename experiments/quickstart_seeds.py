@@ -78,8 +78,8 @@ def _record(arm: str, seed: int, env: dict, argv: list[str], t0: float, load0: s
     else:
         evals = quickstart_report.read_evals(os.path.join(run_dir, "rl-sync"))
         body = {"before": evals[0], "after": evals[-1], "lift": evals[-1]["mean"] - evals[0]["mean"], "evals": evals}
-    rl_dir = os.path.join(run_dir, "rl" if arm == "async" else "rl-sync", "checkpoints", "policy.json")
-    with open(rl_dir) as f:  # the simulator the RL rollouts stepped ('auto' resolved; older runs: absent)
+    policy_file = os.path.join(run_dir, "rl" if arm == "async" else "rl-sync", "checkpoints", "policy.json")
+    with open(policy_file) as f:  # the simulator the RL rollouts stepped ('auto' resolved; older runs: absent)
         body["rollout_physics"] = json.load(f).get("rollout_physics")
     return {"arm": arm, "seed": seed, "size": a.size, **body,
             "command": " ".join([f"{k}={v}" for k, v in env.items()] + argv[1:]),
