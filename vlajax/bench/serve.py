@@ -192,20 +192,20 @@ def _start_server(checkpoint: str, extra: list[str], log_path: str, repo: str = 
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
     deadline = time.monotonic() + 900
+    other: list[str] = []  # what imports print before the server's line (e.g. mujoco_mjx: "Failed to import warp")
     while True:
         try:
             line = lines.get(timeout=1.0)
-            break
         except queue.Empty:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 with open(log_path) as f:
-                    tail = "".join(f.readlines()[-15:])
+                    tail = "".join(other[-5:] + f.readlines()[-15:])
                 raise RuntimeError(f"the server did not start (exit code {proc.poll()}):\n{tail}") from None
-    if not line.startswith("serving "):
-        proc.kill()
-        raise RuntimeError(f"unexpected server output {line!r}")
-    return proc, line.split()[1]
+            continue
+        if line.startswith("serving "):
+            return proc, line.split()[1]
+        other.append(line)
 
 
 def plot(result: dict[str, Any], path: str) -> None:
