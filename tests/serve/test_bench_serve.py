@@ -55,3 +55,24 @@ def test_summary_ratios_pair_rows_of_the_same_repeat():
     assert sixteen["p95_over_p50_1"] == {"median": 10.0, "min": 10.0, "max": 10.0}  # 20/2 and 40/4
     assert out["adaptive"]["targets"]["rps_met"] is False
     assert out["fixed"]["targets"]["rps16_over_rps1"]["median"] == 8.0
+
+
+def test_start_server_skips_what_imports_print_before_the_serving_line(tmp_path):
+    """The GPU image's mujoco_mjx prints 'Failed to import warp' on stdout before the server's line (2026-11-28)."""
+    from vlajax.bench.serve import _start_server
+
+    pkg = tmp_path / "vlajax" / "serve"
+    pkg.mkdir(parents=True)
+    (tmp_path / "vlajax" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import time\nprint(\"Failed to import warp: No module named 'warp'\", "
+                                     "flush=True)\nprint('serving ws://127.0.0.1:1234', flush=True)\ntime.sleep(60)\n")
+    proc, url = _start_server("unused", [], str(tmp_path / "server.log"), str(tmp_path))
+    try:
+        assert url == "ws://127.0.0.1:1234"
+    finally:
+        proc.kill()
+        proc.wait()
+    (pkg / "__main__.py").write_text("print('no server here', flush=True)\nraise SystemExit(3)\n")
+    with pytest.raises(RuntimeError, match=r"(?s)did not start \(exit code 3\).*no server here"):
+        _start_server("unused", [], str(tmp_path / "server.log"), str(tmp_path))

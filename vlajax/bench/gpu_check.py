@@ -7,7 +7,7 @@ gathers them.
 
 One worker process runs the rows (`--worker`); the parent restarts it after a row that overruns its
 budget (killed: `failed: timeout`) or crashes, and writes `DIR/gpu_check.json` after every row, so one
-failing row never loses the others. A global deadline (`--deadline-s`, default 480 s) skips rows that
+failing row never loses the others. A global deadline (`--deadline-s`, default 540 s) skips rows that
 no longer fit (their minimum time). `--dry-run`: CPU, tiny sizes, every row exercised; GPU-only parts
 are skipped with a reason. Nothing here measures anything itself: it calls the benches and the SFT step.
 """
@@ -86,7 +86,7 @@ class Args:
 
     out: str = "gpu_check_out"  # folder for gpu_check.json and gpu_check.log (made if missing)
     dry_run: bool = False  # CPU, tiny sizes, every row exercised (GPU-only parts skipped with a reason)
-    deadline_s: float = 480.0  # global deadline; rows that no longer fit their minimum time are skipped
+    deadline_s: float = 540.0  # global deadline; rows that no longer fit their minimum time are skipped
     rows: tuple[str, ...] = tuple(r.name for r in ROWS)  # rows to run, in this order
     budget_s: float = 0.0  # > 0: every row's budget (tests); 0: the rows' own
     worker: bool = False  # internal: run the rows in this process

@@ -208,6 +208,13 @@ def _start_server(checkpoint: str, extra: list[str], log_path: str, repo: str = 
         other.append(line)
 
 
+def _forward_device() -> str:
+    """What the server computes on: its environment is this process's, so JAX picks the same backend."""
+    import jax
+
+    return f"{jax.default_backend()} ({jax.devices()[0].device_kind})"
+
+
 def plot(result: dict[str, Any], path: str) -> None:
     import matplotlib
 
@@ -371,7 +378,8 @@ def main(argv: list[str]) -> int:
         "rows": rows, "server_exit_codes": exits,
         "baseline": os.path.abspath(a.baseline) if a.baseline else None,
         "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": _loadavg()},
-        "reality": "all real: model forward on this CPU, websockets over loopback, clients in the bench process",
+        "reality": f"all real: model forward on {_forward_device()} (the server's JAX default backend), websockets "
+                   "over loopback, clients in the bench process on this host's CPUs",
         "command": "python -m vlajax.bench serve " + " ".join(argv),
     }
     for entry in result["summary"]:
