@@ -34,7 +34,7 @@ class CheckpointConfig:
     def check_fresh(self, output_dir: str) -> None:
         """ConfigError when `resume=False` would start a fresh run in a directory that already holds steps:
         Orbax refuses to write a step that exists, so the run would fail at the first save that meets one,
-        after training up to it. Called before anything is built (`vlajax.train.preflight`)."""
+        after training up to it. Called before anything is built (`vlajax.preflight`)."""
         directory = self.directory(output_dir)
         if not self.resume and (steps := checkpoint_steps(directory)):
             shown = ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")

@@ -98,7 +98,8 @@ def test_smoke_trains_checkpoints_and_resumes(tmp_path):
     # a fresh run over those steps would fail at its first save that meets one: refused before anything compiles
     p = _run("smoke", "--sft.num-steps", "30", *common, "--checkpoint.no-resume")
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
-    assert p.returncode == 2 and len(errors) == 1 and "already holds checkpoints (steps 10, 20, 30)" in errors[0], p.stderr
+    assert p.returncode == 2 and len(errors) == 1, p.stderr
+    assert "already holds checkpoints (steps 10, 20, 30)" in errors[0], p.stderr
     assert "Compiling" not in p.stderr and sorted(os.listdir(os.path.join(out, "checkpoints")))[-1] == "30"
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(out, "tb")))
 

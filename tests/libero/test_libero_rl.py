@@ -91,7 +91,8 @@ def test_split_args_and_refusals(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "VLAJAX_LIBERO_VENV": str(tmp_path / "nope")}
     (tmp_path / "out" / "checkpoints" / "3").mkdir(parents=True)  # a saved step: a fresh run is refused over it
     for extra, needle in ((["--rl.algo", "ppo", "--libero.workers", "0"], "--libero.workers"), ([], "make libero"),
-                          (["--output-dir", str(tmp_path / "out"), "--checkpoint.no-resume"], "(steps 3)")):
+                          (["--output-dir", str(tmp_path / "out"), "--checkpoint.no-resume"], "(steps 3)"),
+                          (["--data.grounding-fraction", "0.5"], "data.grounding_fraction")):  # vlajax.preflight
         out = subprocess.run([sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
                               "rl-pi05-libero-dummy", "--rl.init-from", str(tmp_path), *extra], env=env, cwd=REPO,
                              capture_output=True, text=True, timeout=120)

@@ -38,6 +38,7 @@ from vlajax.libero import pool as pool_mod
 from vlajax.libero.rl_lane import LiberoArgs, LiberoRollout
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
+from vlajax.preflight import preflight
 from vlajax.rl import actors, learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_workload import Trainer, check_streaming, prepare_segment
@@ -81,7 +82,6 @@ def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
 def _check(cfg: TrainConfig, largs: LiberoArgs) -> None:
     """ConfigError for what this run cannot do (before anything loads)."""
     largs.check()
-    cfg.checkpoint.check_fresh(cfg.output_dir)
     if cfg.rl.algo != "grpo":
         raise ConfigError(f"rl.algo={cfg.rl.algo!r}: RL on LIBERO workers runs GRPO (rl.algo='grpo')")
     if cfg.rl.eval_every > 0:
@@ -95,6 +95,7 @@ def _check(cfg: TrainConfig, largs: LiberoArgs) -> None:
         raise ConfigError("no env slots")
     if p.streaming:
         check_streaming(cfg, p.require_batches)
+    preflight(cfg, "rl", libero=True)  # what every `rl` refuses (a fresh run over saved steps, TE, FP8, ...)
 
 
 def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, python: str | None = None,

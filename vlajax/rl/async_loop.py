@@ -75,9 +75,9 @@ from vlajax.pipeline.slots import SlotRollout
 from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
-from vlajax.rl.rollout import rollout_physics
 from vlajax.rl.async_progress import AsyncProgress
 from vlajax.rl.async_workload import RLWorkload, Trainer, check_streaming
+from vlajax.rl.rollout import rollout_physics
 from vlajax.train_state import TrainState
 
 log = logging.getLogger(__name__)

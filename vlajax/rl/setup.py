@@ -123,7 +123,7 @@ def iteration_keys(seed: int, iteration: int) -> tuple[jax.Array, jax.Array]:
 
 def build(cfg: TrainConfig, mesh=None) -> Setup:
     """The actor, env and evaluation for `cfg` (MLP for state observations, VLA for pixels)."""
-    if cfg.model.fp8 != "none":  # (the CLI refuses it first: vlajax.train.preflight)
+    if cfg.model.fp8 != "none":  # (the CLI refuses it first: vlajax.preflight)
         raise ConfigError(f"model.fp8={cfg.model.fp8!r} is for sft: the RL train states carry no FP8 scale "
                           "collections yet; use model.fp8='none' for rl")
     physics = ro.rollout_physics(cfg.env)
