@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from vlajax.bench import gpu_check
+from vlajax.bench import gpu_check, gpu_check_rows
 
 
 def _run(tmp_path, *args: str) -> tuple[int, dict, str]:
@@ -88,6 +88,11 @@ def test_full_dry_run_exercises_every_row(tmp_path):  # issue 42's acceptance: t
         assert rows[name]["te_fp8"]["status"].startswith("skipped: ")
     assert [m["row"] for m in data["memory"]] == ["sft:sft-small", "sft:pi0"]
     assert rows["env:mjx"]["rows"][0]["steps_per_s"] > 0
+    parity = rows["parity"]  # openpi's fixtures: ../shared here, absent in a user's clone
+    if gpu_check_rows.FIXTURES.is_dir():
+        assert parity["status"] == "ok" and any("max |ours - openpi" in ln for ln in parity["errors_printed"]), parity
+    else:
+        assert parity["status"].startswith("skipped: openpi reference data not present"), parity
     assert rows["rollout"]["rows"][0]["decisions_per_s"] > 0
     assert {r["mode"] for r in rows["async"]["rows"]} == {"sync", "train_async"}
     serve = rows["serve"]["servers"]

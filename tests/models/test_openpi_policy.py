@@ -79,6 +79,10 @@ def test_python_api_matches_openpi_policy(config):
     print(f"{config}: max |ours - openpi fp32| per case {[f'{e:.1e}' for e in errs]}, "
           f"vs openpi bf16 {[f'{e:.1e}' for e in bf16]}")
     assert max(errs) <= TOL, errs
+    if jax.default_backend() == "gpu":  # what a user gets without the context (XLA may use TF32): printed only
+        default = [_err(p.infer(c["obs"], noise=c["noise"])["actions"], c["actions"]) for c in cases(config)]
+        print(f"{config} on the GPU at default matmul precision: max |ours - openpi fp32| per case "
+              f"{[f'{e:.1e}' for e in default]}")
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -1,8 +1,8 @@
 """`python -m vlajax.bench gpu-check --out DIR [--dry-run]`: the one prepared GPU check (docs/gpu.md).
 
 Rows, in order, each with its own time budget and a status `ok`, `skipped: reason` or `failed: error`: pytest,
-sft:sft-small, sft:pi0, attention, env:mjx, env:mjwarp, rollout, serve, async (what each measures, its sizes and its
-code: `vlajax.bench.gpu_check_rows`). Every sft row carries the step's memory; the top-level `memory` list
+parity, sft:sft-small, sft:pi0, attention, env:mjx, env:mjwarp, rollout, serve, async (what each measures, its sizes
+and its code: `vlajax.bench.gpu_check_rows`). Every sft row carries the step's memory; the top-level `memory` list
 gathers them.
 
 One worker process runs the rows (`--worker`); the parent restarts it after a row that overruns its

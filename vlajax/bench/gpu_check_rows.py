@@ -51,9 +51,10 @@ class Row:
 # Budgets from the first H200 run (docs/gpu.md, 2026-11-28): pytest 13 s, sft-small 54, pi0 73, attention 12,
 # env:mjx 77, rollout 105, serve 111; async was killed at 127 s (the 480 s deadline), so its 300 s is a guess.
 # Together they overrun one 10-minute command: async is skipped by the deadline there and runs in a second call.
-ROWS = (Row("pytest", 90, 20), Row("sft:sft-small", 90, 40), Row("sft:pi0", 150, 60), Row("attention", 40, 10),
-        Row("env:mjx", 120, 60), Row("env:mjwarp", 60, 30), Row("rollout", 150, 90), Row("serve", 150, 90),
-        Row("async", 300, 150))
+# parity (added after that run) took 17 s on this CPU; its budget is a guess.
+ROWS = (Row("pytest", 90, 20), Row("parity", 120, 40), Row("sft:sft-small", 90, 40), Row("sft:pi0", 150, 60),
+        Row("attention", 40, 10), Row("env:mjx", 120, 60), Row("env:mjwarp", 60, 30), Row("rollout", 150, 90),
+        Row("serve", 150, 90), Row("async", 300, 150))
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
 
 
@@ -127,6 +128,32 @@ def row_pytest(sz: Sizes, budget: float, env: dict) -> dict:
     out = {"files": files, "returncode": p.returncode, "summary": summary,
            "skip_reasons": [ln for ln in lines if ln.startswith("SKIPPED")][:20]}
     if p.returncode not in (0, 5):  # 5: every test deselected
+        out["status"] = f"failed: pytest exit {p.returncode}: {summary}"
+        out["tail"] = (p.stdout + p.stderr)[-3000:]
+    return out
+
+
+PARITY_FILES = ("tests/models/test_openpi_policy.py", "tests/models/test_openpi_parity.py")
+FIXTURES = REPO.parent / "shared" / "fixtures" / "openpi"  # where those tests read openpi's reference data
+
+
+def row_parity(sz: Sizes, budget: float, env: dict) -> dict:
+    """openpi parity on this device: the fixture tests that compare our imported policies' actions (and the
+    π0 / π0.5 forward) with openpi's float32 reference, run by pytest on this backend. Their printed
+    errors (`max |ours - openpi ...|`, at 'highest' precision; on a GPU also at the default) are kept."""
+    if not FIXTURES.is_dir():
+        return skipped(f"openpi reference data not present ({FIXTURES}; gpu_check.sh --fixtures DIR puts a copy "
+                       "there)")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-rs", "-p", "no:cacheprovider", "-k",
+           "matches_openpi or parity", *PARITY_FILES]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
+    lines = [ln.strip(". ") for ln in p.stdout.splitlines() if ln.strip()]
+    summary = lines[-1].strip("= ") if lines else ""
+    out = {"files": list(PARITY_FILES), "fixtures": sorted(x.name for x in FIXTURES.iterdir()),
+           "returncode": p.returncode, "summary": summary,
+           "errors_printed": [ln for ln in lines if "max |ours - openpi" in ln or "max abs" in ln][:40],
+           "skip_reasons": [ln for ln in lines if ln.startswith("SKIPPED")][:20]}
+    if p.returncode != 0:
         out["status"] = f"failed: pytest exit {p.returncode}: {summary}"
         out["tail"] = (p.stdout + p.stderr)[-3000:]
     return out
@@ -386,6 +413,8 @@ def run_row(name: str, sz: Sizes, budget: float, env: dict, out_dir: pathlib.Pat
     kind, _, arg = name.partition(":")
     if kind == "pytest":
         return row_pytest(sz, budget, env)
+    if kind == "parity":
+        return row_parity(sz, budget, env)
     if kind == "sft":
         return row_sft(sz, budget, arg)
     if kind == "attention":
