@@ -176,7 +176,10 @@ def checkpoint_dir(cfg: TrainConfig) -> str:
 
 def run_checkpointer(cfg: TrainConfig) -> tuple[str, checkpoint.Checkpointer]:
     """(`checkpoint_dir(cfg)`, a Checkpointer there with the config's retention, cadence and async saving):
-    the one every training command writes its steps with."""
+    the one every training command writes its steps with. A fresh run (`checkpoint.resume=False`) over a
+    directory that holds steps is a ConfigError here too, for callers that skip the CLI's `vlajax.preflight`
+    (a notebook calling `vlajax.rl.loop.train`): Orbax would refuse the first save that meets one."""
+    cfg.checkpoint.check_fresh(cfg.output_dir)
     directory = checkpoint_dir(cfg)
     return directory, checkpoint.Checkpointer(directory, max_to_keep=cfg.checkpoint.max_to_keep,
                                               save_every=cfg.checkpoint.every_steps,

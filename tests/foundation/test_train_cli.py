@@ -104,6 +104,23 @@ def test_smoke_trains_checkpoints_and_resumes(tmp_path):
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(out, "tb")))
 
 
+def test_a_library_fresh_run_over_saved_steps_is_refused_at_its_checkpointer(tmp_path):
+    """Callers that skip the CLI's preflight (a notebook calling `vlajax.rl.loop.train`) meet the same refusal where
+    every training loop opens its checkpoints, before it trains; with resume (the default) the same directory opens."""
+    from vlajax import run_files
+    from vlajax.config import CheckpointConfig, ConfigError
+
+    (tmp_path / "checkpoints" / "7").mkdir(parents=True)
+    cfg = train.parse("rl", ["--preset", "rl-debug"]).replace(output_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"already holds checkpoints \(steps 7\)"):
+        run_files.run_checkpointer(cfg.replace(checkpoint=CheckpointConfig(resume=False)))
+    directory, ckpt = run_files.run_checkpointer(cfg)
+    try:
+        assert directory == str(tmp_path / "checkpoints")
+    finally:
+        ckpt.close()
+
+
 @pytest.mark.multiprocess
 @pytest.mark.entry
 def test_two_process_cli_run_with_env_var_launch(tmp_path):
