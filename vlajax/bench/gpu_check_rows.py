@@ -79,6 +79,7 @@ class Sizes:
                                    "4", "--horizon", "8")
     serve_args: tuple[str, ...] = ("--clients", "1", "4", "16", "64", "--replicas", "1", "--seconds", "4",
                                    "--warmup-s", "1", "--repeats", "2")
+    parity_k: str = "matches_openpi or parity"  # pytest -k of the parity row
 
 
 GPU = Sizes()
@@ -87,7 +88,7 @@ DRY = Sizes(sft_steps=2, small_batch=4, pi_family="pi0-dummy", pi_depths=(0,), p
             async_args=("--preset", "rl-debug", "--regimes", "mjx", "--modes", "sync", "train_async", "--repeats",
                         "1", "--updates", "2", "--envs", "2", "--slots", "1", "--horizon", "2"),
             serve_args=("--clients", "1", "2", "--replicas", "1", "--seconds", "1", "--warmup-s", "0.5", "--repeats",
-                        "1"))
+                        "1"), parity_k="test_python_api_matches_openpi_policy and pi0_libero")  # (the suite runs all)
 
 
 def skipped(reason: str) -> dict:
@@ -144,8 +145,8 @@ def row_parity(sz: Sizes, budget: float, env: dict) -> dict:
     if not FIXTURES.is_dir():
         return skipped(f"openpi reference data not present ({FIXTURES}; gpu_check.sh --fixtures DIR puts a copy "
                        "there)")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-rs", "-p", "no:cacheprovider", "-k",
-           "matches_openpi or parity", *PARITY_FILES]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-rs", "-p", "no:cacheprovider", "-k", sz.parity_k,
+           *PARITY_FILES]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
     lines = [ln.strip(". ") for ln in p.stdout.splitlines() if ln.strip()]
     summary = lines[-1].strip("= ") if lines else ""
