@@ -117,21 +117,29 @@ def _memory_stats() -> dict | None:
     return {k: stats[k] for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit") if k in stats} if stats else None
 
 
+def _pytest(args: list[str], files: list[str], budget: float, env: dict, passing: tuple[int, ...] = (0,)
+            ) -> tuple[dict, list[str]]:
+    """`pytest -q -rs ARGS FILES` in the repo on this backend. -> (the row: files, returncode, summary (pytest's
+    last line), skip_reasons, and a failed status with the output's tail unless the exit code is `passing`;
+    stdout's non-blank lines)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args, *files]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    summary = lines[-1].strip("= ") if lines else ""
+    out = {"files": list(files), "returncode": p.returncode, "summary": summary,
+           "skip_reasons": [ln for ln in lines if ln.startswith("SKIPPED")][:20]}
+    if p.returncode not in passing:
+        out["status"] = f"failed: pytest exit {p.returncode}: {summary}"
+        out["tail"] = (p.stdout + p.stderr)[-3000:]
+    return out, lines
+
+
 def row_pytest(sz: Sizes, budget: float, env: dict) -> dict:
     files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
                    if "mark.gpu" in p.read_text(errors="ignore"))
     if not files:
         return skipped("no test has the gpu marker")
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider", *files]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
-    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
-    summary = lines[-1].strip("= ") if lines else ""
-    out = {"files": files, "returncode": p.returncode, "summary": summary,
-           "skip_reasons": [ln for ln in lines if ln.startswith("SKIPPED")][:20]}
-    if p.returncode not in (0, 5):  # 5: every test deselected
-        out["status"] = f"failed: pytest exit {p.returncode}: {summary}"
-        out["tail"] = (p.stdout + p.stderr)[-3000:]
-    return out
+    return _pytest(["-m", "gpu"], files, budget, env, passing=(0, 5))[0]  # 5: every test deselected
 
 
 PARITY_FILES = ("tests/models/test_openpi_policy.py", "tests/models/test_openpi_parity.py")
@@ -145,19 +153,10 @@ def row_parity(sz: Sizes, budget: float, env: dict) -> dict:
     if not FIXTURES.is_dir():
         return skipped(f"openpi reference data not present ({FIXTURES}; gpu_check.sh --fixtures DIR puts a copy "
                        "there)")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-rs", "-p", "no:cacheprovider", "-k", sz.parity_k,
-           *PARITY_FILES]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=max(budget - 5, 5))
-    lines = [ln.strip(". ") for ln in p.stdout.splitlines() if ln.strip()]
-    summary = lines[-1].strip("= ") if lines else ""
-    out = {"files": list(PARITY_FILES), "fixtures": sorted(x.name for x in FIXTURES.iterdir()),
-           "returncode": p.returncode, "summary": summary,
-           "errors_printed": [ln for ln in lines if "max |ours - openpi" in ln or "max abs" in ln][:40],
-           "skip_reasons": [ln for ln in lines if ln.startswith("SKIPPED")][:20]}
-    if p.returncode != 0:
-        out["status"] = f"failed: pytest exit {p.returncode}: {summary}"
-        out["tail"] = (p.stdout + p.stderr)[-3000:]
-    return out
+    out, lines = _pytest(["-s", "-k", sz.parity_k], list(PARITY_FILES), budget, env)
+    printed = [ln.strip(". ") for ln in lines]  # -s: a test's print follows the progress dots on its line
+    return {**out, "fixtures": sorted(x.name for x in FIXTURES.iterdir()),
+            "errors_printed": [ln for ln in printed if "max |ours - openpi" in ln or "max abs" in ln][:40]}
 
 
 def synthetic_batch(mcfg, cameras: tuple[str, ...], n: int, seed: int) -> dict:
