@@ -16,7 +16,8 @@ budget, env steps consumed, success per task, training wall time without evaluat
 load), the fingerprints (`config_sha256` of the resolved `TrainConfig` without paths, seed,
 logging and timeouts; `init_params_sha256` / `init_bridge_sha256` of the starting checkpoint),
 how to regenerate the checkpoint (`Protocol.init_recipe`), the git commit and the machine.
-`load_runs` takes a saved run only when both fingerprints equal the ones computed now.
+`load_runs` takes a saved run only when both fingerprints equal the ones computed now (or, for a seed in
+`async_stats.PINNED_INITS`, the checkpoint it is pinned to).
 
 The statistics and the criterion are `experiments/async_stats.py`; `experiments/async_protocol_report.py`'s
 `report` writes the tables (markdown), the plot and a JSON summary, and prints the verdict per async arm.
@@ -315,6 +316,10 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     cfg = train_config(p, arm, seed, out)
     config_sha, config_dict = config_fingerprint(cfg)
     init = init_fingerprint(cfg)
+    pinned = pinned_init(p, seed)
+    if pinned is not None and pinned != init:  # its other arms started elsewhere: this run would not pair with them
+        raise RuntimeError(f"{p.name} seed {seed} is pinned to the starting checkpoint {pinned} (async_stats."
+                           f"PINNED_INITS), which {p.init_from} is not: {init}")
     wall_start, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), loadavg()
     git = git_state("vlajax", "experiments")  # the checkout this run imported (HEAD may move while it trains)
     setup = build(cfg, sharding.make_mesh(cfg.mesh))
@@ -386,6 +391,12 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
 # ----------------------------------------------------------------------------------------
 
 
+def pinned_init(p: Protocol, seed: int) -> dict | None:
+    """The starting checkpoint's fingerprints that `seed`'s runs must have when it is pinned to one that can no
+    longer be rebuilt here (`async_stats.PINNED_INITS`), else None (the checkpoint at `p.init_from`)."""
+    return async_stats.PINNED_INITS.get(p.name, {}).get(seed)
+
+
 def load_runs(p: Protocol, runs_dir: str, init: dict | None = None) -> tuple[dict, list[str]]:
     """({arm: {seed: record}} of the saved runs whose fingerprints match now, [mismatch messages])."""
     found, skipped = {a: {} for a in p.arms}, []
@@ -396,7 +407,7 @@ def load_runs(p: Protocol, runs_dir: str, init: dict | None = None) -> tuple[dic
                 continue
             with open(path) as f:
                 rec = json.load(f)
-            want = fingerprints(p, arm, seed, init)
+            want = fingerprints(p, arm, seed, pinned_init(p, seed) or init)
             got = rec.get("fingerprints", {})
             bad = sorted(k for k in want if got.get(k) != want[k])
             if "config_sha256" in bad and "config" in rec:  # fields added since the run was saved?

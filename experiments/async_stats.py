@@ -258,10 +258,19 @@ def equivalence(curves: dict[str, dict[int, list[dict]]], seeds: list[int] | tup
 PROTOCOL_FIELDS_ADDED = {"physics_impl": "jax"}
 
 
+# Seeds whose runs started from a checkpoint that can no longer be rebuilt: the recipe's output depends on the
+# machine it runs on (docs/async/preregistration_45d_amendment.md). workload -> {seed: that checkpoint's fingerprints};
+# every arm of such a seed must have started from it, every other seed from one common checkpoint.
+_EQ45D_FIRST_INIT = {"init_params_sha256": "f68db0dd2f9ba84763258ae77afcf99d405bb4ba55eebf8cca0984021936d4d4",
+                     "init_bridge_sha256": "38485244b00c0c09d70ecd373c409c6e737164ad6cf200da295c4ed99057cc8d"}
+PINNED_INITS: dict[str, dict[int, dict]] = {"eq45d-grpo-s2-lr": dict.fromkeys(range(132, 140), _EQ45D_FIRST_INIT)}
+
+
 def load_dir(path: str) -> tuple[dict, dict[str, dict[int, list[dict]]]]:
     """(protocol, curves) of the per-seed run JSONs `<arm>-seed<k>.json` in `path` (`async_protocol.run_one`'s
-    records). Refuses runs of another protocol, another starting checkpoint, or an arm whose seeds differ in config.
-    A protocol field added since a run was saved (`PROTOCOL_FIELDS_ADDED`) reads as its earlier value."""
+    records). Refuses runs of another protocol, another starting checkpoint (`PINNED_INITS` excepted), or an arm
+    whose seeds differ in config. A protocol field added since a run was saved (`PROTOCOL_FIELDS_ADDED`) reads as
+    its earlier value. The protocol gets `starting_checkpoints`: {init_params_sha256: [seeds]}."""
     import glob
     import json
     import os
@@ -269,22 +278,28 @@ def load_dir(path: str) -> tuple[dict, dict[str, dict[int, list[dict]]]]:
     files = sorted(glob.glob(os.path.join(path, "*-seed*.json")))
     if not files:
         raise ValueError(f"no <arm>-seed<k>.json in {path}")
-    proto, init, config, curves = None, None, {}, {}
+    proto, init, config, curves, inits = None, None, {}, {}, {}
     for f in files:
         with open(f) as fh:
             rec = json.load(fh)
         fp = rec.get("fingerprints", {})
         rec["protocol"] = PROTOCOL_FIELDS_ADDED | rec["protocol"]
-        if proto is None:
-            proto, init = rec["protocol"], fp.get("init_params_sha256")
+        proto = proto or rec["protocol"]
         if rec["protocol"] != proto:
             raise ValueError(f"{f}: another protocol than {files[0]}")
-        if fp.get("init_params_sha256") != init:
-            raise ValueError(f"{f}: another starting checkpoint ({fp.get('init_params_sha256')} vs {init})")
+        seed, got = int(rec["seed"]), fp.get("init_params_sha256")
+        pinned = PINNED_INITS.get(proto["name"], {}).get(seed)
+        if pinned is not None and got != pinned["init_params_sha256"]:
+            raise ValueError(f"{f}: seed {seed} started from {pinned['init_params_sha256']} in its other arms "
+                             f"(PINNED_INITS), this run from {got}")
+        init = init or (got if pinned is None else None)
+        if pinned is None and got != init:
+            raise ValueError(f"{f}: another starting checkpoint ({got} vs {init})")
+        inits.setdefault(got, set()).add(seed)
         if config.setdefault(rec["arm"], fp.get("config_sha256")) != fp.get("config_sha256"):
             raise ValueError(f"{f}: another config than the arm's other seeds")
-        curves.setdefault(rec["arm"], {})[int(rec["seed"])] = rec["curve"]
-    return proto, curves
+        curves.setdefault(rec["arm"], {})[seed] = rec["curve"]
+    return proto | {"starting_checkpoints": {h: sorted(s) for h, s in inits.items()}}, curves
 
 
 def report_equivalence(result: dict) -> str:
@@ -337,6 +352,9 @@ def main(argv=None) -> dict:
                          proto["max_pairs"])
     result["protocol"] = proto["name"]
     print(f"{proto['name']}: runs " + ", ".join(f"{arm} {sorted(by)}" for arm, by in curves.items()))
+    if len(proto["starting_checkpoints"]) > 1:  # every arm of a seed shares one (load_dir checks)
+        print("starting checkpoints (init_params_sha256): " + "; ".join(
+            f"{h[:8]}... seeds {s[0]}-{s[-1]} ({len(s)})" for h, s in proto["starting_checkpoints"].items()))
     print(report_equivalence(result), end="")
     if a.json:
         with open(a.json, "w") as f:

@@ -388,7 +388,7 @@ def test_equivalence_refuses_mixed_runs_and_its_power_can_fail(tmp_path):
         rec["protocol"] = rec["protocol"] | {"physics_impl": value}
         f.write_text(json.dumps(rec))
     proto, _ = st.load_dir(d)
-    assert proto["physics_impl"] == "jax"
+    assert proto["physics_impl"] == "jax" and proto["starting_checkpoints"] == {"a" * 64: list(range(100, 106))}
     rec["protocol"]["physics_impl"] = "c"
     f.write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="another protocol"):
@@ -509,3 +509,28 @@ def test_every_saved_protocol_run_matches_its_config_today():
                     (path.name, changed)
                 checked += 1
     assert checked >= 75  # grpo-tokens 15, ppo-flow 6, grpo-tokens-factor 4, eq45-grpo-tokens-factor 48, eq45b ...
+
+
+def test_pinned_seeds_keep_their_own_starting_checkpoint(tmp_path, monkeypatch):
+    """A seed pinned to a checkpoint that can no longer be rebuilt (`PINNED_INITS`) pairs only runs from it; the
+    other seeds share one checkpoint; eq45d's seeds 132-139 are pinned to their first checkpoint."""
+    ap, st = _protocol()
+    monkeypatch.setitem(st.PINNED_INITS, "eq", dict.fromkeys((100, 101), {"init_params_sha256": "b" * 64}))
+    d = _eq_runs(tmp_path, [0.75] * 6, {"async-s1": [0.0] * 6}, seeds=range(102, 106))
+    _eq_runs(tmp_path, [0.75] * 2, {"async-s1": [0.0] * 2}, seeds=range(100, 102), init="b" * 64)
+    proto, curves = st.load_dir(d)
+    assert proto["starting_checkpoints"] == {"b" * 64: [100, 101], "a" * 64: [102, 103, 104, 105]}
+    assert sorted(curves["sync"]) == list(range(100, 106))
+    f = tmp_path / "eq" / "async-s1-seed101.json"  # one arm of a pinned seed from the other checkpoint: refused
+    rec = json.loads(f.read_text())
+    f.write_text(json.dumps(rec | {"fingerprints": rec["fingerprints"] | {"init_params_sha256": "a" * 64}}))
+    with pytest.raises(ValueError, match="seed 101 started from b+ in its other arms"):
+        st.load_dir(d)
+    f.write_text(json.dumps(rec))
+    f = tmp_path / "eq" / "sync-seed104.json"  # an unpinned seed from the pinned checkpoint: refused
+    rec = json.loads(f.read_text())
+    f.write_text(json.dumps(rec | {"fingerprints": rec["fingerprints"] | {"init_params_sha256": "b" * 64}}))
+    with pytest.raises(ValueError, match="another starting checkpoint"):
+        st.load_dir(d)
+    p = ap.get_protocol("eq45d-grpo-s2-lr")
+    assert ap.pinned_init(p, 139)["init_params_sha256"].startswith("f68db0dd") and ap.pinned_init(p, 140) is None
