@@ -533,4 +533,5 @@ def test_pinned_seeds_keep_their_own_starting_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="another starting checkpoint"):
         st.load_dir(d)
     p = ap.get_protocol("eq45d-grpo-s2-lr")
-    assert ap.pinned_init(p, 139)["init_params_sha256"].startswith("f68db0dd") and ap.pinned_init(p, 140) is None
+    assert ap.pinned_init(p, 139)["init_params_sha256"].startswith("f68db0dd")
+    assert ap.pinned_init(p, 140)["init_params_sha256"].startswith("5830f5d0") and ap.pinned_init(p, 148) is None
