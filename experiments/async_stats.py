@@ -293,12 +293,14 @@ def load_dir(path: str) -> tuple[dict, dict[str, dict[int, list[dict]]]]:
             raise ValueError(f"{f}: another protocol than {files[0]}")
         seed, got = int(rec["seed"]), fp.get("init_params_sha256")
         pinned = PINNED_INITS.get(proto["name"], {}).get(seed)
-        if pinned is not None and got != pinned["init_params_sha256"]:
-            raise ValueError(f"{f}: seed {seed} started from {pinned['init_params_sha256']} in its other arms "
-                             f"(PINNED_INITS), this run from {got}")
-        init = init or (got if pinned is None else None)
-        if pinned is None and got != init:
-            raise ValueError(f"{f}: another starting checkpoint ({got} vs {init})")
+        if pinned is not None:
+            if got != pinned["init_params_sha256"]:
+                raise ValueError(f"{f}: seed {seed} started from {pinned['init_params_sha256']} in its other arms "
+                                 f"(PINNED_INITS), this run from {got}")
+        else:
+            init = init or got
+            if got != init:
+                raise ValueError(f"{f}: another starting checkpoint ({got} vs {init})")
         inits.setdefault(got, set()).add(seed)
         if config.setdefault(rec["arm"], fp.get("config_sha256")) != fp.get("config_sha256"):
             raise ValueError(f"{f}: another config than the arm's other seeds")
@@ -358,7 +360,7 @@ def main(argv=None) -> dict:
     print(f"{proto['name']}: runs " + ", ".join(f"{arm} {sorted(by)}" for arm, by in curves.items()))
     if len(proto["starting_checkpoints"]) > 1:  # every arm of a seed shares one (load_dir checks)
         print("starting checkpoints (init_params_sha256): " + "; ".join(
-            f"{h[:8]}... seeds {s[0]}-{s[-1]} ({len(s)})" for h, s in proto["starting_checkpoints"].items()))
+            f"{h[:8]}... seeds {s}" for h, s in proto["starting_checkpoints"].items()))
     print(report_equivalence(result), end="")
     if a.json:
         with open(a.json, "w") as f:
