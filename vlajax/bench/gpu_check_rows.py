@@ -48,13 +48,13 @@ class Row:
     min_s: float  # skipped when less than this is left before the deadline
 
 
-# Budgets from the first H200 run (docs/gpu.md, 2026-11-28): pytest 13 s, sft-small 54, pi0 73, attention 12,
-# env:mjx 77, rollout 105, serve 111; async was killed at 127 s (the 480 s deadline), so its 300 s is a guess.
-# Together they overrun one 10-minute command: async is skipped by the deadline there and runs in a second call.
-# parity (added after that run) took 17 s on this CPU; its budget is a guess.
-ROWS = (Row("pytest", 90, 20), Row("parity", 120, 40), Row("sft:sft-small", 90, 40), Row("sft:pi0", 150, 60),
-        Row("attention", 40, 10), Row("env:mjx", 120, 60), Row("env:mjwarp", 60, 30), Row("rollout", 150, 90),
-        Row("serve", 150, 90), Row("async", 300, 150))
+# Budgets from two H200 runs (docs/gpu.md, 2026-11-28, sessions 29 and 31): pytest 13 / 11 s, parity - / 108,
+# sft-small 54 / 57, pi0 73 / 73, attention 12 / 9, env:mjx 77 / 70, rollout 105 / 148 (its first size compiled in
+# 37 s, not 25), serve 111 / -, async - / 277 (a second call). The rows through rollout take ~480 s, so the 540 s
+# deadline skips serve and async: each runs in a second call, one per session (docs/gpu.md, "Running it").
+ROWS = (Row("pytest", 90, 20), Row("parity", 150, 40), Row("sft:sft-small", 90, 40), Row("sft:pi0", 150, 60),
+        Row("attention", 40, 10), Row("env:mjx", 120, 60), Row("env:mjwarp", 60, 30), Row("rollout", 200, 90),
+        Row("serve", 150, 90), Row("async", 330, 150))
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
 
 
