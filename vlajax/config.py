@@ -340,8 +340,9 @@ class AsyncConfig:
     # extra fraction of a sync window rollout may run ahead (0 = sync). Evidence (docs/async.md, "Issue 45";
     # GRPO tokens, 16 seed pairs each): 1 learned as much as sync within 10 points; 2 lost 8 points by update 15
     # (interval below 0), on 16 fresh pairs 2.5 (within 10 at update 15, not shown within 10 at update 10); a
-    # per-update KL bound (rl.target_kl) made 2 far worse (-34 points); PPO flow at 1: within 10 points (6 pairs,
-    # eq45c). verl's fully-async recipe recommends < 1
+    # per-update KL bound (rl.target_kl) made 2 far worse (-34 points); the learning rate halved at 2 (Zhang et al.'s
+    # rate / staleness) still lost 7 points by update 15 (interval below 0, eq45d): 2 is not recommended. PPO flow
+    # at 1: within 10 points (6 pairs, eq45c). verl's fully-async recipe recommends < 1
     staleness_threshold: float = 0.0
     trigger_parameter_sync_step: int = 1  # trainer updates between weight publications
     # micro-batches the trainer pulls per update (one slot segment each, or one whole collect with one slot);
