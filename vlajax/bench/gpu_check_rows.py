@@ -348,13 +348,13 @@ def row_attention(sz: Sizes, budget: float) -> dict:
 def row_env(sz: Sizes, budget: float, impl: str) -> dict:
     import jax
 
-    from vlajax.bench.env import time_env
-
-    if impl == "warp":
+    if impl == "warp":  # decided before importing the env bench (MuJoCo, MJX: seconds on a loaded CPU)
         if jax.default_backend() != "gpu":
             return skipped(f"MJX-Warp needs a GPU (backend {jax.default_backend()})")
         if importlib.util.find_spec("warp") is None:
             return skipped("warp (warp-lang) is not installed")
+    from vlajax.bench.env import time_env
+
     t_end, rows = time.monotonic() + budget, []
     for n in sz.envs:
         if time.monotonic() > t_end - 10:
