@@ -265,7 +265,7 @@ _EQ45D_FIRST_INIT = {"init_params_sha256": "f68db0dd2f9ba84763258ae77afcf99d405b
                      "init_bridge_sha256": "38485244b00c0c09d70ecd373c409c6e737164ad6cf200da295c4ed99057cc8d"}
 _EQ45D_REBUILT_INIT = {"init_params_sha256": "5830f5d090b462f52d29da1e57d04daf325906006a4aad62331281b44e26fa8c",
                        "init_bridge_sha256": "496136a97d1f8cab9b9c3a59c627eed05c9f2ae1ff362609cea0ea30fa4320f9"}
-# (the rebuilt one is kept in git: docs/async/init/README.md says how to restore it)
+# (the rebuilt one is kept in git history: docs/async/init/README.md says how to restore it)
 PINNED_INITS: dict[str, dict[int, dict]] = {"eq45d-grpo-s2-lr": dict.fromkeys(range(132, 140), _EQ45D_FIRST_INIT)
                                             | dict.fromkeys(range(140, 148), _EQ45D_REBUILT_INIT)}
 
