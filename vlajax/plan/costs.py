@@ -105,10 +105,17 @@ class Costs:
     #   threaded wall); group 'step' = a slot's step with its host simulator calls; missing = no cap beyond `cores`
     comm: Comm | None = None  # a model size and the pod's links (`plan.comm`): gradient synchronization and weight
     #   broadcast from bytes and bandwidths, replacing `sync_s` / `allreduce_s`; None = those constants
+    jitter: tuple[tuple[str, tuple[float, ...]], ...] = ()  # (component, factors): a call's seconds x one factor
+    #   drawn with replacement (`Pipeline.jitter`); the profile's timed calls / their mean (mean 1); components:
+    #   step (a slot's step with its host calls), infer (an inference call); missing = every call the same
 
     def __post_init__(self):
         if self.comm is not None and (self.sync_s or self.allreduce_s):
             raise ValueError("give either comm or the constants sync_s / allreduce_s, not both")
+
+    def jitter_factors(self, component: str) -> tuple[float, ...]:
+        """The factors a `component` call's seconds are drawn with (`jitter`); () = no variability known."""
+        return dict(self.jitter).get(component, ())
 
     def cores_of(self, component: str) -> float:
         return dict(self.parallelism).get(component, 1.0)
@@ -143,6 +150,7 @@ class Costs:
         d = dataclasses.asdict(self)
         for k in _TABLES:
             d[k] = [list(p) for p in d[k]]
+        d["jitter"] = [[a, list(b)] for a, b in d["jitter"]]
         return d
 
     @classmethod
@@ -157,6 +165,8 @@ class Costs:
         for k in ("parallelism", "concurrency"):
             if k in d:
                 d[k] = tuple((str(a), float(b)) for a, b in d[k])
+        if "jitter" in d:
+            d["jitter"] = tuple((str(a), tuple(float(x) for x in b)) for a, b in d["jitter"])
         if "sim" in d:
             d["sim"] = SimLatency(**d["sim"])
         if d.get("comm") is not None:

@@ -105,6 +105,12 @@ def _concurrency(raw: dict, physics: str, slots: int) -> float | None:
     return float(np.clip(ratio, 1.0 / slots, slots))
 
 
+def _relative(xs: list[float]) -> tuple[float, ...]:
+    """Per-call seconds as factors of their mean (the spread of the calls, mean 1: `Costs.jitter`)."""
+    a = np.asarray(xs, dtype=float)
+    return tuple(float(x) for x in a / a.mean())
+
+
 def capacity(raw: dict, cores: float) -> tuple[float, float]:
     """(host capacity in threads' worth, CPU/wall of one busy thread) from the profile's probes.
 
@@ -163,6 +169,7 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             stream_item_s=st(raw["train/stream_item"]), stream_finish_s=st(raw["train/stream_finish"]),
             cores=cores, parallelism=tuple(sorted(par.items())),
             concurrency=() if conc is None else (("step", conc),),
+            jitter=tuple((name, _relative(raw[f"{physics}/{name}"])) for name in ("infer", "step")),
             source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
     return out
 

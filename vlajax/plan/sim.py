@@ -21,6 +21,9 @@ What is modelled, piece for piece (the code it follows in brackets):
   fire at `max_batch` requests (all slots of the generator) or when the oldest waited
   `max_wait_s`; an inference call holds the device for `costs.infer_seconds(rows)` (rows padded
   to the full batch with `costs.infer_padded`, as our slots' `infer` does).
+- **Call variability** (`Pipeline.jitter`, off by default): a slot step's and an inference call's
+  seconds x a factor drawn from the profile's timed calls of it (`costs.jitter`, mean 1), so slots
+  that start together end apart and a short `max_wait_s` fires part of them.
 - **Pacing** [`pipeline.buffer.TrajectoryBuffer`]: W = K x require_batches x samples per item;
   a segment may start under version v when reserved + its samples <= C(v) + floor((1+s) W);
   the trainer takes items of the current sync window only (window = reservation index // W).
@@ -96,6 +99,9 @@ class Pipeline:
     # served, so they finish -- and post their requests to the batcher -- one after another (False: equally,
     # in lockstep: every call then gathers all slots that started together)
     fifo_steps: bool = False
+    # model option (issue 44.5, second try): each slot step's and inference call's seconds x a factor drawn from
+    # the profile's timed calls of it (`Costs.jitter`, mean 1), so slots that start together end apart
+    jitter: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -158,6 +164,7 @@ class _Run:
         self.p, self.c = p, costs
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
+        self.jitter_rng = np.random.default_rng([seed, 1])  # its own stream: the farm's draws stay as they were
         caps = dict(costs.concurrency)
         shared = _Shared(self.env, costs.cores, caps, fifo=p.fifo_steps) if costs.shared_compute else None
         self.dev = [shared or _Shared(self.env, caps=caps, fifo=p.fifo_steps) for _ in range(p.devices)]
@@ -199,13 +206,19 @@ class _Run:
         cores = self.c.cores_of(component) if component else 1.0
         yield self.env.all_of([d.run(seconds, cores, group) for d in dict.fromkeys(devices)])
 
-    def _host_calls(self, device: int, n: int, group: str | None = None):
+    def _factor(self, component: str) -> float:
+        """A call's seconds multiplier: 1, or with `Pipeline.jitter` one of the component's measured factors."""
+        factors = self.c.jitter_factors(component) if self.p.jitter else ()
+        return float(factors[self.jitter_rng.integers(len(factors))]) if factors else 1.0
+
+    def _host_calls(self, device: int, n: int, group: str | None = None, factor: float = 1.0):
         """The host simulator calls of one decision of n envs: each holds the host for its real
-        seconds, and under a farm (`costs.sim`) lasts max(real, the slowest of n per-env draws).
-        `group`: 'step' for a slot's step (its calls share the slot steps' concurrency cap)."""
+        seconds (x `factor`: a slot step's draw), and under a farm (`costs.sim`) lasts max(real, the
+        slowest of n per-env draws). `group`: 'step' for a slot's step (its calls share the slot steps'
+        concurrency cap)."""
         for _ in range(round(self.c.host_calls_per_decision)):
             t0 = self.env.now
-            real = self.c.host_sim_seconds(n)
+            real = self.c.host_sim_seconds(n) * factor
             if real > 0:
                 yield from self._hold([self.dev[device]], real, "host_sim", group)
             left = self.c.sim.batch_seconds(self.rng, n, 1) - (self.env.now - t0)
@@ -223,17 +236,19 @@ class _Run:
 
     def _step_env(self, device: int, n: int):
         """One chunk call of n envs: max(simulator draw, in-process compute incl. waiting for the device);
-        with host simulator calls: the call's other compute, then each host call (see `_host_calls`)."""
+        with host simulator calls: the call's other compute, then each host call (see `_host_calls`).
+        With `Pipeline.jitter` the compute (host calls included) is x one drawn factor of the step's."""
+        factor = self._factor("step")
         if self.c.host_calls_per_decision > 0:
             rest = self.c.env_compute_seconds(n) - round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
             if rest > 0:
-                yield from self._hold([self.dev[device]], rest, "step", "step")
-            yield from self._host_calls(device, n, "step")
+                yield from self._hold([self.dev[device]], rest * factor, "step", "step")
+            yield from self._host_calls(device, n, "step", factor)
             self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
             return
         t0 = self.env.now
         draw = self.c.sim.batch_seconds(self.rng, n, self.p.steps_per_decision)
-        compute = self.c.env_compute_seconds(n)
+        compute = self.c.env_compute_seconds(n) * factor
         if compute > 0:
             if self.c.env_on_device:
                 yield from self._hold([self.dev[device]], compute, "step", "step")
@@ -307,7 +322,7 @@ class _Run:
 
     def _sync_collect(self, d: int, n: int):
         for _ in range(self.p.horizon * self.p.trigger):
-            yield from self._hold([self.dev[d]], self.c.infer_seconds(n), "infer")
+            yield from self._hold([self.dev[d]], self.c.infer_seconds(n) * self._factor("infer"), "infer")
             self.batches.append(1)
             yield from self._step_env(d, n)
 
@@ -385,7 +400,7 @@ class _Run:
             batch, queue[:] = queue[:max_batch], queue[max_batch:]
             rows = (max_batch if self.c.infer_padded else len(batch)) * self.per_slot
             version = self.installed if p.partial else self.gate_current
-            yield from self._hold([self.dev[d]], self.c.infer_seconds(rows), "infer")
+            yield from self._hold([self.dev[d]], self.c.infer_seconds(rows) * self._factor("infer"), "infer")
             self.batches.append(len(batch))
             for _, reply in batch:
                 reply.succeed(version)

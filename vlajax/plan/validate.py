@@ -79,7 +79,8 @@ def _mean_batch(row: dict) -> float | None:
 
 
 def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median",
-             cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False) -> dict:
+             cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False,
+             jitter: bool = False) -> dict:
     """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`:
     the host capacity model (`profile.load`)."""
     cores = cores or {}
@@ -105,7 +106,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["farm"]["latency_model"]))
             if row["regime"] in cores:
                 costs = dataclasses.replace(costs, cores=cores[row["regime"]])
-            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps)
+            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps, jitter=jitter)
             pred = simulate_mean(pipe, costs, seeds)
             m = row["env_steps_per_s"]
             # production rows report env steps trained on per second; the older bench, produced ones
@@ -137,7 +138,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
-            "fifo_steps": fifo_steps,
+            "fifo_steps": fifo_steps, "jitter": jitter,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
@@ -206,6 +207,8 @@ class Args:
     # affinity = every core the process may use, a thread a whole core (the model before the probes)
     host: Literal["probed", "affinity"] = "probed"
     fifo_steps: bool = False  # model option (issue 44.5): slot steps first come, first served within their cap
+    # model option (issue 44.5, second try): slot steps' and inference calls' seconds drawn from the profile's calls
+    jitter: bool = False
 
 
 def main(argv: list[str]) -> int:
@@ -228,7 +231,7 @@ def main(argv: list[str]) -> int:
             raise ValueError
     except ValueError:
         cli.error(f"--override-cores takes REGIME=CORES with CORES > 0, got {' '.join(a.override_cores)}")
-    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps)
+    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
