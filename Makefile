@@ -22,7 +22,9 @@ $(LIBERO_STAMP): scripts/setup_libero.sh
 	rm -f $(LIBERO_STAMP)
 	bash scripts/setup_libero.sh $(LIBERO_VENV)
 
+# the tests start with the linter (seconds): an error it finds fails `make test` and so CI
 test: venv libero
+	$(PY) -m ruff check vlajax tests experiments scripts
 	VLAJAX_LIBERO_REQUIRED=1 bash scripts/run_tests.sh $(PY) -m "not slow and not gpu"
 
 test-all: venv libero
