@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from vlajax.bench import gpu_check, gpu_check_rows
@@ -84,6 +85,9 @@ def test_full_dry_run_exercises_every_row(tmp_path):  # issue 42's acceptance: t
     for name in ("sft:sft-small", "sft:pi0"):
         bf16 = rows[name]["bf16"]
         assert bf16["status"] == "ok" and math.isfinite(bf16["loss_after_steps"]) and bf16["tokens_per_s"] > 0
+        # the figure is the median of the timed windows, each window's kept beside it
+        assert 1 <= bf16["windows"] == len(bf16["tokens_per_s_windows"]) == len(bf16["seconds_windows"])
+        assert bf16["tokens_per_s"] == pytest.approx(float(np.median(bf16["tokens_per_s_windows"])), rel=1e-3)
         mem = bf16["memory"]
         assert 0.7 < mem["plan_over_xla"] < 1.3, mem  # the planner against XLA's compiled analysis
         assert rows[name]["te_fp8"]["status"].startswith("skipped: ")
