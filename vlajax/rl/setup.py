@@ -110,10 +110,16 @@ def collect(cfg: TrainConfig, setup: Setup, params: Any, env_state: Any, rng: ja
     return (None if episodic(cfg) else env_state), ro.learner_batch(traj, result), metrics
 
 
-def iteration_keys(seed: int, iteration: int) -> tuple[jax.Array, jax.Array]:
-    """(collect key, update key) of an iteration: derived, never stored."""
+@functools.partial(jax.jit, static_argnums=0)
+def _iteration_keys(seed: int, iteration) -> tuple[jax.Array, jax.Array]:
     key = jax.random.fold_in(jax.random.key(seed), iteration)
     return jax.random.fold_in(key, ENV_STREAM), jax.random.fold_in(key, UPDATE_STREAM)
+
+
+def iteration_keys(seed: int, iteration: int) -> tuple[jax.Array, jax.Array]:
+    """(collect key, update key) of an iteration: derived, never stored. One jitted call (the same keys
+    as the four random ops run eagerly: 0.02 instead of 0.67 ms per iteration on this CPU, session 32)."""
+    return _iteration_keys(int(seed), iteration)
 
 
 # ----------------------------------------------------------------------------------------
