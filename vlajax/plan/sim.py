@@ -55,10 +55,8 @@ What is modelled, piece for piece (the code it follows in brackets):
   per slot, as the lanes do: Python's GIL serializes much of them), the cores they leave going
   to the other lanes.
 
-Measured like the bench: from the end of the first (warm-up) update to the end of update
-`updates + 1`: env steps/s, trainer idle (waiting for samples), rollouter idle (slots waiting
-for pacing or a weight switch; waiting for inference is not idle), staleness (trainer version
-minus the item's oldest version), inference batch (requests per call).
+Measured like the bench (`vlajax.plan.sim_metrics`): from the end of the first (warm-up) update to
+the end of update `updates + 1`: env steps/s, trainer idle, rollouter idle, staleness, inference batch.
 """
 
 from __future__ import annotations
@@ -71,6 +69,7 @@ import simpy
 
 from vlajax.plan.costs import Costs
 from vlajax.plan.sharing import Shared as _Shared
+from vlajax.plan.sim_metrics import run_metrics
 
 __all__ = ["MODES", "PLACEMENTS", "Pipeline", "simulate", "simulate_mean"]
 
@@ -459,35 +458,8 @@ class _Run:
         return self.metrics()
 
     def metrics(self) -> dict:
-        p = self.p
-        t0, t1 = self.update_ends[0], self.update_ends[-1]
-        span = t1 - t0
-        steps = sum(n for t, n in self.env_steps if t0 < t <= t1)
-
-        def idle_ratio(prefix: str) -> float:
-            lanes = [k for k in self.idle if k.startswith(prefix)] or [None]
-            tot = [sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in self.idle.get(k, [])) for k in lanes]
-            return float(np.mean(tot)) / span
-
-        stale = [s for t, s in self.consumed_log if t0 < t <= t1]
-        if self.p.mode != "sync":  # every slot lane counts (lanes that never idled add 0)
-            lanes = [f"rollouter/d{d}s{s}" for d in range(self.R) for s in range(self.p.num_slots)]
-            roll = float(np.mean([sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in self.idle.get(k, []))
-                                  for k in lanes])) / span
-        else:
-            roll = idle_ratio("rollouter")
-        per_update = p.envs * p.horizon * p.steps_per_decision  # env steps each update trains on
-        return {"env_steps_per_s": steps / span,
-                # what bench async's production rows report: env steps trained on per second
-                "trained_env_steps_per_s": (len(self.update_ends) - 1) * per_update / span,
-                "trainer_idle_ratio": idle_ratio("trainer"),
-                "rollouter_idle_ratio": roll, "staleness_mean": float(np.mean(stale)) if stale else 0.0,
-                "staleness_max": float(max(stale)) if stale else 0.0,
-                # requests per call in the slot modes; the envs of one call otherwise (as the bench reports)
-                "inference_batch_mean": float(np.mean(self.batches)) if self.p.slot_modes and self.batches
-                else float(self.p.envs // self.R),
-                "seconds_per_update": span / max(len(self.update_ends) - 1, 1)}
-
+        return run_metrics(self.p, self.R, self.update_ends, self.env_steps, self.idle, self.consumed_log,
+                           self.batches)
 
 def simulate(p: Pipeline, costs: Costs, seed: int = 0) -> dict:
     """One simulated run of `p` with `costs` (see the module docstring). -> metrics dict."""
