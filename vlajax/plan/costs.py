@@ -150,7 +150,6 @@ class Costs:
         d = dataclasses.asdict(self)
         for k in _TABLES:
             d[k] = [list(p) for p in d[k]]
-        d["jitter"] = [[a, list(b)] for a, b in d["jitter"]]
         return d
 
     @classmethod

@@ -455,11 +455,8 @@ class _Run:
                     self.env.process(self.generator(d, queue, wake))
             self.env.process(self.trainer())
         self.env.run(until=self.done)
-        return self.metrics()
+        return run_metrics(p, self.R, self.update_ends, self.env_steps, self.idle, self.consumed_log, self.batches)
 
-    def metrics(self) -> dict:
-        return run_metrics(self.p, self.R, self.update_ends, self.env_steps, self.idle, self.consumed_log,
-                           self.batches)
 
 def simulate(p: Pipeline, costs: Costs, seed: int = 0) -> dict:
     """One simulated run of `p` with `costs` (see the module docstring). -> metrics dict."""
