@@ -55,8 +55,9 @@ What is modelled, piece for piece (the code it follows in brackets):
   per slot, as the lanes do: Python's GIL serializes much of them), the cores they leave going
   to the other lanes.
 
-Measured like the bench (`vlajax.plan.sim_metrics`): from the end of the first (warm-up) update to
-the end of update `updates + 1`: env steps/s, trainer idle, rollouter idle, staleness, inference batch.
+Measured like the bench (`vlajax.plan.sim_metrics`): from the end of the first (warm-up) update
+(with `Pipeline.warmup` = K: of update K + 1) to the end of update `updates + 1`: env steps/s,
+trainer idle, rollouter idle, staleness, inference batch.
 """
 
 from __future__ import annotations
@@ -101,12 +102,16 @@ class Pipeline:
     # model option (issue 44.5, second try): each slot step's and inference call's seconds x a factor drawn from
     # the profile's timed calls of it (`Costs.jitter`, mean 1), so slots that start together end apart
     jitter: bool = False
+    # updates after the first excluded from the measured window too (issue 44.5, third: the real runs' warm-up)
+    warmup: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if not 0 <= self.warmup < self.updates:
+            raise ValueError(f"warmup must be in [0, updates={self.updates}), got {self.warmup}")
         r = self.rollout_devices
         if r < 1 or (self.placement == "disaggregated" and self.devices - r < 1):
             raise ValueError(f"{self.devices} devices do not split {self.ratio[0]}:{self.ratio[1]}")

@@ -2,7 +2,8 @@
 
     run_metrics(p, rollout_devices, update_ends, env_steps, idle, consumed_log, batches) -> dict
 
-The window runs from the end of the first (warm-up) update to the end of the last: env steps
+The window runs from the end of the first (warm-up) update -- of update K + 1 with `Pipeline.warmup`
+= K -- to the end of the last: env steps
 produced in it / its length, env steps trained on (what the production bench's rows report),
 trainer idle (waiting for samples), rollouter idle (every slot lane's, averaged; waiting for
 inference is not idle), staleness (trainer version minus the item's oldest), requests per
@@ -27,6 +28,7 @@ def run_metrics(p, rollout_devices: int, update_ends: list[float], env_steps: li
     """`p`: the run's `sim.Pipeline`; `update_ends`: each update's end time; `env_steps`: (time, env
     steps) as they are produced; `idle`: lane -> its idle spans; `consumed_log`: (time, staleness) per
     consumed item; `batches`: requests per inference call. -> the metrics dict (see the module docstring)."""
+    update_ends = update_ends[p.warmup:]
     t0, t1 = update_ends[0], update_ends[-1]
     span = t1 - t0
     steps = sum(n for t, n in env_steps if t0 < t <= t1)

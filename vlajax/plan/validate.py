@@ -36,7 +36,7 @@ from vlajax.plan.costs import SimLatency
 from vlajax.plan.profile import load
 from vlajax.plan.sim import Pipeline, simulate_mean
 
-__all__ = ["DEFAULT_RUNS", "row_pipeline", "validate", "render", "main"]
+__all__ = ["DEFAULT_RUNS", "row_pipeline", "steady_rate", "validate", "render", "main"]
 
 DEFAULT_RUNS = ("docs/bench/async_production_planval.json",)
 PRODUCTION_REGIMES = ("mjx", "cpu-sim", "emulated-farm")  # rows of the production-loop bench (async_loops)
@@ -72,6 +72,50 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
                     ratio=ratio, updates=row.get("updates_timed", 8))
 
 
+def run_ends(meta: dict, run: dict) -> tuple[list[float], list[float]]:
+    """A production row's run -> (its updates' end times, env steps trained on in each), from the stored
+    loop times: the sync loop's `iteration_times` (start, end, env steps), the async loop's `update_times`
+    with the workload's env steps per update."""
+    loop = run.get("loop", {})
+    if "iteration_times" in loop:
+        return [t[1] for t in loop["iteration_times"]], [float(t[2]) for t in loop["iteration_times"]]
+    if "update_times" in loop:
+        ends = list(loop["update_times"])
+        return ends, [float(meta["workload"]["env_steps_per_update"])] * len(ends)
+    raise ValueError(f"{run.get('regime')} {run.get('mode')}: the run stores no update times (an older bench JSON)")
+
+
+def steady_rate(meta: dict, run: dict, warmup: int) -> float:
+    """Env steps trained on per second from the end of update `warmup` (0: the first, as the bench's
+    window) to the end of the last."""
+    ends, steps = run_ends(meta, run)
+    if warmup >= len(ends) - 1:
+        raise ValueError(f"--warmup {warmup} leaves no update of the {len(ends) - 1} timed")
+    return sum(steps[warmup + 1:]) / (ends[-1] - ends[warmup])
+
+
+def measured(meta: dict, row: dict, rows: list[dict], warmup: int) -> dict:
+    """A bench row's measured env steps/s (median of its repeats), each repeat's, and x sync (median of
+    the repeats' ratios to the same repeat's sync run), over the window after `warmup` updates. With
+    `warmup` 0 the row's own stored figures (the bench's window)."""
+    if warmup == 0:
+        m = row["env_steps_per_s"]
+        return {"value": m, "all": row.get("env_steps_per_s_all", [m]), "range": row.get("env_steps_per_s_range"),
+                "speedup_vs_sync": row.get("speedup_vs_sync")}
+    if not _production(meta):
+        raise ValueError("--warmup needs the production-loop bench's rows (their stored update times)")
+    rates = {run["repeat"]: steady_rate(meta, run, warmup) for run in row["runs"]}
+    sync = next((r for r in rows if r["regime"] == row["regime"] and r["mode"] == "sync"
+                 and r["placement"] == row["placement"]), None)
+    ratios = []
+    if sync is not None:
+        base = {run["repeat"]: steady_rate(meta, run, warmup) for run in sync["runs"]}
+        ratios = [v / base[k] for k, v in rates.items() if k in base]
+    vals = list(rates.values())
+    return {"value": float(np.median(vals)), "all": vals, "range": [min(vals), max(vals)],
+            "speedup_vs_sync": float(np.median(ratios)) if ratios else None}
+
+
 def _mean_batch(row: dict) -> float | None:
     """Requests per inference call of a bench row: its runs' `inference_batch_mean`, median (None: no batcher)."""
     vals = [r.get("inference_batch_mean") for r in row.get("runs", []) if r.get("inference_batch_mean")]
@@ -80,9 +124,10 @@ def _mean_batch(row: dict) -> float | None:
 
 def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median",
              cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False,
-             jitter: bool = False) -> dict:
+             jitter: bool = False, warmup: int = 0) -> dict:
     """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`:
-    the host capacity model (`profile.load`)."""
+    the host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
+    measured and the simulated window (0: the bench's window)."""
     cores = cores or {}
     rows, capacity = [], {}
     prof = json.loads((pathlib.Path(run_dir) / "profile.json").read_text())
@@ -106,19 +151,19 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["farm"]["latency_model"]))
             if row["regime"] in cores:
                 costs = dataclasses.replace(costs, cores=cores[row["regime"]])
-            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps, jitter=jitter)
+            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps, jitter=jitter, warmup=warmup)
             pred = simulate_mean(pipe, costs, seeds)
-            m = row["env_steps_per_s"]
+            meas = measured(meta, row, d["rows"], warmup)
+            m = meas["value"]
             # production rows report env steps trained on per second; the older bench, produced ones
             predicted = pred["trained_env_steps_per_s"] if production else pred["env_steps_per_s"]
             rows.append({
                 "source": path, "regime": row["regime"], "physics": physics, "placement": row["placement"],
                 "mode": row["mode"], "measured_env_steps_per_s": m,
-                "measured_all": row.get("env_steps_per_s_all", [m]),
-                "measured_range": row.get("env_steps_per_s_range"),
+                "measured_all": meas["all"], "measured_range": meas["range"],
                 "predicted_env_steps_per_s": predicted,
                 "error": predicted / m - 1.0,
-                "measured_speedup_vs_sync": row.get("speedup_vs_sync"),
+                "measured_speedup_vs_sync": meas["speedup_vs_sync"],
                 "measured_loadavg_1m": row.get("loadavg_1m"),
                 # (the production bench's sync rows have no idle ratios: the sync loop does not report them)
                 "measured_trainer_idle": row.get("trainer_idle_ratio"),
@@ -138,7 +183,7 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
     return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
-            "fifo_steps": fifo_steps, "jitter": jitter,
+            "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
@@ -209,6 +254,9 @@ class Args:
     fifo_steps: bool = False  # model option (issue 44.5): slot steps first come, first served within their cap
     # model option (issue 44.5, second try): slot steps' and inference calls' seconds drawn from the profile's calls
     jitter: bool = False
+    # updates after the first left out of the measured and the simulated window (issue 44.5, third: the runs'
+    # warm-up); 0 = the bench's own window; needs production-loop rows (their stored update times)
+    warmup: int = 0
 
 
 def main(argv: list[str]) -> int:
@@ -220,6 +268,8 @@ def main(argv: list[str]) -> int:
             cli.error(f"bench JSON {r} not found")
     if a.seeds < 1:
         cli.error("--seeds must be >= 1")
+    if a.warmup < 0:
+        cli.error("--warmup must be >= 0")
     if a.plot:
         try:
             import matplotlib  # noqa: F401
@@ -231,7 +281,16 @@ def main(argv: list[str]) -> int:
             raise ValueError
     except ValueError:
         cli.error(f"--override-cores takes REGIME=CORES with CORES > 0, got {' '.join(a.override_cores)}")
-    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter)
+    if a.warmup:
+        for path in a.runs:
+            d = json.loads(pathlib.Path(path).read_text())
+            try:
+                for row in d["rows"]:
+                    measured(d["meta"], row, d["rows"], a.warmup)
+            except (KeyError, ValueError) as e:
+                cli.error(f"--warmup {a.warmup}: {path}: {e}")
+    result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter,
+                      a.warmup)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
