@@ -16,7 +16,9 @@ class CheckpointConfig:
     """Orbax checkpoints."""
 
     dir: str = ""  # checkpoint directory ('' = <output_dir>/checkpoints)
-    every_steps: int = 100  # save every N steps (and at the end); a save leaks ~0.5 KiB/array (docs/reliability.md)
+    # save every N steps, at the first step of an empty directory (Orbax's initial save) and at the end;
+    # a save leaks ~0.5 KiB/array (docs/reliability.md)
+    every_steps: int = 100
     max_to_keep: int = 3  # newest checkpoints kept
     async_save: bool = True  # write in a background thread while training continues
     # resume from the newest checkpoint in dir when one exists; False: a fresh run, refused (before anything is built)
