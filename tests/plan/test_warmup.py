@@ -89,3 +89,25 @@ def test_the_simulated_window_starts_after_the_warmup_updates():
     q = dataclasses.replace(p, updates=10)
     full, late = simulate(q, c), simulate(dataclasses.replace(q, warmup=4), c)
     assert late["trained_env_steps_per_s"] == pytest.approx(full["trained_env_steps_per_s"])
+
+
+def test_profiles_of_one_workload_pool_their_calls(tmp_path):
+    """Several --profile-from directories: each quantity's samples together; one directory as before;
+    another workload refused."""
+    from vlajax.plan.profile import pooled
+
+    wl = {"envs": 16, "slots": 4, "horizon": 8}
+    for name, xs in (("a", [1.0, 2.0]), ("b", [3.0])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "profile.json").write_text(json.dumps(
+            {"workload": wl, "machine": {"cores": 2.0}, "raw": {"jax/step": xs, "only_" + name: xs}}))
+    one = pooled(str(tmp_path / "a"))
+    assert one["raw"]["jax/step"] == [1.0, 2.0] and "pooled_from" not in one
+    both = pooled([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert both["raw"]["jax/step"] == [1.0, 2.0, 3.0]
+    assert both["raw"]["only_a"] == [1.0, 2.0] and both["raw"]["only_b"] == [3.0]
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "profile.json").write_text(json.dumps(
+        {"workload": wl | {"envs": 32}, "machine": {"cores": 2.0}, "raw": {}}))
+    with pytest.raises(ValueError, match="another workload"):
+        pooled([str(tmp_path / "a"), str(tmp_path / "c")])

@@ -382,15 +382,34 @@ def profile(a: Args, wl: dict) -> dict:
                         "loadavg_1m": os.getloadavg()[0]}}
 
 
-def load(run_dir: str | os.PathLike, physics: str, statistic: str = "median", host: str = "probed") -> Costs:
-    """The `Costs` of `physics` ('jax' | 'c') from `RUN_DIR/profile.json` (recomputed from its
-    per-call seconds with `statistic`, see `costs_from_raw`). `host`: 'probed' (the capacity the
-    profile's probes measured, `capacity`) or 'affinity' (all the cores the process may use, each
-    thread a whole core: the model before the probes)."""
+def pooled(run_dirs) -> dict:
+    """`RUN_DIR/profile.json` of one run directory, or of several profiles of one workload pooled: each
+    timed quantity's samples of all of them together (the statistic is then taken over the pool)."""
+    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
+    ds = [json.loads((pathlib.Path(r) / "profile.json").read_text()) for r in dirs]
+    d = ds[0]
+    for r, other in zip(dirs[1:], ds[1:]):
+        if other["workload"] != d["workload"] or other["machine"]["cores"] != d["machine"]["cores"]:
+            raise ValueError(f"{r}: another workload or host than {dirs[0]}; profiles pool only of one workload")
+    if len(ds) == 1:
+        return d
+    raw: dict[str, list[float]] = {}
+    for other in ds:
+        for k, v in other["raw"].items():
+            raw.setdefault(k, []).extend(v)
+    return d | {"raw": raw, "pooled_from": [str(r) for r in dirs]}
+
+
+def load(run_dir, physics: str, statistic: str = "median", host: str = "probed") -> Costs:
+    """The `Costs` of `physics` ('jax' | 'c') from `RUN_DIR/profile.json` -- or from several run
+    directories' profiles pooled (`pooled`) -- recomputed from the per-call seconds with `statistic`
+    (see `costs_from_raw`). `host`: 'probed' (the capacity the profile's probes measured,
+    `capacity`) or 'affinity' (all the cores the process may use, each thread a whole core: the
+    model before the probes)."""
     if host not in HOSTS:
         raise ValueError(f"host must be one of {HOSTS}, got {host!r}")
-    path = pathlib.Path(run_dir) / "profile.json"
-    d = json.loads(path.read_text())
+    d = pooled(run_dir)
+    path = d.get("pooled_from", run_dir)
     raw = d["raw"] if host == "probed" else {k: v for k, v in d["raw"].items() if not k.startswith("probe/")}
     costs = costs_from_raw(raw, d["workload"], d["machine"]["cores"], statistic)
     if physics not in costs:

@@ -33,7 +33,7 @@ import numpy as np
 
 from vlajax import cli
 from vlajax.plan.costs import SimLatency
-from vlajax.plan.profile import load
+from vlajax.plan.profile import load, pooled
 from vlajax.plan.sim import Pipeline, simulate_mean
 
 __all__ = ["DEFAULT_RUNS", "row_pipeline", "steady_rate", "validate", "render", "main"]
@@ -122,15 +122,16 @@ def _mean_batch(row: dict) -> float | None:
     return float(np.median(vals)) if vals else row.get("inference_batch_mean")
 
 
-def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "median",
+def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, statistic: str = "median",
              cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False,
              jitter: bool = False, warmup: int = 0) -> dict:
-    """`cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`:
-    the host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
+    """`run_dir`: the profile's run directory, or several of one workload (their calls pooled);
+    `cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`: the
+    host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
     measured and the simulated window (0: the bench's window)."""
     cores = cores or {}
     rows, capacity = [], {}
-    prof = json.loads((pathlib.Path(run_dir) / "profile.json").read_text())
+    prof = pooled(run_dir)
     for path in runs:
         d = json.loads(pathlib.Path(path).read_text())
         meta = d["meta"]
@@ -182,7 +183,9 @@ def validate(runs: list[str], run_dir: str, seeds: int = 5, statistic: str = "me
     err = np.abs([r["error"] for r in rows])
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
-    return {"runs": list(runs), "profile": str(pathlib.Path(run_dir) / "profile.json"), "seeds": seeds,
+    dirs = [run_dir] if isinstance(run_dir, str) else list(run_dir)
+    return {"runs": list(runs), "profile": str(pathlib.Path(dirs[0]) / "profile.json") if len(dirs) == 1
+            else [str(pathlib.Path(r) / "profile.json") for r in dirs], "seeds": seeds,
             "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
@@ -240,7 +243,8 @@ def plot(result: dict, path: str) -> None:
 class Args:
     """The command line (`--help` lists every option with its comment)."""
 
-    profile_from: str  # run directory with profile.json (python -m vlajax.plan profile)
+    # run directory with profile.json (python -m vlajax.plan profile); several: their calls pooled (one workload)
+    profile_from: tuple[str, ...]
     runs: tuple[str, ...] = DEFAULT_RUNS  # bench async JSONs with measured rows
     json: str = ""  # write the comparison here
     plot: str = ""  # write predicted vs measured (PNG) here (needs matplotlib)
@@ -261,8 +265,13 @@ class Args:
 
 def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m vlajax.plan validate", description=__doc__.splitlines()[0])
-    if not (pathlib.Path(a.profile_from) / "profile.json").is_file():
-        cli.error(f"{a.profile_from}/profile.json not found (python -m vlajax.plan profile --out {a.profile_from})")
+    for r in a.profile_from:
+        if not (pathlib.Path(r) / "profile.json").is_file():
+            cli.error(f"{r}/profile.json not found (python -m vlajax.plan profile --out {r})")
+    try:
+        pooled(a.profile_from)
+    except (KeyError, ValueError) as e:
+        cli.error(f"--profile-from: {e}")
     for r in a.runs:
         if not pathlib.Path(r).is_file():
             cli.error(f"bench JSON {r} not found")
