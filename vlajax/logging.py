@@ -21,7 +21,7 @@ import numpy as np
 
 from vlajax.atomic_files import write_bytes
 
-__all__ = ["MetricsLogger", "Progress", "to_uint8", "gif_bytes", "write_gif"]
+__all__ = ["MetricsLogger", "Progress", "print_line", "to_uint8", "gif_bytes", "write_gif"]
 
 log = _pylogging.getLogger(__name__)
 
@@ -56,6 +56,13 @@ def write_gif(path: str, frames: Any, fps: int = 10) -> str:
     if frames.ndim == 5:
         frames = _tile(frames)
     return write_bytes(path, gif_bytes(frames, fps))
+
+
+def print_line(text: str) -> None:
+    """Print `text` and its newline in one write, flushed: `print` writes them apart, so a line printed
+    from another thread (a heartbeat, a pipeline lane) can land between the two and join this line."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 class MetricsLogger:
@@ -176,7 +183,7 @@ class Progress:
         elif self.mode == "plain" and (step % self.every == 0 or step == self.total):
             done = step - self._start
             rate = done / max(time.perf_counter() - self._t0, 1e-9)
-            print(f"[{self.description}] {step}/{self.total} ({rate:.2f} it/s) {self._fmt(metrics)}", flush=True)
+            print_line(f"[{self.description}] {step}/{self.total} ({rate:.2f} it/s) {self._fmt(metrics)}")
 
     def close(self) -> None:
         if self._bar is not None:

@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vlajax.logging import print_line
+
 _slow = {"phase": "none", "seconds": 0.0, "from": 1}
 _counts: dict[str, int] = {}
 
@@ -39,7 +41,7 @@ _counts: dict[str, int] = {}
 def mark(name: str, slow_from: int = 1) -> int:
     """Print `PHASE name n` (n counts this phase's starts) and sleep when it is the slow phase."""
     n = _counts[name] = _counts.get(name, 0) + 1
-    print(f"PHASE {name} {n}", flush=True)
+    print_line(f"PHASE {name} {n}")
     if name == _slow["phase"] and n >= max(slow_from, _slow["from"]):
         time.sleep(_slow["seconds"])
     return n
@@ -182,7 +184,7 @@ def _remote_requests(bridge) -> None:
             *(np.zeros((4, *meta[k]["shape"]), np.uint8) for _, k in bridge.image_keys))
     bridge._host_act(*args)
     n = _counts["eval"] = _counts.get("eval", 0) + 1
-    print(f"PHASE eval {n}", flush=True)
+    print_line(f"PHASE eval {n}")
     deadline = time.monotonic() + (_slow["seconds"] if _slow["phase"] == "eval" else 0.0)
     while time.monotonic() < deadline:
         bridge._host_act(*args)

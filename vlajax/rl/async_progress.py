@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from vlajax.logging import Progress
+from vlajax.logging import Progress, print_line
 
 HEARTBEAT_S = 25.0  # silence before a heartbeat line; checked every 2.5 s, so lines come at most ~28 s apart
 
@@ -90,7 +90,7 @@ class AsyncProgress:
             since = "the start" if self._update == self._start else "the last update"
             line = (f"[{self.description}] {self._update}/{self.total} ({doing}: {now - self._t_update:.0f} s "
                     f"since {since}) env_steps={int(self._steps_report)} {Progress._fmt(m)}")
-            print(line, flush=True)
+            print_line(line)
             return line
 
     # ---- the heartbeat thread -------------------------------------------------------------
