@@ -382,11 +382,18 @@ def profile(a: Args, wl: dict) -> dict:
                         "loadavg_1m": os.getloadavg()[0]}}
 
 
+def profile_paths(run_dirs) -> list[pathlib.Path]:
+    """`RUN_DIR/profile.json` of one run directory (a str or path) or of each of several."""
+    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
+    return [pathlib.Path(r) / "profile.json" for r in dirs]
+
+
 def pooled(run_dirs) -> dict:
     """`RUN_DIR/profile.json` of one run directory, or of several profiles of one workload pooled: each
     timed quantity's samples of all of them together (the statistic is then taken over the pool)."""
-    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
-    ds = [json.loads((pathlib.Path(r) / "profile.json").read_text()) for r in dirs]
+    paths = profile_paths(run_dirs)
+    dirs = [p.parent for p in paths]
+    ds = [json.loads(p.read_text()) for p in paths]
     d = ds[0]
     for r, other in zip(dirs[1:], ds[1:]):
         if other["workload"] != d["workload"] or other["machine"]["cores"] != d["machine"]["cores"]:
@@ -409,7 +416,7 @@ def load(run_dir, physics: str, statistic: str = "median", host: str = "probed")
     if host not in HOSTS:
         raise ValueError(f"host must be one of {HOSTS}, got {host!r}")
     d = pooled(run_dir)
-    path = d.get("pooled_from", run_dir)
+    path = ", ".join(map(str, profile_paths(run_dir)))
     raw = d["raw"] if host == "probed" else {k: v for k, v in d["raw"].items() if not k.startswith("probe/")}
     costs = costs_from_raw(raw, d["workload"], d["machine"]["cores"], statistic)
     if physics not in costs:

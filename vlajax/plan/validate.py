@@ -33,7 +33,7 @@ import numpy as np
 
 from vlajax import cli
 from vlajax.plan.costs import SimLatency
-from vlajax.plan.profile import load, pooled
+from vlajax.plan.profile import load, pooled, profile_paths
 from vlajax.plan.sim import Pipeline, simulate_mean
 
 __all__ = ["DEFAULT_RUNS", "row_pipeline", "steady_rate", "validate", "render", "main"]
@@ -130,7 +130,7 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
     host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
     measured and the simulated window (0: the bench's window)."""
     cores = cores or {}
-    rows, capacity = [], {}
+    rows, capacity, costs_of = [], {}, {}
     prof = pooled(run_dir)
     for path in runs:
         d = json.loads(pathlib.Path(path).read_text())
@@ -144,7 +144,9 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
                 physics = "c"
             else:
                 physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
-            costs = load(run_dir, physics, statistic, host)
+            if physics not in costs_of:  # the profile(s) read and pooled once per physics, not per row
+                costs_of[physics] = load(run_dir, physics, statistic, host)
+            costs = costs_of[physics]
             capacity[physics] = costs.cores
             if longtail:
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["latency_model"]))
@@ -183,9 +185,8 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
     err = np.abs([r["error"] for r in rows])
     by_regime = {g: float(np.median([abs(r["error"]) for r in rows if r["regime"] == g]))
                  for g in sorted({r["regime"] for r in rows})}
-    dirs = [run_dir] if isinstance(run_dir, str) else list(run_dir)
-    return {"runs": list(runs), "profile": str(pathlib.Path(dirs[0]) / "profile.json") if len(dirs) == 1
-            else [str(pathlib.Path(r) / "profile.json") for r in dirs], "seeds": seeds,
+    paths = [str(p) for p in profile_paths(run_dir)]
+    return {"runs": list(runs), "profile": paths[0] if len(paths) == 1 else paths, "seeds": seeds,
             "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
