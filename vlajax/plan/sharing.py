@@ -25,30 +25,50 @@ class Shared:
     Without caps (or one job of a group in flight) this is the plain core sharing above. `fifo`: what a
     group's jobs get together (cores, and rate under a cap) goes to them first come, first served
     (the oldest at up to its solo speed, the next takes what is left, ...) instead of equally:
-    concurrent jobs of a group then finish one after another."""
+    concurrent jobs of a group then finish one after another.
+
+    `group_cores` (issue 44.5, fifth try): while two or more jobs of a capped group are in flight, each
+    demands at most capacity / G cores per solo-speed unit (not its solo cores), so the group alone on
+    the host reaches the G it was measured at. Without it the cores are water-filled first: 4 jobs of
+    1.4 solo cores on 2 cores advance at 2 / 1.4 = 1.43 units together even where G = 1.9 was
+    measured for exactly them (a call's CPU seconds alone -- an intra-op pool on both cores -- overstate
+    what it needs beside others)."""
 
     def __init__(self, env: simpy.Environment, capacity: float = 1.0, caps: dict[str, float] | None = None,
-                 fifo: bool = False):
+                 fifo: bool = False, group_cores: bool = False):
         self.env, self.capacity, self.jobs, self.last = env, float(capacity), [], 0.0
         self.caps = {g: max(float(v), 1e-3) for g, v in (caps or {}).items()}
         self.fifo = fifo  # a capped group's jobs served first come, first served (else: an equal share each)
+        self.group_cores = group_cores  # concurrent capped jobs' cores bounded by capacity / their cap
         self.kick = env.event()
         env.process(self._serve())
 
-    def _share(self, limit: list[float]) -> list[float]:
+    def _cores(self) -> list[float]:
+        """Each job's cores per solo-speed unit: its solo cores, or with `group_cores` and two or more
+        of its capped group in flight at most capacity / the group's cap."""
+        cores = [j[2] for j in self.jobs]
+        if self.group_cores:
+            for g, cap in self.caps.items():
+                members = [i for i, j in enumerate(self.jobs) if j[3] == g]
+                if len(members) >= 2:
+                    for i in members:
+                        cores[i] = min(cores[i], self.capacity / cap)
+        return cores
+
+    def _share(self, limit: list[float], cores: list[float]) -> list[float]:
         """Rates from water-filling the cores over the jobs' demands (cores x their rate limit)."""
-        demand = [j[2] * m for j, m in zip(self.jobs, limit)]
+        demand = [c * m for c, m in zip(cores, limit)]
         cap, left, rates = self.capacity, len(demand), [0.0] * len(demand)
         for i in sorted(range(len(demand)), key=lambda i: demand[i]):
             a = min(demand[i], cap / left)
             cap, left = cap - a, left - 1
-            rates[i] = a / self.jobs[i][2]
+            rates[i] = a / cores[i]
         return rates
 
     def _rates(self) -> list[float]:
-        limit = [1.0] * len(self.jobs)
+        limit, cores = [1.0] * len(self.jobs), self._cores()
         for _ in range(100):  # the caps only lower limits: a few rounds settle
-            rates, lowered = self._share(limit), False
+            rates, lowered = self._share(limit, cores), False
             for g, cap in self.caps.items():
                 members = [i for i, j in enumerate(self.jobs) if j[3] == g]
                 if len(members) < 2 or sum(rates[i] for i in members) <= cap * (1 + 1e-9):
@@ -69,16 +89,17 @@ class Shared:
     def _first_come(self, rates: list[float]) -> list[float]:
         """Each group's cores (what its jobs got above, in total) handed out first come, first served:
         the oldest job (self.jobs is in arrival order) at up to its solo speed, the next what is left."""
+        cores = self._cores()
         for g in {j[3] for j in self.jobs if j[3] is not None}:
             members = [i for i, j in enumerate(self.jobs) if j[3] == g]
             if len(members) < 2:
                 continue
-            budget = sum(rates[i] * self.jobs[i][2] for i in members)  # the group's cores
+            budget = sum(rates[i] * cores[i] for i in members)  # the group's cores
             speed = sum(rates[i] for i in members)  # ... and its summed rate (a cap binds it)
             for i in members:
-                r = min(1.0, budget / self.jobs[i][2], speed)
+                r = min(1.0, budget / cores[i], speed)
                 rates[i] = max(r, 0.0)
-                budget -= r * self.jobs[i][2]
+                budget -= r * cores[i]
                 speed -= r
         return rates
 

@@ -104,6 +104,10 @@ class Pipeline:
     jitter: bool = False
     # updates after the first excluded from the measured window too (issue 44.5, third: the real runs' warm-up)
     warmup: int = 0
+    # model option (issue 44.5, fifth try): concurrent slot steps demand at most capacity / their measured
+    # concurrency cores per solo-speed unit, so together they reach the concurrency the profile measured
+    # (`sharing.Shared.group_cores`; False: their solo cores, water-filled before the cap)
+    group_cores: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -170,8 +174,9 @@ class _Run:
         self.rng = np.random.default_rng(seed)
         self.jitter_rng = np.random.default_rng([seed, 1])  # its own stream: the farm's draws stay as they were
         caps = dict(costs.concurrency)
-        shared = _Shared(self.env, costs.cores, caps, fifo=p.fifo_steps) if costs.shared_compute else None
-        self.dev = [shared or _Shared(self.env, caps=caps, fifo=p.fifo_steps) for _ in range(p.devices)]
+        opts = dict(fifo=p.fifo_steps, group_cores=p.group_cores)
+        shared = _Shared(self.env, costs.cores, caps, **opts) if costs.shared_compute else None
+        self.dev = [shared or _Shared(self.env, caps=caps, **opts) for _ in range(p.devices)]
         self.R = p.rollout_devices
         self.per_slot = p.envs // (self.R * p.num_slots)
         self.rb = self.R * p.num_slots  # require_batches: one item per slot segment

@@ -124,7 +124,7 @@ def _mean_batch(row: dict) -> float | None:
 
 def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, statistic: str = "median",
              cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False,
-             jitter: bool = False, warmup: int = 0) -> dict:
+             jitter: bool = False, warmup: int = 0, group_cores: bool = False) -> dict:
     """`run_dir`: the profile's run directory, or several of one workload (their calls pooled);
     `cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`: the
     host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
@@ -154,7 +154,8 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
                 costs = dataclasses.replace(costs, sim=SimLatency(**meta["farm"]["latency_model"]))
             if row["regime"] in cores:
                 costs = dataclasses.replace(costs, cores=cores[row["regime"]])
-            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps, jitter=jitter, warmup=warmup)
+            pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps, jitter=jitter, warmup=warmup,
+                                       group_cores=group_cores)
             pred = simulate_mean(pipe, costs, seeds)
             meas = measured(meta, row, d["rows"], warmup)
             m = meas["value"]
@@ -187,7 +188,7 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
                  for g in sorted({r["regime"] for r in rows})}
     paths = [str(p) for p in profile_paths(run_dir)]
     return {"runs": list(runs), "profile": paths[0] if len(paths) == 1 else paths, "seeds": seeds,
-            "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup,
+            "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup, "group_cores": group_cores,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
@@ -262,6 +263,9 @@ class Args:
     # updates after the first left out of the measured and the simulated window (issue 44.5, third: the runs'
     # warm-up); 0 = the bench's own window; needs production-loop rows (their stored update times)
     warmup: int = 0
+    # model option (issue 44.5, fifth try): concurrent slot steps' cores per solo-speed unit at most the host's
+    # capacity / their measured concurrency, so together they reach it (without: their solo cores, water-filled first)
+    group_cores: bool = False
 
 
 def main(argv: list[str]) -> int:
@@ -300,7 +304,7 @@ def main(argv: list[str]) -> int:
             except (KeyError, ValueError) as e:
                 cli.error(f"--warmup {a.warmup}: {path}: {e}")
     result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter,
-                      a.warmup)
+                      a.warmup, a.group_cores)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
