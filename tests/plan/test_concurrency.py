@@ -14,10 +14,10 @@ from vlajax.plan.sim import Pipeline, _Shared, simulate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _finish_times(capacity, caps, jobs, fifo=False):
+def _finish_times(capacity, caps, jobs, fifo=False, group_cores=False):
     """jobs: name -> (work, cores, group); -> name -> finish time."""
     env = simpy.Environment()
-    dev = _Shared(env, capacity, caps, fifo=fifo)
+    dev = _Shared(env, capacity, caps, fifo=fifo, group_cores=group_cores)
     done = {}
 
     def job(name, work, cores, group):

@@ -4,26 +4,15 @@ cores per solo-speed unit, so the group alone on the host reaches the concurrenc
 import dataclasses
 
 import pytest
-import simpy
 
+from tests.plan import test_concurrency
 from vlajax.plan.costs import Costs
-from vlajax.plan.sim import Pipeline, _Shared, simulate
+from vlajax.plan.sim import Pipeline, simulate
 
 
 def _finish_times(capacity, caps, jobs, group_cores):
-    """jobs: name -> (work, cores, group); -> name -> finish time."""
-    env = simpy.Environment()
-    dev = _Shared(env, capacity, caps, group_cores=group_cores)
-    done = {}
-
-    def job(name, work, cores, group):
-        yield dev.run(work, cores, group)
-        done[name] = env.now
-
-    for name, spec in jobs.items():
-        env.process(job(name, *spec))
-    env.run()
-    return done
+    """jobs: name -> (work, cores, group); -> name -> finish time (`test_concurrency`'s, with the option)."""
+    return test_concurrency._finish_times(capacity, caps, jobs, group_cores=group_cores)
 
 
 MJX_LIKE = {f"s{i}": (1.0, 1.4, "step") for i in range(4)}  # 4 steps of 1.4 solo cores, cap 1.9, 2 cores
