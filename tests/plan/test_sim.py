@@ -233,13 +233,24 @@ def test_profile_measures_the_production_workload_end_to_end(tmp_path):
     from vlajax.plan import profile
 
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "profile", "--out", str(tmp_path), "--envs", "4",
-                        "--slots", "2", "--horizon", "2", "--width", "16", "--physics", "jax", "--repeats", "1"],
+                        "--slots", "2", "--horizon", "2", "--width", "16", "--physics", "jax", "--repeats", "1",
+                        "--concurrency-repeats", "3"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     c = profile.load(tmp_path, "jax")
     assert c.collect_seconds(4) > 0 and c.train_seconds(8) > 0 and c.infer_seconds(4) > 0 and c.cores >= 1
     assert c.host_calls_per_decision == 0 and c.stream_item_s > 0
     assert 0 < dict(c.concurrency)["step"] <= 2  # the slot steps from 2 threads vs serially
+    raw = json.loads((tmp_path / "profile.json").read_text())["raw"]
+    assert len(raw["jax/step"]) == 1 * 2 * 2 and len(raw["jax/steps_serial"]) == len(raw["jax/steps_threads"]) == 3
+
+
+def test_profile_refuses_a_negative_concurrency_repeats(tmp_path):
+    """One `error:` line, before anything is built or compiled."""
+    r = subprocess.run([sys.executable, "-m", "vlajax.plan", "profile", "--out", str(tmp_path),
+                        "--concurrency-repeats", "-1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --concurrency-repeats")
+    assert not (tmp_path / "profile.json").exists()
 
 
 def test_validate_refuses_a_bad_cores_override_and_a_profile_of_another_workload(tmp_path):

@@ -331,7 +331,7 @@ def profile(a: Args, wl: dict) -> dict:
                             raw.setdefault("c/step_host_calls", []).append(float(host()[1] - h0[1]))
                         envs_of[s] = (env_state_s, payload)
                         records[s].append(rec)
-            step_concurrency(raw, physics, step, envs_of, outs, slots, horizon, a.repeats)
+            step_concurrency(raw, physics, step, envs_of, outs, slots, horizon, a.concurrency_repeats or a.repeats)
             per = envs // slots
             items = [Trajectory(_stack(records[s]), np.zeros(horizon, np.int32), per * horizon,
                                 horizon * per * setup.action_horizon) for s in range(slots)]
@@ -438,6 +438,9 @@ class Args:
     max_wait_ms: float = 2.0  # dynamic batching of the slot modes (recorded; not timed)
     physics: tuple[Literal["jax", "c"], ...] = ("jax", "c")  # simulators to time (jax = the mjx regime, c = cpu-sim)
     repeats: int = 7  # timed rounds after the compiling one
+    # timed rounds of the slot steps' concurrency (0: --repeats); C MuJoCo's ratio is noisy per round: three
+    # 28-round profiles agreed within 0.03 where 7-round blocks spread 1.08-1.38 (docs/planner.md, "fifth")
+    concurrency_repeats: int = 0
     statistic: Literal["median", "min"] = "median"  # of the calls, for the printed costs (validate re-reads raw)
     seed: int = 0
 
@@ -456,6 +459,8 @@ def main(argv: list[str]) -> int:
               "max_wait_ms": a.max_wait_ms}
     if wl["slots"] < 1 or wl["envs"] % wl["slots"] or a.repeats < 1 or not a.physics:
         cli.error("--envs must split into --slots, --repeats must be >= 1 and --physics non-empty")
+    if a.concurrency_repeats < 0:
+        cli.error(f"--concurrency-repeats must be >= 0 (0: --repeats), got {a.concurrency_repeats}")
     result = profile(a, wl)
     result["command"] = "python -m vlajax.plan profile " + " ".join(argv)
     out = pathlib.Path(a.out)
