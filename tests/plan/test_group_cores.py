@@ -5,15 +5,9 @@ import dataclasses
 
 import pytest
 
-from tests.plan import test_concurrency
+from tests.plan.test_concurrency import _finish_times
 from vlajax.plan.costs import Costs
 from vlajax.plan.sim import Pipeline, simulate
-
-
-def _finish_times(capacity, caps, jobs, group_cores):
-    """jobs: name -> (work, cores, group); -> name -> finish time (`test_concurrency`'s, with the option)."""
-    return test_concurrency._finish_times(capacity, caps, jobs, group_cores=group_cores)
-
 
 MJX_LIKE = {f"s{i}": (1.0, 1.4, "step") for i in range(4)}  # 4 steps of 1.4 solo cores, cap 1.9, 2 cores
 
@@ -32,9 +26,10 @@ def test_a_lone_job_and_a_gil_bound_group_are_untouched():
     """One job alone keeps its solo cores (done at its work); C-MuJoCo-like steps (1.02 cores, cap
     1.15: 2 / 1.15 > 1.02) and ungrouped jobs finish as without the option."""
     for gc in (False, True):
-        assert _finish_times(2.0, {"step": 1.9}, {"a": (1.0, 1.4, "step")}, gc) == {"a": pytest.approx(1.0)}
+        assert _finish_times(2.0, {"step": 1.9}, {"a": (1.0, 1.4, "step")}, group_cores=gc) == {"a": pytest.approx(1.0)}
     c_like = {f"s{i}": (1.0, 1.02, "step") for i in range(4)} | {"t": (2.0, 1.0, None)}
-    assert _finish_times(2.0, {"step": 1.15}, c_like, True) == _finish_times(2.0, {"step": 1.15}, c_like, False)
+    assert _finish_times(2.0, {"step": 1.15}, c_like, group_cores=True) == _finish_times(
+        2.0, {"step": 1.15}, c_like, group_cores=False)
 
 
 def test_the_cores_left_go_to_the_other_jobs_and_never_exceed_the_host():
@@ -43,7 +38,7 @@ def test_the_cores_left_go_to_the_other_jobs_and_never_exceed_the_host():
     those 1.6 cores buy the steps 1.6 / (2 / 1.9) = 1.52 units together instead of 1.6 / 1.4 = 1.14."""
     jobs = MJX_LIKE | {"t": (0.4, 1.0, None)}
     for gc, units in ((False, 1.6 / 1.4), (True, 1.6 / (2 / 1.9))):
-        done = _finish_times(2.0, {"step": 1.9}, jobs, gc)
+        done = _finish_times(2.0, {"step": 1.9}, jobs, group_cores=gc)
         assert done["t"] == pytest.approx(1.0)
         left = 4.0 - units * 1.0  # step work left when the trainer ends
         rest = left / min(1.9, 2.0 / (1.4 if not gc else 2 / 1.9))  # then the group alone on the host

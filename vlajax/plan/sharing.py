@@ -83,13 +83,13 @@ class Shared:
                     if rates[i] > level * (1 + 1e-12):
                         limit[i], lowered = min(limit[i], level), True
             if not lowered:
-                return self._first_come(rates) if self.fifo else rates
-        return self._first_come(rates) if self.fifo else rates
+                return self._first_come(rates, cores) if self.fifo else rates
+        return self._first_come(rates, cores) if self.fifo else rates
 
-    def _first_come(self, rates: list[float]) -> list[float]:
+    def _first_come(self, rates: list[float], cores: list[float]) -> list[float]:
         """Each group's cores (what its jobs got above, in total) handed out first come, first served:
-        the oldest job (self.jobs is in arrival order) at up to its solo speed, the next what is left."""
-        cores = self._cores()
+        the oldest job (self.jobs is in arrival order) at up to its solo speed, the next what is left.
+        `cores`: each job's cores per solo-speed unit (`_cores`)."""
         for g in {j[3] for j in self.jobs if j[3] is not None}:
             members = [i for i, j in enumerate(self.jobs) if j[3] == g]
             if len(members) < 2:
