@@ -18,10 +18,12 @@ def conc(serial, threads) -> float:
 
 
 def main() -> None:
-    summary = {}
+    summary, all_s, all_t = {}, [], []
     for run in sorted(p for p in OUT.iterdir() if (p / "profile.json").is_file()):
         raw = json.loads((run / "profile.json").read_text())["raw"]
         s, t = np.array(raw["c/steps_serial"]), np.array(raw["c/steps_threads"])
+        all_s.append(s)
+        all_t.append(t)
         ratios = s / t
         summary[run.name] = {
             "rounds": len(s), "all": conc(s, t), "without_first": conc(s[1:], t[1:]),
@@ -34,10 +36,7 @@ def main() -> None:
         print(f"{run.name}: 28 rounds {r['all']:.2f}, without the first {r['without_first']:.2f}, blocks of 7 "
               f"{[round(x, 2) for x in r['blocks_of_7']]}, first round {r['first_round_ratio']:.2f} "
               f"(lowest: {r['first_round_is_lowest']}), rounds {r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}")
-    pooled_s = np.concatenate([json.loads((OUT / k / "profile.json").read_text())["raw"]["c/steps_serial"]
-                               for k in summary])
-    pooled_t = np.concatenate([json.loads((OUT / k / "profile.json").read_text())["raw"]["c/steps_threads"]
-                               for k in summary])
+    pooled_s, pooled_t = np.concatenate(all_s), np.concatenate(all_t)
     summary["pooled"] = conc(pooled_s, pooled_t)
     print(f"pooled ({len(pooled_s)} rounds): {summary['pooled']:.2f}")
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
