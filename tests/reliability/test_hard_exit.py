@@ -1,7 +1,8 @@
 """A second signal exits at once (130) but first runs `preemption.on_hard_exit` hooks: the LIBERO pool's
 `kill_all` then kills the worker processes, each in a session of its own (no terminal signal reaches them),
 so none outlives the run. Real processes: a `StopRequest` in a child Python, a `sleep` started by the pool's
-own `_start` (the workers' launcher), two real SIGTERMs."""
+own `_start` (the workers' launcher), two real SIGTERMs. The worker must be gone within 5 s of the exit: the
+hook only sends SIGKILL, which the kernel carries out asynchronously (CI once saw it still running at the exit)."""
 
 import os
 import signal
@@ -44,7 +45,12 @@ def test_a_second_signal_kills_the_pool_workers_before_it_exits():
         err = proc.stderr.read()
         assert rc == 130 and "a second interrupt" in err, err[-2000:]
         assert dt < 5, dt  # at once
-        assert process_stat(worker) is None, f"the pool's worker {worker} outlived the second signal's exit"
+        # SIGKILL is sent, not waited for (the hook must not delay the exit), and the kernel ends the process
+        # asynchronously: on a loaded machine it can still read 'R' for a moment. Not killed, it lives 120 s.
+        deadline = time.monotonic() + 5
+        while (st := process_stat(worker)) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert st is None, f"the pool's worker {worker} outlived the second signal's exit by 5 s: {st}"
     finally:
         proc.kill()
         if worker > 0 and process_stat(worker) is not None:
