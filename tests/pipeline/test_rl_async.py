@@ -122,3 +122,38 @@ def test_update_logs_the_rollout_metrics_of_the_calls_it_trained_on():
     assert c.consumed_metrics(range(0, 1)) == {"success": 0.0, "return": 0.0}
     assert c.consumed_metrics(range(1, 3)) == {"success": 1.5, "return": 15.0}
     assert sorted(c.by_call) == [3, 4] and c.consumed_metrics(range(0, 1)) == {}
+
+
+def test_collect_keeps_each_unconsumed_calls_start_state_for_resume(tmp_path):
+    """The num_slots == 1 rollouter runs ahead of the trainer; a checkpoint at any update must hold the env state
+    the first unconsumed call started from (a resume replays it). `_Collect` keeps those states by reference (its
+    collect does not donate them): after three calls, `snapshot(k)` is the state call k started from, value for
+    value, and still readable (a donated buffer would raise), also while later calls have run."""
+    import functools
+
+    from vlajax import sharding
+    from vlajax.rl import setup as rl_setup
+    from vlajax.rl.async_loop import _Collect
+
+    cfg = _cfg(tmp_path, "collect", staleness_threshold=3.0)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=4),
+                              rl=dataclasses.replace(cfg.rl, rollout_length=2))
+    mesh = sharding.make_mesh(cfg.mesh)
+    setup = rl_setup.build(cfg, mesh)
+    params = setup.init_params(jax.random.key(0))
+    with sharding.use_mesh(mesh, cfg.mesh.logical_rules):
+        start = rl_setup.place_env_state(jax.jit(functools.partial(rl_setup.initial_env_state, cfg, setup.env))(),
+                                         mesh)
+    expect = [jax.device_get(rl_setup.env_leaves(start))]  # the state each call starts from, computed apart
+    c = _Collect(cfg, setup, mesh, start, 0)
+    for call in range(3):
+        c(0, params, call)
+        expect.append(jax.device_get(rl_setup.env_leaves(c.env_state)))
+    assert sorted(c.before) == [0, 1, 2]
+    for k in range(4):  # one more update consumed each time: the older start states are dropped
+        calls, state = c.snapshot(k)
+        assert calls == k
+        _assert_same(expect[k], jax.device_get(rl_setup.env_leaves(state)))
+        assert sorted(c.before) == list(range(k, 3))
+    # the states differ from call to call (the check above is not vacuous)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(expect[0]), jax.tree.leaves(expect[1])))

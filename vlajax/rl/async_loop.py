@@ -36,9 +36,10 @@ p's envs). Env steps in metrics, evaluations and the summary are summed over pro
 Checkpoints (Orbax, `checkpoint.every_steps` updates, at the end, and on SIGTERM / Ctrl-C):
 the train state, the collect path's env state, and `extra` = runner counters (updates,
 version, sample calls), env steps and the RNG seed; every key is derived from these counters,
-so a resumed run continues the same key streams. The collect path keeps a copy of the env
-state each unconsumed call started from and saves the one of the first unconsumed call, so a
-resumed run replays the calls whose samples were produced but not consumed (exact resume).
+so a resumed run continues the same key streams. The collect path keeps the env state each
+unconsumed call started from (by reference: its collect does not donate the env state) and saves
+the one of the first unconsumed call, so a resumed run replays the calls whose samples were
+produced but not consumed (exact resume).
 Metrics: TensorBoard (`<output_dir>/tb`, `train/*` per update, pipeline window metrics every
 `logging.every_steps`) and JSON lines (`<output_dir>/async_metrics.jsonl`); on the terminal
 (`logging.progress`) updates, env steps/s, staleness and success at least every 30 s
@@ -137,21 +138,23 @@ class _Collect:
 
     def __init__(self, cfg: TrainConfig, setup: rl_setup.Setup, mesh, env_state: Any, calls: int):
         self.cfg, self.mesh = cfg, mesh
-        self.fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup), donate_argnums=(1,))
+        # the env state is not donated (the loop's collect donates it): each call's starting state is kept by
+        # reference until consumed, for exact resume -- the same memory as a copy beside a donated input
+        # (two env states), without copying every leaf before every call and again at every update
+        self.fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup))
         self.env_state, self.calls = env_state, calls
         self.lock = threading.Lock()
         self.by_call: dict[int, dict[str, float]] = {}  # call -> its rollout metrics (until consumed)
-        self.before: dict[int, Any] = {}  # call -> copy of the env state it started from (not yet consumed)
+        self.before: dict[int, Any] = {}  # call -> the env state it started from (not yet consumed; immutable)
 
     def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
         k_collect, _ = rl_setup.iteration_keys(self.cfg.seed, call)
         # the lock guards the bookkeeping only, not the call (minutes for a VLA): the trainer's
         # `consumed_metrics` / `snapshot` must not wait for a rollout in flight
         with self.lock:
-            env_state = self.env_state  # donated to the call below
+            env_state = self.env_state
             if env_state is not None:  # kept until consumed: a checkpoint resumes from here
-                self.before[call] = jax.tree.map(jnp.copy, env_state)
-            self.env_state = None
+                self.before[call] = env_state
         with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules):
             env_state, batch, roll = self.fn(params, env_state, k_collect, jnp.int32(version))
         with self.lock:
@@ -174,10 +177,10 @@ class _Collect:
         with self.lock:
             for c in [c for c in self.before if c < consumed]:
                 del self.before[c]
-            # call `consumed` started (its copy; also while it is in flight) or not yet (the current state);
-            # episodic (GRPO) collect calls reset their envs: no env state to keep
-            state = self.before.get(consumed, self.env_state)
-            return consumed, None if state is None else jax.tree.map(jnp.copy, state)
+            # call `consumed` started (its start state; also while it is in flight) or not yet (the current
+            # state); episodic (GRPO) collect calls reset their envs: no env state to keep. Never donated, so
+            # Orbax's async save may read it while later calls run.
+            return consumed, self.before.get(consumed, self.env_state)
 
 
 def train_async(cfg: TrainConfig, setup: rl_setup.Setup | None = None, *, stop_at: int | None = None,
