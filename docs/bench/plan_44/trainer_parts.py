@@ -7,67 +7,84 @@ repository root:
     JAX_PLATFORMS=cpu PYTHONPATH=. .venv/bin/python docs/bench/plan_44/trainer_parts.py cpu-sim train_async 2
     (BLOCK=1: also block on train_step's outputs, to see compute left in flight)
 """
-import dataclasses, json, sys, time, collections
-import numpy as np
-import vlajax.presets  # noqa
-from vlajax.config import get_config
-from vlajax.rl.setup import build
-from vlajax.bench import async_loops as al
-from vlajax.pipeline import runner as rmod
 
-T = collections.defaultdict(list)
+import collections
+import dataclasses
+import json
 import os
-BLOCK = os.environ.get('BLOCK') == '1'
-orig_init = rmod.AsyncRunner.__init__
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import vlajax.presets  # noqa: F401  (registers the presets)
+from vlajax import checkpoint
+from vlajax import logging as vlog
+from vlajax.bench import async_loops
+from vlajax.config import get_config
+from vlajax.pipeline import runner
+from vlajax.rl import async_loop
+from vlajax.rl.setup import build
+
+T: dict[str, list[float]] = collections.defaultdict(list)
+BLOCK = os.environ.get("BLOCK") == "1"
+
 
 def timed(name, fn):
-    def w(*a, **k):
+    def wrapped(*a, **k):
         t0 = time.perf_counter()
         try:
             return fn(*a, **k)
         finally:
             T[name].append(time.perf_counter() - t0)
-    return w
+    return wrapped
 
-def init(self, cfg, **kw):
-    kw["train_step"] = timed("train_step", block_train_step(kw["train_step"]) if BLOCK else kw["train_step"])
-    if kw.get("on_update") is not None:
-        kw["on_update"] = timed("on_update", kw["on_update"])
-    kw["sample_step"] = timed("sample_step", kw["sample_step"])
-    orig_init(self, cfg, **kw)
-    self.weights.publish = timed("publish", self.weights.publish)
 
-rmod.AsyncRunner.__init__ = init
-from vlajax.rl import async_loop as alp
-from vlajax import checkpoint as ck, logging as vlog
-alp._Collect.snapshot = timed("snapshot", alp._Collect.snapshot)
-alp._Collect.consumed_metrics = timed("consumed_metrics", alp._Collect.consumed_metrics)
-vlog.MetricsLogger.scalars = timed("scalars", vlog.MetricsLogger.scalars)
-CK = [c for c in vars(ck).values() if isinstance(c, type) and hasattr(c, "save") and c.__module__ == ck.__name__][0]
-CK.save = timed("ckpt_save", CK.save)
-import jax as _jax
-_ts = None
-def block_train_step(fn):
-    def w(*a, **k):
+def blocking(fn):
+    def wrapped(*a, **k):
         out = fn(*a, **k)
-        t0 = time.perf_counter(); _jax.block_until_ready(out); T["train_step_block_extra"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jax.block_until_ready(out)
+        T["train_step_block_extra"].append(time.perf_counter() - t0)
         return out
-    return w
-orig_update = rmod.AsyncRunner._update
-rmod.AsyncRunner._update = timed("_update", orig_update)
+    return wrapped
 
-regime, mode = sys.argv[1], sys.argv[2]
 
-base = get_config("rl-debug")
-cfg = al.run_config(base, regime, mode, envs=16, slots=4, horizon=8, width=256, updates=20, max_wait_ms=2.0,
-                    out_dir=f"/tmp/diag/run_{regime}_{mode}".replace("+", "p"))
-setup = build(cfg)
-for rep in range(int(sys.argv[3]) if len(sys.argv) > 3 else 2):
-    T.clear()
-    import tempfile
-    cfg = dataclasses.replace(cfg, output_dir=tempfile.mkdtemp(prefix='diag_'))
-    row = al.run_one(cfg, setup, regime, mode)
-    s = {k: (len(v), round(1e3 * float(np.median(v[1:])), 2)) for k, v in T.items()}
-    print(json.dumps({"rep": rep, "env_steps_per_s": round(row["env_steps_per_s"]), "trainer_idle": row["trainer_idle_ratio"],
-                      "window_s": round(row["window_s"], 3), "updates": row["updates_timed"],
-                      "ms_median_without_first": s}), flush=True)
+def patch() -> None:
+    init = runner.AsyncRunner.__init__
+
+    def timed_init(self, cfg, **kw):
+        kw["train_step"] = timed("train_step", blocking(kw["train_step"]) if BLOCK else kw["train_step"])
+        if kw.get("on_update") is not None:
+            kw["on_update"] = timed("on_update", kw["on_update"])
+        kw["sample_step"] = timed("sample_step", kw["sample_step"])
+        init(self, cfg, **kw)
+        self.weights.publish = timed("publish", self.weights.publish)
+
+    runner.AsyncRunner.__init__ = timed_init
+    runner.AsyncRunner._update = timed("_update", runner.AsyncRunner._update)
+    async_loop._Collect.snapshot = timed("snapshot", async_loop._Collect.snapshot)
+    async_loop._Collect.consumed_metrics = timed("consumed_metrics", async_loop._Collect.consumed_metrics)
+    vlog.MetricsLogger.scalars = timed("scalars", vlog.MetricsLogger.scalars)
+    checkpoint.Checkpointer.save = timed("ckpt_save", checkpoint.Checkpointer.save)
+
+
+def main(regime: str, mode: str, repeats: int) -> None:
+    patch()
+    cfg = async_loops.run_config(get_config("rl-debug"), regime, mode, envs=16, slots=4, horizon=8, width=256,
+                                 updates=20, max_wait_ms=2.0, out_dir=tempfile.mkdtemp(prefix="trainer_parts_"))
+    setup = build(cfg)
+    for rep in range(repeats):
+        T.clear()
+        run_cfg = dataclasses.replace(cfg, output_dir=tempfile.mkdtemp(prefix="trainer_parts_"))
+        row = async_loops.run_one(run_cfg, setup, regime, mode)
+        parts = {k: (len(v), round(1e3 * float(np.median(v[1:])), 2)) for k, v in T.items()}
+        print(json.dumps({"rep": rep, "env_steps_per_s": round(row["env_steps_per_s"]),
+                          "trainer_idle": row["trainer_idle_ratio"], "window_s": round(row["window_s"], 3),
+                          "updates": row["updates_timed"], "ms_median_without_first": parts}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 2)
