@@ -23,6 +23,8 @@ import numpy as np
 
 from vlajax.plan.comm import Comm
 
+LOCAL_WINDOW = 5  # calls a jitter factor is compared with (`Costs.local_jitter`): a decision's 4 slot steps and one
+
 __all__ = ["Costs", "SimLatency", "interp"]
 
 
@@ -116,6 +118,20 @@ class Costs:
     def jitter_factors(self, component: str) -> tuple[float, ...]:
         """The factors a `component` call's seconds are drawn with (`jitter`); () = no variability known."""
         return dict(self.jitter).get(component, ())
+
+    def local_jitter(self, window: int = LOCAL_WINDOW) -> Costs:
+        """These costs with each jitter factor divided by the median of the `window` calls centred on it (the
+        profile's order), then scaled to mean 1: only how a call differs from the calls timed beside it. The
+        profile times a decision's slot steps one after another; their factors drift together (lag-1
+        autocorrelation 0.37-0.75 in prod7-prod9's profiles), and what moves all concurrent calls alike does
+        not spread the slots apart -- the drift is in the median costs already (docs/planner.md "seventh")."""
+        half = window // 2
+        out = []
+        for name, f in self.jitter:
+            a = np.asarray(f, dtype=float)
+            local = np.array([a[i] / np.median(a[max(0, i - half):i + half + 1]) for i in range(a.size)])
+            out.append((name, tuple(float(x) for x in local / local.mean())))
+        return dataclasses.replace(self, jitter=tuple(out))
 
     def cores_of(self, component: str) -> float:
         return dict(self.parallelism).get(component, 1.0)
