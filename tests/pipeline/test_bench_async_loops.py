@@ -85,8 +85,9 @@ def test_cpu_regimes_through_the_production_loops(tmp_path):
     carries that loop's own report; the farm is calibrated on the per-env C steps of a cpu-sim sync run
     of its own (the rows step their envs in one native batch per call, untimed per env)."""
     out = tmp_path / "async.json"
+    marks = tmp_path / "between.txt"  # --between-repeats: before the repeat and after the last
     done = _bench(["--json", str(out), "--regimes", "cpu-sim", "emulated-farm", "--modes", "sync", "+partial_rollout",
-                   *TINY])
+                   "--between-repeats", f"echo $VLAJAX_BENCH_REPEAT >> {marks}", *TINY])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(out.read_text())
     rows = data["rows"]
@@ -113,8 +114,19 @@ def test_cpu_regimes_through_the_production_loops(tmp_path):
     assert meta["farm"]["latency_model"]["median_s"] == pytest.approx(20.0 * meta["farm"]["c_env_step"]["median_ms"]
                                                                       / 1e3)
     assert "load average" in meta["uptime_before"] and set(meta["reality"]) == {"cpu-sim", "emulated-farm"}
+    assert marks.read_text().split() == ["0", "1"]
+    assert [r["repeat"] for r in meta["between_repeats"]["runs"]] == [0, 1]
+    assert all(r["rc"] == 0 and r["seconds"] >= 0 for r in meta["between_repeats"]["runs"])
     shown = _bench(["--render", str(out)], timeout=120)
     assert shown.returncode == 0 and "**emulated-farm**" in shown.stdout
+
+
+def test_a_failing_between_repeats_command_ends_the_bench_with_one_error_line(tmp_path):
+    out = tmp_path / "async.json"
+    done = _bench(["--json", str(out), "--regimes", "cpu-sim", "--modes", "sync", "--between-repeats", "exit 3", *TINY])
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --between-repeats exited 3")
+    assert not out.exists()
 
 
 @pytest.mark.slow

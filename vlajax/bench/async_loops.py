@@ -311,6 +311,11 @@ class Args:
     farm_scale: float = 20.0  # emulated-farm: a worker's step time = this x the measured C MuJoCo step time
     seed: int = 0
     render: str = ""  # print the markdown tables of an existing JSON and exit
+    # a shell command run before the first repeat, between repeats and after the last, with VLAJAX_BENCH_REPEAT =
+    # 0..repeats (e.g. "python -m vlajax.plan profile --out DIR/p$VLAJAX_BENCH_REPEAT ..."): costs measured at the
+    # moments the rows ran; outside every row's timed window; its times in meta.between_repeats; a failure ends the
+    # bench with one error: line and no JSON
+    between_repeats: str = ""
 
 
 def _check(a: Args) -> None:
@@ -411,9 +416,23 @@ def main(argv: list[str]) -> int:
         farm = calibrate_from(calib["_env_step_s"], "a cpu-sim sync run before the rows, envs stepped one by one "
                                                     "(not a row)")
     runs: dict[tuple[str, str], list[dict]] = {}
+    between: list[dict[str, Any]] = []
+
+    def run_between(k: int) -> None:
+        if not a.between_repeats:
+            return
+        t0, start = time.monotonic(), time.strftime("%H:%M:%S", time.gmtime())
+        done = subprocess.run(a.between_repeats, shell=True, env={**os.environ, "VLAJAX_BENCH_REPEAT": str(k)})
+        between.append({"repeat": k, "start_utc": start, "seconds": time.monotonic() - t0, "rc": done.returncode,
+                        "uptime_after": uptime()})
+        if done.returncode != 0:
+            raise SystemExit(f"error: --between-repeats exited {done.returncode} (VLAJAX_BENCH_REPEAT={k}); "
+                             "no rows written")
+
     t_bench = time.monotonic()
     try:
         for rep in range(a.repeats):
+            run_between(rep)
             for regime in regimes:
                 for mode in modes:
                     name = f"r{rep}_{regime}_{mode}".replace("+", "p")
@@ -425,6 +444,7 @@ def main(argv: list[str]) -> int:
                     short = {k: r[k] for k in ("repeat", "regime", "mode", "env_steps_per_s", "updates_per_s",
                                                "loadavg_1m_before", "run_s")}
                     print(json.dumps(short), flush=True)
+        run_between(a.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rows = []
@@ -436,6 +456,8 @@ def main(argv: list[str]) -> int:
                 r["speedup_vs_sync"] = r["env_steps_per_s"] / base_r["env_steps_per_s"] if base_r else None
             rows.append(aggregate(reps))
     meta |= {"uptime_after": uptime(), "bench_s": time.monotonic() - t_bench}
+    if a.between_repeats:
+        meta["between_repeats"] = {"command": a.between_repeats, "runs": between}
     data = {"meta": meta, "rows": rows}
     print(render_markdown(data), end="")
     write_result(a.json, data)
