@@ -1,5 +1,6 @@
 """Each profile's slot-step concurrency (median serial wall / median threaded wall, as `plan profile` computes it)
-and the spread of its per-round ratios, per physics. Usage: step_concurrency.py PROFILES_DIR (its b1..a3)."""
+and the spread of its per-round ratios, per physics. Usage: step_concurrency.py PROFILES_DIR (its b1..a3, in the
+protocol's order: the profiles before the grid, then those after)."""
 
 import json
 import pathlib
@@ -8,7 +9,8 @@ import sys
 import numpy as np
 
 root = pathlib.Path(sys.argv[1])
-for run in sorted(p for p in root.iterdir() if (p / "profile.json").is_file()):
+for run in sorted((p for p in root.iterdir() if (p / "profile.json").is_file()),
+                  key=lambda p: (not p.name.startswith("b"), p.name)):
     raw = json.loads((run / "profile.json").read_text())["raw"]
     row = []
     for ph in ("jax", "c"):

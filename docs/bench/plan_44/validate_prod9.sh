@@ -22,14 +22,5 @@ v before_no_gc --jitter --warmup 2 --profile-from $P/b1 $P/b2 $P/b3
 v after_no_gc --jitter --warmup 2 --profile-from $P/a1 $P/a2 $P/a3
 v before_lockstep --group-cores --warmup 2 --profile-from $P/b1 $P/b2 $P/b3
 v after_lockstep --group-cores --warmup 2 --profile-from $P/a1 $P/a2 $P/a3
-$PY - <<'PY' | tee $out/p9_concurrency.txt
-import json, numpy as np
-for i in "b1 b2 b3 a1 a2 a3".split():
-    raw = json.load(open(f"docs/bench/plan_profile_prod9/{i}/profile.json"))["raw"]
-    row = []
-    for ph in ("jax", "c"):
-        s, t = np.array(raw[f"{ph}/steps_serial"]), np.array(raw[f"{ph}/steps_threads"])
-        row.append(f"{ph} {np.median(s) / np.median(t):.2f} ({len(s)} rounds, per-round {np.min(s / t):.2f}-{np.max(s / t):.2f})")
-    print(i, "; ".join(row))
-PY
+$PY docs/bench/plan_44/step_concurrency.py $P | tee $out/p9_concurrency.txt
 echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) end"
