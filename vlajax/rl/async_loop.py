@@ -139,8 +139,9 @@ class _Collect:
     def __init__(self, cfg: TrainConfig, setup: rl_setup.Setup, mesh, env_state: Any, calls: int):
         self.cfg, self.mesh = cfg, mesh
         # the env state is not donated (the loop's collect donates it): each call's starting state is kept by
-        # reference until consumed, for exact resume -- the same memory as a copy beside a donated input
-        # (two env states), without copying every leaf before every call and again at every update
+        # reference until consumed, for exact resume -- the same memory as copies beside a donated input (one
+        # env state per unconsumed call either way), without copying every leaf before every call and again at
+        # every update
         self.fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup))
         self.env_state, self.calls = env_state, calls
         self.lock = threading.Lock()
