@@ -1,18 +1,5 @@
 #!/bin/bash
 # Issue 44.5, eighth try (session 36, pre-registered in docs/planner.md "Issue 44.5, eighth: profiles interleaved
-# with the grid's repeats"): the 18-row grid (the prod4 command, --json docs/bench/async_production_planval11.json)
-# with a profile (--concurrency-repeats 28) before its first repeat, between its repeats and after its last
-# (bench async --between-repeats: p0 p1 p2 p3); nothing else running. Then: docs/bench/plan_44/validate_prod11.sh
-set -e
-cd "$(dirname "$0")/../.."
-PY=${PY:-.venv/bin/python}
-P=docs/bench/plan_profile_prod11
-U=docs/bench/plan_validate_prod11_uptimes.txt
-: > $U
-echo "HEAD $(git rev-parse --short HEAD)" >> $U
-echo "profile flags --concurrency-repeats 28" >> $U
-echo "bench start $(date -u +%T) $(uptime)" >> $U
-$PY -m vlajax.bench async --preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --updates 20 --repeats 3 \
-  --farm-scale 20 --json docs/bench/async_production_planval11.json \
-  --between-repeats "echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m vlajax.plan profile --from-bench docs/bench/async_production.json --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
-echo "end $(date -u +%T) $(uptime)" >> $U
+# with the grid's repeats"): the interleaved protocol on grid 11 (run at 54b9bc4 with this body inline; the same
+# commands since moved to plan_validate_interleaved.sh). Then: docs/bench/plan_44/validate_prod11.sh
+exec bash "$(dirname "$0")/plan_validate_interleaved.sh" 11

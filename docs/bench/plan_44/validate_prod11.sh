@@ -1,27 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44.5, eighth try (docs/planner.md "Issue 44.5, eighth: profiles interleaved with the grid's repeats"): the
-# variant under test (the seventh's) with the four interleaved profiles pooled (criteria 1-3), then beside it: the
-# profile before the rows (p0) and after them (p3) alone, the first and second half's pools, each single profile,
-# the sixth try's variant (no --local-jitter) pooled, each profile's step concurrency.
-# -> docs/bench/plan_44/validate_p11_*.json, p11_concurrency.txt
-set -euo pipefail
-cd "$(dirname "$0")/../../.."
-PY=${PY:-.venv/bin/python}
-P=docs/bench/plan_profile_prod11
-R=docs/bench/async_production_planval11.json
-run() {  # name, then flags and profiles up to --profile-from's list
-  local name=$1; shift
-  echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) p11 $name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate --runs $R --json docs/bench/plan_44/validate_p11_$name.json "$@" \
-    | tail -2 | head -1
-}
-LJ=(--group-cores --jitter --local-jitter --warmup 2)
-run lj_all4 "${LJ[@]}" --profile-from $P/p0 $P/p1 $P/p2 $P/p3
-run lj_before_p0 "${LJ[@]}" --profile-from $P/p0
-run lj_after_p3 "${LJ[@]}" --profile-from $P/p3
-run lj_first_half "${LJ[@]}" --profile-from $P/p0 $P/p1
-run lj_second_half "${LJ[@]}" --profile-from $P/p2 $P/p3
-for i in p1 p2; do run lj_single_$i "${LJ[@]}" --profile-from $P/$i; done
-run no_lj_all4 --group-cores --jitter --warmup 2 --profile-from $P/p0 $P/p1 $P/p2 $P/p3
-$PY docs/bench/plan_44/step_concurrency.py $P | tee docs/bench/plan_44/p11_concurrency.txt
-$PY docs/bench/plan_44/criteria.py docs/bench/plan_44/validate_p11_lj_all4.json | tee docs/bench/plan_44/p11_criteria.txt
+# Issue 44.5, eighth try (docs/planner.md "Issue 44.5, eighth: profiles interleaved with the grid's repeats"): its
+# validations of grid 11 (run at 54b9bc4 with this body inline; the same commands since moved to
+# validate_interleaved.sh). -> docs/bench/plan_44/validate_p11_*.json, p11_concurrency.txt, p11_criteria.txt
+exec bash "$(dirname "$0")/validate_interleaved.sh" 11
