@@ -2,20 +2,23 @@
 # The validation protocol adopted in issue 44.5's eighth try (docs/planner.md "Issue 44.5, eighth: profiles
 # interleaved with the grid's repeats"): the 18-row grid (the prod4 command, 3 repeats) with a profile
 # (--concurrency-repeats 28) before its first repeat, between its repeats and after its last (bench async
-# --between-repeats: p0 p1 p2 p3); nothing else running. Usage: plan_validate_interleaved.sh N ->
-# docs/bench/async_production_planvalN.json, docs/bench/plan_profile_prodN/p{0,1,2,3},
+# --between-repeats: p0 p1 p2 p3); nothing else running. Usage: plan_validate_interleaved.sh N [REPEATS [EVERY]]
+# (defaults 3 1; EVERY 2: a profile before repeats 0, 2, 4, ... and after the last) ->
+# docs/bench/async_production_planvalN.json, docs/bench/plan_profile_prodN/pK (K = the repeat it precedes),
 # docs/bench/plan_validate_prodN_uptimes.txt. Then: docs/bench/plan_44/validate_interleaved.sh N
 set -e
-N=${1:?usage: plan_validate_interleaved.sh N}
+N=${1:?usage: plan_validate_interleaved.sh N [REPEATS [EVERY]]}
+REPEATS=${2:-3}
+EVERY=${3:-1}
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 P=docs/bench/plan_profile_prod$N
 U=docs/bench/plan_validate_prod${N}_uptimes.txt
 : > $U
 echo "HEAD $(git rev-parse --short HEAD)" >> $U
-echo "profile flags --concurrency-repeats 28" >> $U
+echo "profile flags --concurrency-repeats 28; repeats $REPEATS, a profile every $EVERY" >> $U
 echo "bench start $(date -u +%T) $(uptime)" >> $U
-$PY -m vlajax.bench async --preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --updates 20 --repeats 3 \
+$PY -m vlajax.bench async --preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --updates 20 --repeats $REPEATS \
   --farm-scale 20 --json docs/bench/async_production_planval$N.json \
-  --between-repeats "echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m vlajax.plan profile --from-bench docs/bench/async_production.json --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
+  --between-repeats "[ \$((VLAJAX_BENCH_REPEAT % $EVERY)) -ne 0 ] && [ \$VLAJAX_BENCH_REPEAT -ne $REPEATS ] && exit 0; echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m vlajax.plan profile --from-bench docs/bench/async_production.json --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
 echo "end $(date -u +%T) $(uptime)" >> $U

@@ -30,8 +30,8 @@ def test_a_drift_keeps_the_slots_together_only_with_local_jitter():
 
 
 def test_validate_refuses_local_jitter_without_jitter(tmp_path):
-    """Given by hand with --no-jitter: one `error:` line, before any profile or run is read."""
+    """One `error:` line, before any profile or run is read."""
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--runs", "x.json", "--profile-from",
-                        str(tmp_path), "--no-jitter", "--local-jitter"], capture_output=True, text=True, timeout=120)
+                        str(tmp_path), "--local-jitter"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: --local-jitter")

@@ -9,7 +9,7 @@ model for the `cpu_longtail` regime (C MuJoCo under the latency model), the `jax
 latency for `mjx`. Nothing in the prediction is fitted to the rows.
 
 Rows of the production-loop bench (`vlajax.bench.async_loops`, e.g. `docs/bench/async_production.json`,
-the default `docs/bench/async_production_planval11.json`; the profile's workload must match theirs,
+the default `docs/bench/async_production_planval.json`; the profile's workload must match theirs,
 and the compared figure is env steps trained on per second, as those rows report it) are read:
 `mjx` -> the `jax` costs; `cpu-sim` -> the `c` costs, no latency; `emulated-farm` -> the `c`
 costs plus the JSON's calibrated farm model (`meta.farm.latency_model`). The farm
@@ -19,11 +19,6 @@ the planner does the same per call (`sim._Run._host_calls`).
 Reports each row's predicted and measured env steps/s and idle ratios, the signed error
 (predicted / measured - 1), and the median absolute error over all rows and per regime.
 `--plot PATH` draws predicted vs measured (needs matplotlib, the `report` extra).
-
-The command line's model is the one validated in issue 44.5's eighth try (docs/planner.md): calls drawn from
-the profile's spread relative to the calls timed beside them (`--jitter --local-jitter`), concurrent slot steps
-bounded by their measured concurrency (`--group-cores`), the window after update 2 (`--warmup 2`); the function
-`validate`'s keyword defaults are the plain model (every option off).
 """
 
 from __future__ import annotations
@@ -43,7 +38,7 @@ from vlajax.plan.sim import Pipeline, simulate_mean
 
 __all__ = ["DEFAULT_RUNS", "row_pipeline", "steady_rate", "validate", "render", "main"]
 
-DEFAULT_RUNS = ("docs/bench/async_production_planval11.json",)  # the grid of issue 44.5, eighth try
+DEFAULT_RUNS = ("docs/bench/async_production_planval.json",)
 PRODUCTION_REGIMES = ("mjx", "cpu-sim", "emulated-farm")  # rows of the production-loop bench (async_loops)
 
 
@@ -267,27 +262,23 @@ class Args:
     # affinity = every core the process may use, a thread a whole core (the model before the probes)
     host: Literal["probed", "affinity"] = "probed"
     fifo_steps: bool = False  # model option (issue 44.5): slot steps first come, first served within their cap
-    # The four options below default to the model validated in issue 44.5's eighth try (docs/planner.md; prod11:
-    # 8.6% over 18 rows); --no-jitter --no-group-cores --warmup 0 gives the plain model.
-    # slot steps' and inference calls' seconds drawn from the profile's calls (issue 44.5, second try)
-    jitter: bool = True
+    # model option (issue 44.5, second try): slot steps' and inference calls' seconds drawn from the profile's calls
+    jitter: bool = False
     # updates after the first left out of the measured and the simulated window (issue 44.5, third: the runs'
-    # warm-up); 0 = the bench's own window; > 0 needs production-loop rows (their stored update times)
-    warmup: int = 2
-    # concurrent slot steps' cores per solo-speed unit at most the host's capacity / their measured concurrency,
-    # so together they reach it (issue 44.5, fifth try; without: their solo cores, water-filled first)
-    group_cores: bool = True
-    # with --jitter, each call's factor relative to the median of the 5 calls timed beside it (what spreads
-    # concurrent slots apart; the drift all of them share is left out; issue 44.5, seventh); off with --no-jitter
-    local_jitter: bool = True
+    # warm-up); 0 = the bench's own window; needs production-loop rows (their stored update times)
+    warmup: int = 0
+    # model option (issue 44.5, fifth try): concurrent slot steps' cores per solo-speed unit at most the host's
+    # capacity / their measured concurrency, so together they reach it (without: their solo cores, water-filled first)
+    group_cores: bool = False
+    # model option (issue 44.5, seventh): with --jitter, each call's factor relative to the median of the 5 calls
+    # timed beside it (what spreads concurrent slots apart; the drift all of them share is left out)
+    local_jitter: bool = False
 
 
 def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m vlajax.plan validate", description=__doc__.splitlines()[0])
     if a.local_jitter and not a.jitter:
-        if "--local-jitter" in argv:
-            cli.error("--local-jitter changes the factors --jitter draws: it cannot go with --no-jitter")
-        a = dataclasses.replace(a, local_jitter=False)  # the default follows --jitter
+        cli.error("--local-jitter changes the factors --jitter draws: give --jitter too")
     for r in a.profile_from:
         if not (pathlib.Path(r) / "profile.json").is_file():
             cli.error(f"{r}/profile.json not found (python -m vlajax.plan profile --out {r})")
@@ -320,7 +311,7 @@ def main(argv: list[str]) -> int:
                 for row in d["rows"]:
                     measured(d["meta"], row, d["rows"], a.warmup)
             except (KeyError, ValueError) as e:
-                cli.error(f"--warmup {a.warmup}: {path}: {e} (--warmup 0: the bench's own window)")
+                cli.error(f"--warmup {a.warmup}: {path}: {e}")
     result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter,
                       a.warmup, a.group_cores, a.local_jitter)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # An interleaved-protocol grid N (docs/bench/plan_validate_interleaved.sh N) validated as issue 44.5's eighth try
-# fixed (docs/planner.md "Issue 44.5, eighth"): the adopted model (plan validate's defaults: --group-cores --jitter
-# --local-jitter --warmup 2) with the four profiles pooled (criteria 1-3), then beside it: the profile before the rows
-# (p0) and after them (p3) alone, the first and second half's pools, p1 and p2 alone, the sixth try's variant (no
-# --local-jitter) pooled, each profile's step concurrency. Usage: validate_interleaved.sh N
+# fixed (docs/planner.md "Issue 44.5, eighth"): its model (--group-cores --jitter --local-jitter --warmup 2) with
+# every profile pK of the grid pooled (criteria 1-3), then beside it: the first profile (before the rows) and the
+# last (after them) alone, the first and second half's pools, the others alone, the sixth try's variant (no
+# --local-jitter) pooled, each profile's step concurrency.
+# Usage: validate_interleaved.sh N
 # -> docs/bench/plan_44/validate_pN_*.json, pN_concurrency.txt, pN_criteria.txt
 set -euo pipefail
 N=${1:?usage: validate_interleaved.sh N}
@@ -18,12 +19,14 @@ run() {  # name, then flags and profiles up to --profile-from's list
     | tail -2 | head -1
 }
 LJ=(--group-cores --jitter --local-jitter --warmup 2)
-run lj_all4 "${LJ[@]}" --profile-from $P/p0 $P/p1 $P/p2 $P/p3
-run lj_before_p0 "${LJ[@]}" --profile-from $P/p0
-run lj_after_p3 "${LJ[@]}" --profile-from $P/p3
-run lj_first_half "${LJ[@]}" --profile-from $P/p0 $P/p1
-run lj_second_half "${LJ[@]}" --profile-from $P/p2 $P/p3
-for i in p1 p2; do run lj_single_$i "${LJ[@]}" --profile-from $P/$i; done
-run no_lj_all4 --group-cores --jitter --warmup 2 --profile-from $P/p0 $P/p1 $P/p2 $P/p3
+PS=(); for k in $(seq 0 99); do [ -d $P/p$k ] && PS+=($P/p$k); done  # p0 p1 ... in the order taken
+n=${#PS[@]}; h=$(( (n + 1) / 2 ))
+run lj_all${n} "${LJ[@]}" --profile-from "${PS[@]}"
+run lj_before_$(basename ${PS[0]}) "${LJ[@]}" --profile-from ${PS[0]}
+run lj_after_$(basename ${PS[n-1]}) "${LJ[@]}" --profile-from ${PS[n-1]}
+run lj_first_half "${LJ[@]}" --profile-from "${PS[@]:0:h}"
+run lj_second_half "${LJ[@]}" --profile-from "${PS[@]:n-h}"
+for i in "${PS[@]:1:n-2}"; do run lj_single_$(basename $i) "${LJ[@]}" --profile-from $i; done
+run no_lj_all${n} --group-cores --jitter --warmup 2 --profile-from "${PS[@]}"
 $PY docs/bench/plan_44/step_concurrency.py $P | tee docs/bench/plan_44/p${N}_concurrency.txt
-$PY docs/bench/plan_44/criteria.py docs/bench/plan_44/validate_p${N}_lj_all4.json | tee docs/bench/plan_44/p${N}_criteria.txt
+$PY docs/bench/plan_44/criteria.py docs/bench/plan_44/validate_p${N}_lj_all${n}.json | tee docs/bench/plan_44/p${N}_criteria.txt
