@@ -109,7 +109,9 @@ class Costs:
     #   broadcast from bytes and bandwidths, replacing `sync_s` / `allreduce_s`; None = those constants
     jitter: tuple[tuple[str, tuple[float, ...]], ...] = ()  # (component, factors): a call's seconds x one factor
     #   drawn with replacement (`Pipeline.jitter`); the profile's timed calls / their mean (mean 1); components:
-    #   step (a slot's step with its host calls), infer (an inference call); missing = every call the same
+    #   step (a slot's step with its host calls), infer (an inference call), step_threaded (a slot's step timed
+    #   beside the other slots' in the profile's concurrency rounds; drawn only through `threaded_steps`);
+    #   missing = every call the same
 
     def __post_init__(self):
         if self.comm is not None and (self.sync_s or self.allreduce_s):
@@ -118,6 +120,17 @@ class Costs:
     def jitter_factors(self, component: str) -> tuple[float, ...]:
         """The factors a `component` call's seconds are drawn with (`jitter`); () = no variability known."""
         return dict(self.jitter).get(component, ())
+
+    def threaded_steps(self) -> Costs:
+        """These costs with the slot steps' factors taken from the steps timed beside each other (component
+        `step_threaded`: the profile's concurrency rounds, every slot at once) instead of one after another: the
+        spread concurrent steps have among themselves, which the serially timed calls lack (docs/planner.md,
+        "ninth"). Raises ValueError for a profile without those timings (taken before the option existed)."""
+        f = self.jitter_factors("step_threaded")
+        if not f:
+            raise ValueError("the profile has no per-step timings of its concurrency rounds (step_threaded); "
+                             "take it again with this version of `python -m vlajax.plan profile`")
+        return dataclasses.replace(self, jitter=tuple((n, f if n == "step" else v) for n, v in self.jitter))
 
     def local_jitter(self, window: int = LOCAL_WINDOW) -> Costs:
         """These costs with each jitter factor divided by the median of the `window` calls centred on it (the

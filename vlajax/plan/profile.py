@@ -169,7 +169,8 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             stream_item_s=st(raw["train/stream_item"]), stream_finish_s=st(raw["train/stream_finish"]),
             cores=cores, parallelism=tuple(sorted(par.items())),
             concurrency=() if conc is None else (("step", conc),),
-            jitter=tuple((name, _relative(raw[f"{physics}/{name}"])) for name in ("infer", "step")),
+            jitter=tuple((name, _relative(raw[f"{physics}/{name}"])) for name in ("infer", "step", "step_threaded")
+                         if f"{physics}/{name}" in raw),
             source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
     return out
 
@@ -229,14 +230,20 @@ def step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots: 
     own thread (no mesh context, like the lanes), all slots at once; and the same calls one after the
     other in one thread. Appends the wall seconds of each to `raw[physics + '/steps_threads']` and
     `[.. '/steps_serial']` (`repeats` rounds after a compiling one, interleaved): serial / threaded is
-    how many solo-speed steps run at once (`Costs.concurrency` 'step'; `plan contention` reports it too)."""
+    how many solo-speed steps run at once (`Costs.concurrency` 'step'; `plan contention` reports it too).
+    Each step of the threaded rounds is timed too, as it ran beside the other slots' steps, in the order the
+    steps ended: `raw[physics + '/step_threaded']` (the spread `plan validate --threaded-step-jitter` draws)."""
     block = jax.block_until_ready
+    threaded: list[float] = []  # list.append is atomic: the slot threads append their steps' seconds
 
-    def steps_of(s: int):
+    def steps_of(s: int, times: list[float] | None = None):
         def run():
             env_state, payload = envs_of[s]
             for _ in range(horizon):
+                t0 = time.perf_counter()
                 env_state, payload, _ = block(step(s, env_state, outs[s]))
+                if times is not None:
+                    times.append(time.perf_counter() - t0)
             envs_of[s] = (env_state, payload)
         return run
 
@@ -245,11 +252,13 @@ def step_concurrency(raw: dict, physics: str, step, envs_of: dict, outs, slots: 
             steps_of(s)()
 
     for r in range(1 + repeats):
+        threaded.clear()
         t_serial = _threads_wall([serial])
-        t_threads = _threads_wall([steps_of(s) for s in range(slots)])
+        t_threads = _threads_wall([steps_of(s, threaded) for s in range(slots)])
         if r > 0:
             raw.setdefault(f"{physics}/steps_serial", []).append(t_serial)
             raw.setdefault(f"{physics}/steps_threads", []).append(t_threads)
+            raw.setdefault(f"{physics}/step_threaded", []).extend(threaded)
 
 
 def _uptime() -> str:

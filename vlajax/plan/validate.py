@@ -124,12 +124,14 @@ def _mean_batch(row: dict) -> float | None:
 
 def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, statistic: str = "median",
              cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False,
-             jitter: bool = False, warmup: int = 0, group_cores: bool = False, local_jitter: bool = False) -> dict:
+             jitter: bool = False, warmup: int = 0, group_cores: bool = False, local_jitter: bool = False,
+             threaded_step_jitter: bool = False) -> dict:
     """`run_dir`: the profile's run directory, or several of one workload (their calls pooled);
     `cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`: the
     host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
     measured and the simulated window (0: the bench's window); `local_jitter`: `jitter` draws each call's
-    variation from the calls timed beside it (`Costs.local_jitter`)."""
+    variation from the calls timed beside it (`Costs.local_jitter`); `threaded_step_jitter`: the slot steps'
+    factors from the steps timed beside each other (`Costs.threaded_steps`, applied before `local_jitter`)."""
     cores = cores or {}
     rows, capacity, costs_of = [], {}, {}
     prof = pooled(run_dir)
@@ -147,6 +149,8 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
                 physics = row.get("physics") if longtail and row.get("physics") not in (None, "preset") else "jax"
             if physics not in costs_of:  # the profile(s) read and pooled once per physics, not per row
                 costs_of[physics] = load(run_dir, physics, statistic, host)
+                if threaded_step_jitter:
+                    costs_of[physics] = costs_of[physics].threaded_steps()
                 if local_jitter:
                     costs_of[physics] = costs_of[physics].local_jitter()
             costs = costs_of[physics]
@@ -192,7 +196,7 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
     paths = [str(p) for p in profile_paths(run_dir)]
     return {"runs": list(runs), "profile": paths[0] if len(paths) == 1 else paths, "seeds": seeds,
             "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup, "group_cores": group_cores,
-            "local_jitter": local_jitter,
+            "local_jitter": local_jitter, "threaded_step_jitter": threaded_step_jitter,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
@@ -273,19 +277,27 @@ class Args:
     # model option (issue 44.5, seventh): with --jitter, each call's factor relative to the median of the 5 calls
     # timed beside it (what spreads concurrent slots apart; the drift all of them share is left out)
     local_jitter: bool = False
+    # model option (after issue 44.5's ninth): with --jitter, the slot steps' factors from the steps the profile
+    # timed beside each other (its concurrency rounds) instead of one after another; needs profiles that have them
+    threaded_step_jitter: bool = False
 
 
 def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m vlajax.plan validate", description=__doc__.splitlines()[0])
     if a.local_jitter and not a.jitter:
         cli.error("--local-jitter changes the factors --jitter draws: give --jitter too")
+    if a.threaded_step_jitter and not a.jitter:
+        cli.error("--threaded-step-jitter changes the factors --jitter draws: give --jitter too")
     for r in a.profile_from:
         if not (pathlib.Path(r) / "profile.json").is_file():
             cli.error(f"{r}/profile.json not found (python -m vlajax.plan profile --out {r})")
     try:
-        pooled(a.profile_from)
+        d = pooled(a.profile_from)
     except (KeyError, ValueError) as e:
         cli.error(f"--profile-from: {e}")
+    if a.threaded_step_jitter and not any(k.endswith("/step_threaded") for k in d["raw"]):
+        cli.error("--threaded-step-jitter: the profiles have no per-step timings of their concurrency rounds "
+                  "(step_threaded); take them again with this version of `python -m vlajax.plan profile`")
     for r in a.runs:
         if not pathlib.Path(r).is_file():
             cli.error(f"bench JSON {r} not found")
@@ -313,7 +325,7 @@ def main(argv: list[str]) -> int:
             except (KeyError, ValueError) as e:
                 cli.error(f"--warmup {a.warmup}: {path}: {e}")
     result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter,
-                      a.warmup, a.group_cores, a.local_jitter)
+                      a.warmup, a.group_cores, a.local_jitter, a.threaded_step_jitter)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
