@@ -41,6 +41,7 @@ class Shared:
         self.fifo = fifo  # a capped group's jobs served first come, first served (else: an equal share each)
         self.group_cores = group_cores  # concurrent capped jobs' cores bounded by capacity / their cap
         self.kick = env.event()
+        self._rates_now: list[float] | None = None  # the jobs' rates, computed once per change of the jobs in flight
         env.process(self._serve())
 
     def _cores(self) -> list[float]:
@@ -103,10 +104,17 @@ class Shared:
                 speed -= r
         return rates
 
+    def _current_rates(self) -> list[float]:
+        """`_rates` of the jobs in flight: they depend on which jobs are in flight (their cores and groups),
+        not on their work left, so they are computed once per arrival or departure."""
+        if self._rates_now is None:
+            self._rates_now = self._rates()
+        return self._rates_now
+
     def _advance(self) -> None:
         if self.jobs:
             dt = self.env.now - self.last
-            for j, r in zip(self.jobs, self._rates()):
+            for j, r in zip(self.jobs, self._current_rates()):
                 j[0] -= dt * r
         self.last = self.env.now
 
@@ -114,6 +122,7 @@ class Shared:
         self._advance()
         ev = self.env.event()
         self.jobs.append([work, ev, min(max(float(cores), 1e-3), self.capacity), group])
+        self._rates_now = None
         if not self.kick.triggered:
             self.kick.succeed()
         return ev
@@ -125,9 +134,10 @@ class Shared:
                 yield self.kick
                 continue
             self.kick = self.env.event()
-            nxt = min(j[0] / r for j, r in zip(self.jobs, self._rates()) if r > 0)
+            nxt = min(j[0] / r for j, r in zip(self.jobs, self._current_rates()) if r > 0)
             yield self.env.any_of([self.kick, self.env.timeout(max(nxt, 0.0))])
             self._advance()
             for j in [j for j in self.jobs if j[0] <= 1e-12]:
                 self.jobs.remove(j)
+                self._rates_now = None
                 j[1].succeed()
