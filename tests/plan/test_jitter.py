@@ -22,6 +22,15 @@ def _costs(**kw):
 SPREAD = (("step", (0.8, 0.9, 1.0, 1.1, 1.2)), ("infer", (0.9, 1.0, 1.1)))
 
 
+def _jax_raw(**extra) -> dict:
+    """A profile's raw seconds (MJX only, 3 calls each; infer and step vary) plus `extra` keys."""
+    raw = {"train/update": [0.01] * 3, "train/slots_update": [0.02] * 3, "train/prepare": [0.002] * 3,
+           "train/stream_item": [0.003] * 3, "train/stream_finish": [0.001] * 3, "sync/publish": [0.0005] * 3,
+           "jax/collect": [0.10] * 3, "jax/infer": [0.004, 0.005, 0.006], "jax/step": [0.006, 0.006, 0.009]}
+    raw |= {k + "@cpu": v for k, v in list(raw.items())}
+    return raw | extra
+
+
 def _batch(wait_s: float, jitter: bool, costs: Costs) -> float:
     p = Pipeline(envs=4, horizon=2, steps_per_decision=1, mode="rollout_async", slots=4, updates=20,
                  max_wait_s=wait_s, jitter=jitter)
@@ -50,11 +59,7 @@ def test_the_draws_have_their_own_stream_and_keep_the_mean_cost():
     c = _costs(jitter=SPREAD, collect_s=((4, 0.02),))
     s = Pipeline(envs=4, horizon=2, steps_per_decision=1, mode="sync", updates=5)
     assert simulate(dataclasses.replace(s, jitter=True), c) == simulate(s, c)
-    raw = {"train/update": [0.01] * 3, "train/slots_update": [0.02] * 3, "train/prepare": [0.002] * 3,
-           "train/stream_item": [0.003] * 3, "train/stream_finish": [0.001] * 3, "sync/publish": [0.0005] * 3,
-           "jax/collect": [0.10] * 3, "jax/infer": [0.004, 0.005, 0.006], "jax/step": [0.006, 0.006, 0.009]}
-    raw |= {k + "@cpu": v for k, v in list(raw.items())}
-    got = costs_from_raw(raw, {"envs": 16, "slots": 4, "horizon": 8}, cores=2.0)["jax"]
+    got = costs_from_raw(_jax_raw(), {"envs": 16, "slots": 4, "horizon": 8}, cores=2.0)["jax"]
     assert np.mean(got.jitter_factors("step")) == pytest.approx(1.0)
     assert got.jitter_factors("step") == pytest.approx((6 / 7, 6 / 7, 9 / 7))
     assert got.jitter_factors("infer") == pytest.approx((0.8, 1.0, 1.2))

@@ -11,24 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.plan.test_jitter import _batch, _costs
+from tests.plan.test_jitter import _batch, _costs, _jax_raw
 from vlajax.plan.profile import costs_from_raw, step_concurrency
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _raw(**extra):
-    raw = {"train/update": [0.01] * 3, "train/slots_update": [0.02] * 3, "train/prepare": [0.002] * 3,
-           "train/stream_item": [0.003] * 3, "train/stream_finish": [0.001] * 3, "sync/publish": [0.0005] * 3,
-           "jax/collect": [0.10] * 3, "jax/infer": [0.004, 0.005, 0.006], "jax/step": [0.006, 0.006, 0.009]}
-    raw |= {k + "@cpu": v for k, v in list(raw.items())}
-    return raw | extra
-
-
 def test_the_threaded_steps_replace_only_the_step_factors_and_only_when_asked():
     wl = {"envs": 16, "slots": 4, "horizon": 8}
-    plain = costs_from_raw(_raw(), wl, cores=2.0)["jax"]
-    with_threaded = costs_from_raw(_raw(**{"jax/step_threaded": [0.01, 0.02, 0.03, 0.02]}), wl, cores=2.0)["jax"]
+    plain = costs_from_raw(_jax_raw(), wl, cores=2.0)["jax"]
+    with_threaded = costs_from_raw(_jax_raw(**{"jax/step_threaded": [0.01, 0.02, 0.03, 0.02]}), wl, cores=2.0)["jax"]
     # recorded, but the draws are the serial steps' until asked: the same factors for step and infer
     assert with_threaded.jitter_factors("step") == plain.jitter_factors("step")
     assert with_threaded.jitter_factors("infer") == plain.jitter_factors("infer")
