@@ -243,6 +243,10 @@ def test_profile_measures_the_production_workload_end_to_end(tmp_path):
     assert 0 < dict(c.concurrency)["step"] <= 2  # the slot steps from 2 threads vs serially
     raw = json.loads((tmp_path / "profile.json").read_text())["raw"]
     assert len(raw["jax/step"]) == 1 * 2 * 2 and len(raw["jax/steps_serial"]) == len(raw["jax/steps_threads"]) == 3
+    # each timed step's dispatch (what it took to return to Python), never longer than the step it is part of
+    assert len(raw["jax/step_dispatch"]) == len(raw["jax/step"])
+    assert all(0 < d <= s for d, s in zip(raw["jax/step_dispatch"], raw["jax/step"]))
+    assert 0 < c.dispatch_seconds("step") <= c.env_compute_seconds(2)
 
 
 def test_profile_refuses_a_negative_concurrency_repeats(tmp_path):

@@ -111,7 +111,10 @@ class Costs:
     #   drawn with replacement (`Pipeline.jitter`); the profile's timed calls / their mean (mean 1); components:
     #   step (a slot's step with its host calls), infer (an inference call), step_threaded (a slot's step timed
     #   beside the other slots' in the profile's concurrency rounds; drawn only through `threaded_steps`);
-    #   missing = every call the same
+    #   missing = every call the same; step_dispatch (the part of a slot step before it returns to Python, below)
+    dispatch_s: tuple[tuple[str, float], ...] = ()  # (component, seconds until a call returns to its Python thread:
+    #   JAX dispatches asynchronously, the rest computes after it); component step: a slot's step, whose slot posts
+    #   its next request then (`Pipeline.async_dispatch`); part of the step's `env_compute_s`, not in addition
 
     def __post_init__(self):
         if self.comm is not None and (self.sync_s or self.allreduce_s):
@@ -145,6 +148,10 @@ class Costs:
             local = np.array([a[i] / np.median(a[max(0, i - half):i + half + 1]) for i in range(a.size)])
             out.append((name, tuple(float(x) for x in local / local.mean())))
         return dataclasses.replace(self, jitter=tuple(out))
+
+    def dispatch_seconds(self, component: str) -> float:
+        """Seconds until a `component` call returns to Python (`dispatch_s`); 0 = not measured."""
+        return dict(self.dispatch_s).get(component, 0.0)
 
     def cores_of(self, component: str) -> float:
         return dict(self.parallelism).get(component, 1.0)
@@ -190,7 +197,7 @@ class Costs:
         for k in _TABLES:
             if k in d:
                 d[k] = tuple((int(a), float(b)) for a, b in d[k])
-        for k in ("parallelism", "concurrency"):
+        for k in ("parallelism", "concurrency", "dispatch_s"):
             if k in d:
                 d[k] = tuple((str(a), float(b)) for a, b in d[k])
         if "jitter" in d:

@@ -169,8 +169,9 @@ def costs_from_raw(raw: dict[str, list[float]], wl: dict, cores: float, statisti
             stream_item_s=st(raw["train/stream_item"]), stream_finish_s=st(raw["train/stream_finish"]),
             cores=cores, parallelism=tuple(sorted(par.items())),
             concurrency=() if conc is None else (("step", conc),),
-            jitter=tuple((name, _relative(raw[f"{physics}/{name}"])) for name in ("infer", "step", "step_threaded")
-                         if f"{physics}/{name}" in raw),
+            jitter=tuple((name, _relative(raw[f"{physics}/{name}"]))
+                         for name in ("infer", "step", "step_threaded", "step_dispatch") if f"{physics}/{name}" in raw),
+            dispatch_s=((("step", st(raw[f"{physics}/step_dispatch"])),) if f"{physics}/step_dispatch" in raw else ()),
             source=f"python -m vlajax.plan profile ({physics} physics, {statistic} of the calls)")
     return out
 
@@ -334,7 +335,12 @@ def profile(a: Args, wl: dict) -> dict:
                     for s, out in zip(range(slots), outs):
                         h0 = host()
                         with clock(f"{physics}/step", keep=seg > 0):
-                            env_state_s, payload, rec = block(step(s, envs_of[s][0], out))
+                            t0 = time.perf_counter()
+                            dispatched = step(s, envs_of[s][0], out)  # returns once dispatched (JAX async)
+                            t_dispatch = time.perf_counter() - t0
+                            env_state_s, payload, rec = block(dispatched)
+                        if seg > 0:
+                            raw.setdefault(f"{physics}/step_dispatch", []).append(t_dispatch)
                         if seg > 0 and tm is not None:
                             raw.setdefault("c/step_host", []).append(host()[0] - h0[0])
                             raw.setdefault("c/step_host_calls", []).append(float(host()[1] - h0[1]))

@@ -24,6 +24,9 @@ What is modelled, piece for piece (the code it follows in brackets):
 - **Call variability** (`Pipeline.jitter`, off by default): a slot step's and an inference call's
   seconds x a factor drawn from the profile's timed calls of it (`costs.jitter`, mean 1), so slots
   that start together end apart and a short `max_wait_s` fires part of them.
+- **Asynchronous dispatch** (`Pipeline.async_dispatch`, off by default) [`rl.async_workload` step]:
+  a slot posts its next request once its step is dispatched (`costs.dispatch_s`; Python under
+  the GIL, one slot at a time), the rest computing after it; a batch's inference waits for it.
 - **Pacing** [`pipeline.buffer.TrajectoryBuffer`]: W = K x require_batches x samples per item;
   a segment may start under version v when reserved + its samples <= C(v) + floor((1+s) W);
   the trainer takes items of the current sync window only (window = reservation index // W).
@@ -62,99 +65,17 @@ trainer idle, rollouter idle, staleness, inference batch.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import simpy
 
 from vlajax.plan.costs import Costs
+from vlajax.plan.pipeline import MODES, PLACEMENTS, Pipeline
 from vlajax.plan.sharing import Shared as _Shared
 from vlajax.plan.sim_metrics import run_metrics
 
 __all__ = ["MODES", "PLACEMENTS", "Pipeline", "simulate", "simulate_mean"]
-
-MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
-PLACEMENTS = ("colocated", "disaggregated", "hybrid")
-
-
-@dataclasses.dataclass(frozen=True)
-class Pipeline:
-    """One configuration: workload shape, mode (as `vlajax.bench.async_.mode_config` sets it), placement."""
-
-    envs: int  # envs in the whole run
-    horizon: int  # decisions per segment (rl.rollout_length)
-    steps_per_decision: int  # low-level env steps per decision and env (the executed chunk)
-    mode: str = "sync"
-    slots: int = 4  # env slots per rollout device in the slot modes (1 in sync / train_async)
-    generators: int = 1  # inference batchers per rollout device
-    max_batch: int = 0  # dynamic batching: fire at this many requests (0 = all slots of a generator)
-    max_wait_s: float = 0.002  # dynamic batching: fire when the oldest request waited this long
-    trigger: int = 1  # K: updates between publications
-    placement: str = "colocated"
-    devices: int = 1
-    ratio: tuple[int, int] = (1, 1)  # rollout:train share of the devices (disaggregated / hybrid)
-    updates: int = 8  # timed updates (after one warm-up update)
-    # model option (issue 44.5): concurrent slot steps share their measured concurrency cap first come, first
-    # served, so they finish -- and post their requests to the batcher -- one after another (False: equally,
-    # in lockstep: every call then gathers all slots that started together)
-    fifo_steps: bool = False
-    # model option (issue 44.5, second try): each slot step's and inference call's seconds x a factor drawn from
-    # the profile's timed calls of it (`Costs.jitter`, mean 1), so slots that start together end apart
-    jitter: bool = False
-    # updates after the first excluded from the measured window too (issue 44.5, third: the real runs' warm-up)
-    warmup: int = 0
-    # model option (issue 44.5, fifth try): concurrent slot steps demand at most capacity / their measured
-    # concurrency cores per solo-speed unit, so together they reach the concurrency the profile measured
-    # (`sharing.Shared.group_cores`; False: their solo cores, water-filled before the cap)
-    group_cores: bool = False
-
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
-        if not 0 <= self.warmup < self.updates:
-            raise ValueError(f"warmup must be in [0, updates={self.updates}), got {self.warmup}")
-        r = self.rollout_devices
-        if r < 1 or (self.placement == "disaggregated" and self.devices - r < 1):
-            raise ValueError(f"{self.devices} devices do not split {self.ratio[0]}:{self.ratio[1]}")
-        if self.envs % (r * self.num_slots):
-            raise ValueError(f"{self.envs} envs do not split into {r} rollout devices x {self.num_slots} slots")
-
-    @property
-    def slot_modes(self) -> bool:
-        return self.mode not in ("sync", "train_async")
-
-    @property
-    def num_slots(self) -> int:  # per rollout device
-        return self.slots if self.slot_modes else 1
-
-    @property
-    def staleness(self) -> float:
-        return 0.0 if self.mode in ("sync", "rollout_async") else 1.0
-
-    @property
-    def streaming(self) -> bool:
-        return self.mode in ("+streaming", "+partial_rollout")
-
-    @property
-    def partial(self) -> bool:
-        return self.mode == "+partial_rollout"
-
-    @property
-    def rollout_devices(self) -> int:
-        if self.placement == "colocated":
-            return self.devices
-        return self.devices * self.ratio[0] // sum(self.ratio)
-
-    @property
-    def train_devices(self) -> tuple[int, ...]:
-        """Indices of the training devices (rollout devices are 0 .. R-1)."""
-        if self.placement == "disaggregated":
-            return tuple(range(self.rollout_devices, self.devices))
-        return tuple(range(self.devices))
-
 
 class _Signal:
     """A broadcast condition: processes `yield sig.event` and re-check; `fire()` wakes them all."""
@@ -201,6 +122,9 @@ class _Run:
         self.done = self.env.event()
         # sync / train_async roll out through the fused collect when its cost is given (the production loops)
         self.collect_path = bool(costs.collect_s) and not p.slot_modes
+        if p.async_dispatch and p.slot_modes and costs.dispatch_seconds("step") <= 0:
+            raise ValueError("async_dispatch needs the slot step's dispatch seconds (costs.dispatch_s 'step')")
+        self.gil = simpy.Resource(self.env, capacity=1)  # Python's GIL: one thread dispatches at a time
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -243,13 +167,23 @@ class _Run:
             yield from self._host_calls(device, n)
             self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
 
-    def _step_env(self, device: int, n: int):
+    def _dispatch(self, device: int):
+        """`Pipeline.async_dispatch`: a slot step's dispatch -- Python, so under the GIL (one thread at a
+        time) and on one core of the host: `costs.dispatch_seconds('step')` x a drawn factor (`Pipeline.jitter`)."""
+        with self.gil.request() as turn:
+            yield turn
+            yield from self._hold([self.dev[device]], self.c.dispatch_seconds("step") * self._factor("step_dispatch"),
+                                  "dispatch")
+
+    def _step_env(self, device: int, n: int, dispatched: float = 0.0):
         """One chunk call of n envs: max(simulator draw, in-process compute incl. waiting for the device);
         with host simulator calls: the call's other compute, then each host call (see `_host_calls`).
-        With `Pipeline.jitter` the compute (host calls included) is x one drawn factor of the step's."""
+        With `Pipeline.jitter` the compute (host calls included) is x one drawn factor of the step's.
+        `dispatched`: seconds of the compute already done in its dispatch (`_dispatch`), not held again."""
         factor = self._factor("step")
         if self.c.host_calls_per_decision > 0:
-            rest = self.c.env_compute_seconds(n) - round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
+            rest = (self.c.env_compute_seconds(n) - round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
+                    - dispatched)
             if rest > 0:
                 yield from self._hold([self.dev[device]], rest * factor, "step", "step")
             yield from self._host_calls(device, n, "step", factor)
@@ -257,7 +191,7 @@ class _Run:
             return
         t0 = self.env.now
         draw = self.c.sim.batch_seconds(self.rng, n, self.p.steps_per_decision)
-        compute = self.c.env_compute_seconds(n) * factor
+        compute = max(self.c.env_compute_seconds(n) - dispatched, 0.0) * factor
         if compute > 0:
             if self.c.env_on_device:
                 yield from self._hold([self.dev[device]], compute, "step", "step")
@@ -382,14 +316,20 @@ class _Run:
                 if not p.partial:
                     self.inflight -= 1
                     self.changed.fire()
-            versions = []
+            versions, computed = [], None  # computed: the last dispatched step's compute (async_dispatch)
             for _ in range(p.horizon):
                 reply = self.env.event()
-                queue.append((self.env.now, reply))
+                queue.append((self.env.now, reply, computed))
                 wake.fire()
                 v = yield reply
                 versions.append(v)
-                yield from self._step_env(d, n)
+                if p.async_dispatch:  # the request after this step is posted once it is dispatched
+                    yield from self._dispatch(d)
+                    computed = self.env.process(self._step_env(d, n, self.c.dispatch_seconds("step")))
+                else:
+                    yield from self._step_env(d, n)
+            if computed is not None:  # the segment's records are read on the host: every step computed
+                yield computed
             if not p.partial:
                 self.inflight -= 1
             self.items.append({"window": start // self.W, "samples": n, "version_min": min(versions)})
@@ -409,9 +349,12 @@ class _Run:
             batch, queue[:] = queue[:max_batch], queue[max_batch:]
             rows = (max_batch if self.c.infer_padded else len(batch)) * self.per_slot
             version = self.installed if p.partial else self.gate_current
+            inputs = [c for _, _, c in batch if c is not None]  # async_dispatch: the batch's steps computed
+            if inputs:
+                yield self.env.all_of(inputs)
             yield from self._hold([self.dev[d]], self.c.infer_seconds(rows) * self._factor("infer"), "infer")
             self.batches.append(len(batch))
-            for _, reply in batch:
+            for _, reply, _ in batch:
                 reply.succeed(version)
 
     def trainer(self):

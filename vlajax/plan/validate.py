@@ -125,13 +125,14 @@ def _mean_batch(row: dict) -> float | None:
 def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, statistic: str = "median",
              cores: dict[str, float] | None = None, host: str = "probed", fifo_steps: bool = False,
              jitter: bool = False, warmup: int = 0, group_cores: bool = False, local_jitter: bool = False,
-             threaded_step_jitter: bool = False) -> dict:
+             threaded_step_jitter: bool = False, async_dispatch: bool = False) -> dict:
     """`run_dir`: the profile's run directory, or several of one workload (their calls pooled);
     `cores`: regime -> host cores replacing the profile's (a what-if, reported as such); `host`: the
     host capacity model (`profile.load`); `warmup`: updates after the first left out of both the
     measured and the simulated window (0: the bench's window); `local_jitter`: `jitter` draws each call's
     variation from the calls timed beside it (`Costs.local_jitter`); `threaded_step_jitter`: the slot steps'
-    factors from the steps timed beside each other (`Costs.threaded_steps`, applied before `local_jitter`)."""
+    factors from the steps timed beside each other (`Costs.threaded_steps`, applied before `local_jitter`);
+    `async_dispatch`: slots post their requests once their steps are dispatched (`Pipeline.async_dispatch`)."""
     cores = cores or {}
     rows, capacity, costs_of = [], {}, {}
     prof = pooled(run_dir)
@@ -162,7 +163,7 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
             if row["regime"] in cores:
                 costs = dataclasses.replace(costs, cores=cores[row["regime"]])
             pipe = dataclasses.replace(row_pipeline(meta, row), fifo_steps=fifo_steps, jitter=jitter, warmup=warmup,
-                                       group_cores=group_cores)
+                                       group_cores=group_cores, async_dispatch=async_dispatch)
             pred = simulate_mean(pipe, costs, seeds)
             meas = measured(meta, row, d["rows"], warmup)
             m = meas["value"]
@@ -197,6 +198,7 @@ def validate(runs: list[str], run_dir: str | tuple[str, ...], seeds: int = 5, st
     return {"runs": list(runs), "profile": paths[0] if len(paths) == 1 else paths, "seeds": seeds,
             "fifo_steps": fifo_steps, "jitter": jitter, "warmup": warmup, "group_cores": group_cores,
             "local_jitter": local_jitter, "threaded_step_jitter": threaded_step_jitter,
+            "async_dispatch": async_dispatch,
             "profile_uptime": [prof.get("uptime_before"), prof.get("uptime_after")],
             "statistic": statistic, "host": host, "host_capacity": capacity, "cores_override": cores,
             "rows": rows, "median_abs_error": float(np.median(err)), "mean_abs_error": float(np.mean(err)),
@@ -280,6 +282,10 @@ class Args:
     # model option (after issue 44.5's ninth): with --jitter, the slot steps' factors from the steps the profile
     # timed beside each other (its concurrency rounds) instead of one after another; needs profiles that have them
     threaded_step_jitter: bool = False
+    # model option (issue 44.5, tenth): a slot posts its next request once its step is dispatched (JAX returns
+    # before computing; the profile's measured dispatch, under the GIL), the step computing after it; needs
+    # profiles that time the dispatch
+    async_dispatch: bool = False
 
 
 def main(argv: list[str]) -> int:
@@ -298,6 +304,9 @@ def main(argv: list[str]) -> int:
     if a.threaded_step_jitter and not any(k.endswith("/step_threaded") for k in d["raw"]):
         cli.error("--threaded-step-jitter: the profiles have no per-step timings of their concurrency rounds "
                   "(step_threaded); take them again with this version of `python -m vlajax.plan profile`")
+    if a.async_dispatch and not any(k.endswith("/step_dispatch") for k in d["raw"]):
+        cli.error("--async-dispatch: the profiles do not time the slot steps' dispatch (step_dispatch); "
+                  "take them again with this version of `python -m vlajax.plan profile`")
     for r in a.runs:
         if not pathlib.Path(r).is_file():
             cli.error(f"bench JSON {r} not found")
@@ -325,7 +334,7 @@ def main(argv: list[str]) -> int:
             except (KeyError, ValueError) as e:
                 cli.error(f"--warmup {a.warmup}: {path}: {e}")
     result = validate(list(a.runs), a.profile_from, a.seeds, a.statistic, cores, a.host, a.fifo_steps, a.jitter,
-                      a.warmup, a.group_cores, a.local_jitter, a.threaded_step_jitter)
+                      a.warmup, a.group_cores, a.local_jitter, a.threaded_step_jitter, a.async_dispatch)
     result["command"] = "python -m vlajax.plan validate " + shlex.join(argv)
     print(render(result), end="")
     if a.json:
