@@ -179,14 +179,16 @@ class _Run:
         """One chunk call of n envs: max(simulator draw, in-process compute incl. waiting for the device);
         with host simulator calls: the call's other compute, then each host call (see `_host_calls`).
         With `Pipeline.jitter` the compute (host calls included) is x one drawn factor of the step's.
-        `dispatched`: seconds of the compute already done in its dispatch (`_dispatch`), not held again."""
+        `dispatched`: seconds of the compute already done in its dispatch (`_dispatch`), not held again: taken
+        off the other compute first, then off the host calls (C MuJoCo's run inline within the dispatch)."""
         factor = self._factor("step")
         if self.c.host_calls_per_decision > 0:
-            rest = (self.c.env_compute_seconds(n) - round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
-                    - dispatched)
+            host = round(self.c.host_calls_per_decision) * self.c.host_sim_seconds(n)
+            rest = self.c.env_compute_seconds(n) - host - dispatched
+            host_share = 1.0 if rest >= 0 or host <= 0 else max(host + rest, 0.0) / host
             if rest > 0:
                 yield from self._hold([self.dev[device]], rest * factor, "step", "step")
-            yield from self._host_calls(device, n, "step", factor)
+            yield from self._host_calls(device, n, "step", factor * host_share)
             self.env_steps.append((self.env.now, n * self.p.steps_per_decision))
             return
         t0 = self.env.now
