@@ -6,6 +6,8 @@
 # (defaults 3 1; EVERY 2: a profile before repeats 0, 2, 4, ... and after the last) ->
 # docs/bench/async_production_planvalN.json, docs/bench/plan_profile_prodN/pK (K = the repeat it precedes),
 # docs/bench/plan_validate_prodN_uptimes.txt. Then: docs/bench/plan_44/validate_interleaved.sh N
+# Another grid: GRID='--preset rl-ppo-flow' FROM_BENCH=docs/bench/async_production_vla.json (the VLA from pixels,
+# docs/planner.md "Twenty-first session"); N is then best a label such as vla2.
 set -e
 N=${1:?usage: plan_validate_interleaved.sh N [REPEATS [EVERY]]}
 REPEATS=${2:-3}
@@ -17,8 +19,10 @@ U=docs/bench/plan_validate_prod${N}_uptimes.txt
 : > $U
 echo "HEAD $(git rev-parse --short HEAD)" >> $U
 echo "profile flags --concurrency-repeats 28; repeats $REPEATS, a profile every $EVERY" >> $U
+GRID=${GRID:---preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --farm-scale 20}  # the prod4 grid
+FROM_BENCH=${FROM_BENCH:-docs/bench/async_production.json}  # the workload the profiles measure
+echo "grid $GRID; profiles of $FROM_BENCH's workload" >> $U
 echo "bench start $(date -u +%T) $(uptime)" >> $U
-$PY -m vlajax.bench async --preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --updates 20 --repeats $REPEATS \
-  --farm-scale 20 --json docs/bench/async_production_planval$N.json \
-  --between-repeats "[ \$((VLAJAX_BENCH_REPEAT % $EVERY)) -ne 0 ] && [ \$VLAJAX_BENCH_REPEAT -ne $REPEATS ] && exit 0; echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m vlajax.plan profile --from-bench docs/bench/async_production.json --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
+$PY -m vlajax.bench async $GRID --updates 20 --repeats $REPEATS --json docs/bench/async_production_planval$N.json \
+  --between-repeats "[ \$((VLAJAX_BENCH_REPEAT % $EVERY)) -ne 0 ] && [ \$VLAJAX_BENCH_REPEAT -ne $REPEATS ] && exit 0; echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m vlajax.plan profile --from-bench $FROM_BENCH --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
 echo "end $(date -u +%T) $(uptime)" >> $U
