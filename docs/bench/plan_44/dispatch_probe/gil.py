@@ -2,25 +2,17 @@
 # counts in pure Python while the main thread dispatches (and then waits for) slot steps; its count rate during the
 # dispatches, against its rate while the main thread sleeps, is the share of the dispatch the GIL (and a core) was
 # free. Usage: JAX_PLATFORMS=cpu .venv/bin/python docs/bench/plan_44/dispatch_probe/gil.py mjx|cpu-sim
-import contextlib, sys, threading, time
-import jax, numpy as np
-import vlajax.presets  # noqa
-from vlajax import sharding
-from vlajax.bench.async_loops import run_config
-from vlajax.config import get_config
-from vlajax.envs.tabletop import c_physics
-from vlajax.rl import learner, setup as rl_setup
-from vlajax.rl.async_workload import RLWorkload
-from vlajax.train_state import TrainState
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+
+from probe_slots import slot_path
+
 regime = sys.argv[1]
-cfg = run_config(get_config("rl-debug"), regime, "+streaming", envs=16, slots=4, horizon=8, width=256, updates=2,
-                 max_wait_ms=2.0, out_dir="/tmp/dispatch_probe")
-setup = rl_setup.build(cfg)
-mesh, rules = sharding.make_mesh(cfg.mesh), cfg.mesh.logical_rules
-tx = learner.make_optimizer(cfg.rl)
-state, _ = sharding.init_sharded(lambda r: TrainState.create(setup.init_params(r), tx, jax.random.fold_in(r, 1)),
-                                 mesh, rules, jax.random.key(0))
-reset, step, infer = RLWorkload(cfg, setup).env(4, None)
+params, reset, step, infer, cm = slot_path(regime)
 envs_of = {s: reset(s) for s in range(4)}
 block = jax.block_until_ready
 sys.setswitchinterval(1e-4)
@@ -28,17 +20,16 @@ count, stop = [0], [False]
 def spin():
     while not stop[0]:
         count[0] += 1
-cm = c_physics.host_timing() if regime == "cpu-sim" else contextlib.nullcontext()
 with cm:
     for _ in range(3):  # compile
-        outs = block(infer(state.params, [envs_of[s][1] for s in range(4)]))
+        outs = block(infer(params, [envs_of[s][1] for s in range(4)]))
         for s in range(4):
             envs_of[s] = block(step(s, envs_of[s][0], outs[s]))[:2]
     t = threading.Thread(target=spin); t.start()
     idle, disp, comp = [], [], []
     for rnd in range(30):
         c0, t0 = count[0], time.perf_counter(); time.sleep(0.01); idle.append((count[0] - c0) / (time.perf_counter() - t0))
-        outs = block(infer(state.params, [envs_of[s][1] for s in range(4)]))
+        outs = block(infer(params, [envs_of[s][1] for s in range(4)]))
         for s in range(4):
             c0, t0 = count[0], time.perf_counter()
             r = step(s, envs_of[s][0], outs[s])
