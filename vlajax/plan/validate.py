@@ -298,13 +298,13 @@ def main(argv: list[str]) -> int:
         if not (pathlib.Path(r) / "profile.json").is_file():
             cli.error(f"{r}/profile.json not found (python -m vlajax.plan profile --out {r})")
     try:
-        d = pooled(a.profile_from)
+        prof = pooled(a.profile_from)
     except (KeyError, ValueError) as e:
         cli.error(f"--profile-from: {e}")
-    if a.threaded_step_jitter and not any(k.endswith("/step_threaded") for k in d["raw"]):
+    if a.threaded_step_jitter and not any(k.endswith("/step_threaded") for k in prof["raw"]):
         cli.error("--threaded-step-jitter: the profiles have no per-step timings of their concurrency rounds "
                   "(step_threaded); take them again with this version of `python -m vlajax.plan profile`")
-    if a.async_dispatch and not any(k.endswith("/step_dispatch") for k in d["raw"]):
+    if a.async_dispatch and not any(k.endswith("/step_dispatch") for k in prof["raw"]):
         cli.error("--async-dispatch: the profiles do not time the slot steps' dispatch (step_dispatch); "
                   "take them again with this version of `python -m vlajax.plan profile`")
     for r in a.runs:
