@@ -19,6 +19,10 @@ Ctrl-C reaches the parent only) and is listed until it is reaped, so a stop that
 each one's process group, reaped, and no new one starts in this process after it. A second signal, which
 exits at once (130), runs `kill_all(reap=False)` first (`preemption.on_hard_exit`). Nothing is orphaned.
 
+Backends: `LocalLauncher` (the default: processes of this host, above) or `vlajax.libero.ray_pool.RayLauncher`
+(each worker a Ray actor on some node of a cluster, supervising its LIBERO process there); the dealing, the
+fault handling and the results are this module's for both (`launcher=`; `vlajax.libero.backend.make_pool`).
+
 The LIBERO venv is `.venv-libero` in the repo (`make libero`), or `$VLAJAX_LIBERO_VENV`.
 """
 
@@ -40,16 +44,24 @@ from typing import Any
 
 from vlajax import preemption
 from vlajax.libero import protocol as P
+from vlajax.libero.launch import REPO, LiberoEnvMissing, libero_python, libero_venv, worker_command, worker_env
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REPO", "LiberoEnvMissing", "WorkerPool", "describe", "kill_all", "libero_python"]
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+__all__ = ["REPO", "LiberoEnvMissing", "LocalLauncher", "WorkerPool", "describe", "kill_all", "libero_python",
+           "libero_venv", "on_kill_all"]
 
 _LIVE: dict[int, subprocess.Popen] = {}  # pid -> a process started here and not reaped yet
 _LIVE_LOCK = threading.Lock()
 _EXITING = threading.Event()  # set by kill_all: this process is about to exit, start nothing more
+_KILL_HOOKS: list[Callable[[], None]] = []  # other backends' kill_all (the Ray launcher: kill its actors)
+
+
+def on_kill_all(hook: Callable[[], None]) -> Callable[[], None]:
+    """Run `hook()` in every later `kill_all` (a backend whose workers are not processes of this host).
+    -> a function that removes it again."""
+    _KILL_HOOKS.append(hook)
+    return lambda: _KILL_HOOKS.remove(hook) if hook in _KILL_HOOKS else None
 
 
 def _start(cmd: list[str], **kw) -> subprocess.Popen:
@@ -79,6 +91,9 @@ def kill_all(timeout_s: float = 10.0, reap: bool = True) -> list[int]:
     for p in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
+    for hook in list(_KILL_HOOKS):
+        with contextlib.suppress(Exception):  # a stop's cleanup goes on whatever one backend says
+            hook()
     deadline = time.monotonic() + timeout_s
     for p in procs if reap else ():
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -91,29 +106,15 @@ def kill_all(timeout_s: float = 10.0, reap: bool = True) -> list[int]:
 preemption.on_hard_exit(functools.partial(kill_all, reap=False))
 
 
-class LiberoEnvMissing(RuntimeError):
-    """The LIBERO venv is not there (the text says how to create it)."""
-
-
-def libero_venv() -> str:
-    return os.environ.get("VLAJAX_LIBERO_VENV") or os.path.join(REPO, ".venv-libero")
-
-
-def libero_python() -> str:
-    """The LIBERO venv's python, or LiberoEnvMissing naming the command that creates it."""
-    venv = libero_venv()
-    py = os.path.join(venv, "bin", "python")
-    if not (os.path.isfile(os.path.join(venv, ".installed")) and os.access(py, os.X_OK)):
-        raise LiberoEnvMissing(f"the LIBERO environment {venv} is missing; create it with `make libero` "
-                               f"(or `bash scripts/setup_libero.sh {venv}`)")
-    return py
-
-
 class _Proc:
-    """One worker process and what it holds."""
+    """One worker and what it holds; a backend says how it runs (`_LocalProc` here, a Ray actor in
+    `vlajax.libero.ray_pool`). Its channel's messages go to the pool's inbox as (gen, message), then
+    (gen, None) once the channel ended."""
 
-    def __init__(self, index: int, gen: int, popen: subprocess.Popen, log_path: str):
-        self.index, self.gen, self.popen, self.log_path = index, gen, popen, log_path
+    def __init__(self, index: int, gen: int, log_path: str):
+        self.index, self.gen, self.log_path = index, gen, log_path
+        self.pid = -1  # the LIBERO worker process (on its node)
+        self.node = ""  # where it runs ('' = this host)
         self.assigned: dict[str, P.Episode] = {}
         self.last_heard = time.monotonic()
         self.last_key: tuple | None = None
@@ -121,7 +122,91 @@ class _Proc:
         self.quiet_ok = True  # starting or building an env: the start-up timeout applies, not the hang one
 
     def alive(self) -> bool:
+        raise NotImplementedError
+
+    def send(self, obj: dict[str, Any]) -> bool:
+        """Write one command to the worker; False when it is gone."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """SIGKILL the worker (and what it started) and release it; returns once it is gone."""
+        raise NotImplementedError
+
+    def exit_code(self) -> int | None:
+        """The worker's exit status once its channel ended (None: unknown or still running)."""
+        raise NotImplementedError
+
+    def end_reason(self) -> str:
+        """Why its channel ended, for the report."""
+        return f"exited (code {self.exit_code()})"
+
+
+class _LocalProc(_Proc):
+    """A worker process of this host, its channel its stdout."""
+
+    def __init__(self, index: int, gen: int, popen: subprocess.Popen, log_path: str, inbox: queue.Queue):
+        super().__init__(index, gen, log_path)
+        self.popen, self.pid = popen, popen.pid
+        threading.Thread(target=self._read, args=(inbox,), daemon=True, name=f"libero-worker{index}").start()
+
+    def _read(self, inbox: queue.Queue) -> None:
+        for line in self.popen.stdout:
+            msg = P.read_line(line)
+            if msg is not None:
+                inbox.put((self.gen, msg))
+        inbox.put((self.gen, None))
+
+    def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def send(self, obj: dict[str, Any]) -> bool:
+        try:
+            self.popen.stdin.write((json.dumps(obj) + "\n").encode())
+            self.popen.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def kill(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)  # the worker and anything it started
+        self.popen.wait(30)
+        _reaped(self.popen)
+        for f in (self.popen.stdin, self.popen.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+
+    def exit_code(self) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.popen.wait(30)
+        return None
+
+    def wait(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout)
+
+
+class LocalLauncher:
+    """Workers as processes of this host (the default backend; needs no Ray)."""
+
+    name = "local"
+
+    def __init__(self, python: str | None = None):
+        self.python = python or libero_python()
+
+    def spawn(self, pool: WorkerPool, index: int, gen: int) -> _Proc:
+        cmd = worker_command(self.python, pool.envs, pool.gl, pool.policy_url, pool.frames_dir)
+        env = worker_env(REPO, pool.gl, pool.extra_env)
+        log_dir = pool.log_dir or os.path.join(REPO, "runs", "libero")
+        os.makedirs(log_dir, exist_ok=True)
+        log_path = os.path.join(log_dir, f"worker{index}.gen{gen}.log")
+        with open(log_path, "wb") as err:
+            popen = _start(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=env)
+        return _LocalProc(index, gen, popen, log_path, pool.inbox)
+
+    def close(self) -> None:
+        pass
 
 
 class WorkerPool:
@@ -130,10 +215,10 @@ class WorkerPool:
     def __init__(self, workers: int, policy_url: str | None = None, *, envs_per_worker: int = 1,
                  frames_dir: str | None = None, log_dir: str | None = None, gl: str = "egl",
                  hang_timeout_s: float = 300.0, startup_timeout_s: float = 600.0, max_attempts: int = 3,
-                 python: str | None = None, env: dict[str, str] | None = None):
+                 python: str | None = None, env: dict[str, str] | None = None, launcher=None):
         if workers < 1 or envs_per_worker < 1:
             raise ValueError("workers and envs_per_worker must be >= 1")
-        self.python = python or libero_python()
+        self.launcher = launcher or LocalLauncher(python)
         self.policy_url, self.envs, self.frames_dir, self.gl = policy_url, envs_per_worker, frames_dir, gl
         self.log_dir = log_dir or frames_dir
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
@@ -144,58 +229,21 @@ class WorkerPool:
         self._gen = 0
         self.restarts = 0
         self.events: list[dict[str, Any]] = []  # faults and restarts, for the report
-        for i in range(workers):
-            self.procs.append(self._spawn(i))
+        try:
+            for i in range(workers):
+                self.procs.append(self._spawn(i))
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------ processes
 
     def _spawn(self, index: int) -> _Proc:
         self._gen += 1
-        cmd = [self.python, "-u", "-m", "vlajax.libero.worker", "--envs", str(self.envs), "--gl", self.gl]
-        if self.policy_url:
-            cmd += ["--policy", self.policy_url]
-        if self.frames_dir:
-            cmd += ["--frames-dir", self.frames_dir]
-        env = {**os.environ, "PYTHONPATH": REPO, "MUJOCO_GL": self.gl, "PYOPENGL_PLATFORM": self.gl,
-               **self.extra_env}
-        for k in ("JAX_PLATFORMS", "XLA_FLAGS", "VIRTUAL_ENV"):
-            env.pop(k, None)
-        log_dir = self.log_dir or os.path.join(REPO, "runs", "libero")
-        os.makedirs(log_dir, exist_ok=True)
-        log_path = os.path.join(log_dir, f"worker{index}.gen{self._gen}.log")
-        with open(log_path, "wb") as err:
-            popen = _start(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=env)
-        proc = _Proc(index, self._gen, popen, log_path)
-        threading.Thread(target=self._read, args=(proc,), daemon=True, name=f"libero-worker{index}").start()
-        return proc
-
-    def _read(self, proc: _Proc) -> None:
-        for line in proc.popen.stdout:
-            msg = P.read_line(line)
-            if msg is not None:
-                self.inbox.put((proc.gen, msg))
-        self.inbox.put((proc.gen, None))
-
-    def _send(self, proc: _Proc, obj: dict[str, Any]) -> bool:
-        try:
-            proc.popen.stdin.write((json.dumps(obj) + "\n").encode())
-            proc.popen.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError):
-            return False
-
-    def _kill(self, proc: _Proc) -> None:
-        if proc.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)  # the worker and anything it started
-        proc.popen.wait(30)
-        _reaped(proc.popen)
-        for f in (proc.popen.stdin, proc.popen.stdout):
-            with contextlib.suppress(OSError):
-                f.close()
+        return self.launcher.spawn(self, index, self._gen)
 
     def pids(self) -> list[int]:
-        return [p.popen.pid for p in self.procs]
+        return [p.pid for p in self.procs]
 
     # ------------------------------------------------------------ episodes
 
@@ -221,13 +269,13 @@ class WorkerPool:
                 on_result(res)
 
         def replace(proc: _Proc, why: str) -> None:
-            self._kill(proc)
+            proc.kill()
             lost = list(proc.assigned.values())
             self.restarts += 1
-            self.events.append({"worker": proc.index, "pid": proc.popen.pid, "why": why,
+            self.events.append({"worker": proc.index, "pid": proc.pid, "node": proc.node, "why": why,
                                 "episodes": [e.id for e in lost], "time": time.time()})
-            log.warning("libero: worker %d (pid %d) %s; re-running %s", proc.index, proc.popen.pid, why,
-                        [e.id for e in lost] or "nothing")
+            log.warning("libero: worker %d (pid %d%s) %s; re-running %s", proc.index, proc.pid,
+                        f" on node {proc.node}" if proc.node else "", why, [e.id for e in lost] or "nothing")
             for ep in reversed(lost):
                 attempts[ep.id] += 1
                 if attempts[ep.id] >= self.max_attempts:
@@ -249,7 +297,7 @@ class WorkerPool:
                         continue
                     proc.assigned[ep.id] = ep
                     proc.last_key = (ep.suite, ep.task)
-                    if not self._send(proc, {"cmd": "episode", **ep.to_json()}):
+                    if not proc.send({"cmd": "episode", **ep.to_json()}):
                         break  # it died: its channel's end replaces it
                     proc.last_heard = time.monotonic()
             try:
@@ -259,7 +307,7 @@ class WorkerPool:
             proc = by_gen.get(gen)
             if proc is not None and self.procs[proc.index] is proc:  # messages of replaced workers are dropped
                 if msg is None:
-                    replace(proc, f"exited (code {proc.popen.wait(30)})")
+                    replace(proc, proc.end_reason())
                 else:
                     proc.last_heard = time.monotonic()
                     proc.events += 1
@@ -280,18 +328,21 @@ class WorkerPool:
                 if p.assigned and now - p.last_heard > limit:
                     replace(p, f"sent nothing for {now - p.last_heard:.0f} s (hang)")
                 elif not p.alive() and p.assigned and self.inbox.empty():
-                    replace(p, f"exited (code {p.popen.returncode})")
+                    replace(p, p.end_reason())
         return results
 
     def close(self) -> None:
         for p in self.procs:
             if p.alive():
-                self._send(p, {"cmd": "exit"})
+                p.send({"cmd": "exit"})
         deadline = time.monotonic() + 20
-        for p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.popen.wait(max(0.1, deadline - time.monotonic()))
-            self._kill(p)
+        try:
+            for p in self.procs:
+                if hasattr(p, "wait"):
+                    p.wait(max(0.1, deadline - time.monotonic()))
+                p.kill()
+        finally:
+            self.launcher.close()
 
     def __enter__(self) -> WorkerPool:
         return self
