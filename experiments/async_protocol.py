@@ -41,9 +41,9 @@ from experiments.outputs import git_state, loadavg
 ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0,  # arm -> pipeline.staleness_threshold (None: sync loop)
         "async-s2-kl": 2.0, "async-s2-lr": 2.0}
 # an arm's own rl fields over the protocol's (issue 45 item 2): staleness 2 with a per-update KL bound at the 90th
-# percentile of the staleness-1 arm's per-update approx KL (eq45 runs; docs/async/preregistration_45b.md); staleness
+# percentile of the staleness-1 arm's per-update approx KL (eq45 runs; results/async/preregistration_45b.md); staleness
 # 2 with the learning rate divided by the staleness (Zhang et al. 2016: rl-grpo-tokens' 5e-5 / 2;
-# docs/async/preregistration_45d.md)
+# results/async/preregistration_45d.md)
 ARM_RL: dict[str, tuple[tuple[str, object], ...]] = {"async-s2-kl": (("target_kl", 0.0034),),
                                                      "async-s2-lr": (("learning_rate", 2.5e-5),)}
 
@@ -120,7 +120,7 @@ PROTOCOLS = {
     # for the cost of staleness (a per-chunk ratio multiplies 16 token ratios; docs/async.md)
     "grpo-tokens-factor": Protocol(name="grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),)),
 }
-# Issue 45, pre-registered in docs/async/preregistration_45.md before any of their runs: the equivalence test
+# Issue 45, pre-registered in results/async/preregistration_45.md before any of their runs: the equivalence test
 # (margin 10 points) on workloads where sync learns; fresh seeds 100-115, the first `pilot_pairs` a pilot
 # that fixes how many are used (`async_stats.equivalence`).
 _EQ45 = dict(delta=async_stats.DELTA, pilot_pairs=async_stats.PILOT_PAIRS, max_pairs=async_stats.MAX_PAIRS,
@@ -134,18 +134,18 @@ PROTOCOLS |= {
     "eq45-ppo-flow": Protocol(name="eq45-ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
                               init_recipe=FLOW_RECIPE, iterations=60, eval_every=20, arms=("sync", "async-s1"),
                               **_EQ45),
-    # the same on C MuJoCo (docs/async/preregistration_45c.md, committed before any of its runs): eq45-ppo-flow
+    # the same on C MuJoCo (results/async/preregistration_45c.md, committed before any of its runs): eq45-ppo-flow
     # was never run; C trains this workload ~1.5x faster on the 2-core host, nothing else changes
     "eq45c-ppo-flow-c": Protocol(name="eq45c-ppo-flow-c", preset="rl-ppo-flow",
                                  init_from="runs/issue21/sft-flow/checkpoints", init_recipe=FLOW_RECIPE, iterations=60,
                                  eval_every=20, arms=("sync", "async-s1"), physics_impl="c", **_EQ45),
-    # issue 45 item 2 (docs/async/preregistration_45b.md, committed before any of its runs): staleness 2 cost 8
+    # issue 45 item 2 (results/async/preregistration_45b.md, committed before any of its runs): staleness 2 cost 8
     # points; the fix tried is a per-update KL bound (async-s2-kl, decides), async-s2 beside it as a replication
     # (reported, decides nothing); fresh seeds 116-131, the same rule
     "eq45b-grpo-s2-kl": Protocol(name="eq45b-grpo-s2-kl", rl_overrides=(("ratio_level", "factor"),),
                                  arms=("sync", "async-s2-kl", "async-s2"),
                                  **(_EQ45 | dict(seeds=tuple(range(116, 116 + async_stats.MAX_PAIRS))))),
-    # issue 45 item 2, the next candidate (docs/async/preregistration_45d.md, committed before any of its runs):
+    # issue 45 item 2, the next candidate (results/async/preregistration_45d.md, committed before any of its runs):
     # learning-rate / staleness coupling, lr / 2 at staleness 2 (async-s2-lr, decides), async-s2 beside it as a
     # second replication (decides nothing); fresh seeds 132-147, the same rule, MJX as eq45 and eq45b
     "eq45d-grpo-s2-lr": Protocol(name="eq45d-grpo-s2-lr", rl_overrides=(("ratio_level", "factor"),),

@@ -2,7 +2,7 @@
 (below), issue 7's band comparison (async against the spread of 3 sync seeds) on the state MLP.
 
     nice -n 10 .venv/bin/python experiments/async_sample_efficiency.py [--debug] \
-        [--json docs/bench/async_sample_efficiency.json] [--plot docs/async/sample_efficiency.png] [--bc-steps N]
+        [--json results/bench/async_sample_efficiency.json] [--plot results/async/sample_efficiency.png] [--bc-steps N]
 
 Workload (`get_config()`): PPO with the state-observation MLP (`rl-mlp-state`) on one task,
 `goal/press_button`, with the success-only reward (`rl.reward='success'`). From random weights
@@ -59,11 +59,11 @@ midpoint of the run on (update >= iterations / 2: updates 10 and 15 of 15 for gr
 exist.
 
 Issue 45 (`--workload eq45-grpo-tokens-factor` / `eq45-ppo-flow`, pre-registered in
-`docs/async/preregistration_45.md`): the same runs on workloads where sync learns, fresh seeds 100-115,
+`results/async/preregistration_45.md`): the same runs on workloads where sync learns, fresh seeds 100-115,
 judged by an equivalence test with a 10-point margin (`async_stats.equivalence`; verdicts recomputed
-from the per-seed JSON by `python -m experiments.async_stats docs/async/runs/<workload>`).
+from the per-seed JSON by `python -m experiments.async_stats results/async/runs/<workload>`).
 
-Each run writes `docs/async/runs/<workload>/<arm>-seed<k>.json` (committed) with the
+Each run writes `results/async/runs/<workload>/<arm>-seed<k>.json` (committed) with the
 fingerprints of its resolved config and of the starting checkpoint's parameters; `--reuse`
 keeps only saved runs whose fingerprints equal the ones computed now.
 
@@ -73,8 +73,8 @@ keeps only saved runs whose fingerprints equal the ones computed now.
 
 (`--runs` runs only those runs; without it the whole plan runs in order -- sync and async-s1
 interleaved seed by seed, then async-s2 -- and the report follows; `--report-only` assembles the
-saved runs into `docs/async/runs/<workload>/report.{md,json}` and
-`docs/async/protocol_<workload>.png`.)
+saved runs into `results/async/runs/<workload>/report.{md,json}` and
+`results/async/protocol_<workload>.png`.)
 
 Band comparison (MLP workload only): `--runs sync:0,async:0` runs only those runs (each run also
 writes `<work-dir>/<mode>-seed<seed>.json`,
@@ -440,7 +440,7 @@ class Args:
     workload: Literal['mlp', 'grpo-tokens', 'grpo-tokens-factor', 'ppo-flow', 'eq45-grpo-tokens-factor',
                       'eq45-ppo-flow', 'eq45b-grpo-s2-kl', 'eq45c-ppo-flow-c', 'eq45d-grpo-s2-lr'] = "mlp"
     init_from: str | None = None  # pixel workloads: the SFT checkpoint directory (default: the protocol's)
-    runs_dir: str = "docs/async/runs"  # pixel workloads: one JSON per run under <runs_dir>/<workload>/
+    runs_dir: str = "results/async/runs"  # pixel workloads: one JSON per run under <runs_dir>/<workload>/
     replace: bool = False  # pixel workloads: run again over a saved run
     report_only: bool = False  # pixel workloads: no runs, the report of the saved ones
     json: str = "runs/experiments/async_sample_efficiency.json"
@@ -463,7 +463,7 @@ if __name__ == "__main__":
 
         proto = async_protocol.get_protocol(a.workload, a.debug, a.init_from)
         work = a.work_dir if a.work_dir != Args.work_dir else "runs/issue21/work"
-        async_protocol.main(proto, a.runs_dir, work, f"docs/async/protocol_{proto.name}.png", only=a.runs,
+        async_protocol.main(proto, a.runs_dir, work, f"results/async/protocol_{proto.name}.png", only=a.runs,
                             reuse=a.reuse, replace=a.replace, report_only=a.report_only)
         sys.exit(0)
     exp = get_config(a.debug)

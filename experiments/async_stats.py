@@ -13,9 +13,9 @@ fails; with differences of mixed sign the interval straddles 0 and it passes.
 
 Issue 45 (below `equivalence`): an equivalence test with a margin, a void rule when sync does not
 learn, and a sample size fixed by an internal pilot; pre-registered in
-`docs/async/preregistration_45.md`. Recomputed from a workload's per-seed JSONs by
+`results/async/preregistration_45.md`. Recomputed from a workload's per-seed JSONs by
 
-    .venv/bin/python -m experiments.async_stats docs/async/runs/eq45-grpo-tokens-factor [--json OUT]
+    .venv/bin/python -m experiments.async_stats results/async/runs/eq45-grpo-tokens-factor [--json OUT]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def criterion(rows: list[dict], arm: str, iterations: int, min_pairs: int) -> di
 
 
 # ----------------------------------------------------------------------------------------
-# Issue 45: an equivalence test with a margin (pre-registered in docs/async/preregistration_45.md)
+# Issue 45: an equivalence test with a margin (pre-registered in results/async/preregistration_45.md)
 # ----------------------------------------------------------------------------------------
 #
 # Per async arm, on the seeds the sample-size rule below fixes:
@@ -259,13 +259,13 @@ PROTOCOL_FIELDS_ADDED = {"physics_impl": "jax"}
 
 
 # Seeds whose runs started from a checkpoint that can no longer be rebuilt: the recipe's output depends on the
-# machine it runs on (docs/async/preregistration_45d_amendment.md). workload -> {seed: that checkpoint's fingerprints};
+# machine it runs on (results/async/preregistration_45d_amendment.md). workload -> {seed: that checkpoint's fingerprints};
 # every arm of such a seed must have started from it, every other seed from one common checkpoint.
 _EQ45D_FIRST_INIT = {"init_params_sha256": "f68db0dd2f9ba84763258ae77afcf99d405bb4ba55eebf8cca0984021936d4d4",
                      "init_bridge_sha256": "38485244b00c0c09d70ecd373c409c6e737164ad6cf200da295c4ed99057cc8d"}
 _EQ45D_REBUILT_INIT = {"init_params_sha256": "5830f5d090b462f52d29da1e57d04daf325906006a4aad62331281b44e26fa8c",
                        "init_bridge_sha256": "496136a97d1f8cab9b9c3a59c627eed05c9f2ae1ff362609cea0ea30fa4320f9"}
-# (the rebuilt one is kept in git history: docs/async/init/README.md says how to restore it)
+# (the rebuilt one is kept in git history: results/async/init/README.md says how to restore it)
 PINNED_INITS: dict[str, dict[int, dict]] = {"eq45d-grpo-s2-lr": dict.fromkeys(range(132, 140), _EQ45D_FIRST_INIT)
                                             | dict.fromkeys(range(140, 148), _EQ45D_REBUILT_INIT)}
 
@@ -336,7 +336,7 @@ def report_equivalence(result: dict) -> str:
 class Args:
     """The command line of the verdict's recomputation."""
 
-    runs_dir: tyro.conf.Positional[str]  # the workload's per-seed JSONs, e.g. docs/async/runs/eq45-grpo-tokens-factor
+    runs_dir: tyro.conf.Positional[str]  # the workload's per-seed JSONs, e.g. results/async/runs/eq45-grpo-tokens-factor
     json: str = ""  # also write the plan and the verdicts as JSON here
 
 

@@ -1,7 +1,7 @@
 """How much of a stochastic policy's action spread its log-prob accounts for (issue 6, RL with the flow head).
 
     .venv/bin/python experiments/flow_exploration.py --flow-from runs/s3/start-flow5-400 \
-        --tokens-from runs/s3/start-tokmm5-500 [--json docs/bench/flow_exploration.json]
+        --tokens-from runs/s3/start-tokmm5-500 [--json results/bench/flow_exploration.json]
 
 Policy-gradient RL can only credit the randomness that the log-prob scores. For each SFT
 checkpoint this takes `envs` goal-suite observations (balanced tasks, the first `decisions`

@@ -12,7 +12,7 @@ quickstart trains act the same on both simulators. C steps the same MJCF in floa
 follows MJX closely, not bit for bit, so a closed-loop episode may end otherwise.
 
 - Policies: the SFT checkpoints of the issue-45 quickstart seeds 200-204 (`runs/quickstart-seeds45/seed-k/sft`,
-  the starts of `docs/results/quickstart-seeds45/`).
+  the starts of `results/runs/quickstart-seeds45/`).
 - Episodes: each seed's RL evaluation protocol (`rl-grpo-tokens`: goal suite, 20 episodes per task = 80,
   episode seeds = the run's seed k, 4 actions executed per decision, greedy tokens), on `--env.physics-impl jax`
   (MJX) and `c`, run back to back per seed. `eval` writes each episode's success.
@@ -63,8 +63,8 @@ class Args:
     mode: tyro.conf.Positional[Literal["run", "report"]]
     seeds: tuple[int, ...] = SEEDS  # quickstart seeds whose SFT checkpoints are evaluated
     work: str = "runs/quickstart-seeds45"  # where experiments/quickstart_seeds.py left the runs (seed-k/sft)
-    quickstart: str = "docs/results/quickstart-seeds45"  # its JSONs (the MJX arm's check)
-    out: str = "docs/results/physics-default44"  # the per-eval JSONs and the summary
+    quickstart: str = "results/runs/quickstart-seeds45"  # its JSONs (the MJX arm's check)
+    out: str = "results/runs/physics-default44"  # the per-eval JSONs and the summary
     replace: bool = False  # evaluate again even if the JSON exists
     dry_run: bool = False  # print the commands only
 

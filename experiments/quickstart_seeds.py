@@ -51,7 +51,7 @@ class Args:
     seeds: tuple[int, ...] = SEEDS  # quickstart seeds (VLAJAX_QUICKSTART_SEED), run in this order
     arms: tuple[Literal["async", "sync"], ...] = ("async", "sync")  # sync needs the seed's async run (its SFT)
     size: Literal["default", "smoke"] = "default"  # smoke: a wiring check (its --out must be outside docs/)
-    out: str = "docs/results/quickstart-seeds-c"  # the per-seed JSONs and the summary (MJX-rollout set: ...-seeds45)
+    out: str = "results/runs/quickstart-seeds-c"  # the per-seed JSONs and the summary (MJX-rollout set: ...-seeds45)
     work: str = "runs/quickstart-seeds-c"  # the runs themselves (demos, checkpoints, logs; not in git)
     replace: bool = False  # run a seed again even if its JSON exists
     dry_run: bool = False  # print the commands only
@@ -166,8 +166,8 @@ def markdown(r: dict) -> str:
 
 def main(argv=None) -> None:
     a = cli.parse(Args, argv, description=__doc__.split("\n")[0])
-    if a.size == "smoke" and os.path.abspath(a.out).startswith(os.path.abspath("docs")):
-        cli.error("--size smoke is a wiring check: pass --out outside docs/")
+    if a.size == "smoke" and os.path.abspath(a.out).startswith(os.path.abspath("results")):
+        cli.error("--size smoke is a wiring check: pass --out outside results/")
     if a.mode == "run":
         run(a)
         if a.dry_run:

@@ -174,5 +174,5 @@ def test_quickstart_seeds_summary_from_per_seed_json(tmp_path, capsys):
     with pytest.raises(ValueError, match="202"):
         qs.summarize(str(tmp_path))
     with pytest.raises(SystemExit) as e:
-        qs.main(["run", "--size", "smoke", "--out", "docs/results/x", "--dry-run"])
+        qs.main(["run", "--size", "smoke", "--out", "results/runs/x", "--dry-run"])
     assert e.value.code == 2 and "error: --size smoke" in capsys.readouterr().err

@@ -265,7 +265,7 @@ class RLConfig:
     # to the greedy policy that evaluation measures; T > 1 explores more. Other heads refuse T != 1. The quickstart
     # runs T 0.5 with rl.kl_coef 0.04, chosen on seeds 25-27 (+17.5; T 0.5 alone +12.1: docs/results.md, Quickstart,
     # "Eighteenth session"); on fresh seeds 200-204 it lifted +32.2 [+19.0, +45.5] train-async and +23.2 [+11.6, +34.9]
-    # as its sync pair (docs/results/quickstart-seeds-c/summary.md; MJX rollout: +12.5 and +21.5, ...-seeds45)
+    # as its sync pair (results/runs/quickstart-seeds-c/summary.md; MJX rollout: +12.5 and +21.5, ...-seeds45)
     temperature: float = 1.0
     # skip the remaining minibatch updates once approx KL exceeds this (0 = off). Off by default: at staleness 2
     # on GRPO tokens, 0.0034 (cut at the second minibatch) lost 34 points to sync over 16 pairs (docs/async.md, eq45b)

@@ -16,7 +16,7 @@ Phases (each is the documented command, run as its own process):
             end: before/after and a curve. This recipe was chosen on fresh seeds 25-27, +17.5 points
             (docs/results.md, Quickstart, "Eighteenth session"; 3 seeds, no sync pair); on fresh
             seeds 200-204 it lifted +32.2 [+19.0, +45.5], its sync pair +23.2 [+11.6, +34.9]
-            (docs/results/quickstart-seeds-c/summary.md; experiments/quickstart_seeds.py); with MJX
+            (results/runs/quickstart-seeds-c/summary.md; experiments/quickstart_seeds.py); with MJX
             in the RL rollout, the default before 'auto', +12.5 and +21.5 (.../quickstart-seeds45/).
             (Without temperature and KL it lifted +7.1; at temperature 0.5 alone +12.1 on fresh seeds
             19-21; with the KL estimated on whole decisions, which exploded, +7.1 on 22-24. Per-token
@@ -26,7 +26,7 @@ Phases (each is the documented command, run as its own process):
             was not kept: +7.5 / +20.0 / -8.8 on fresh seeds 13 / 14 / 15, mean +6.2 < 15:
             "Thirteenth session". Positive-sample reinforcement, `--rl.negative-advantage-weight 0
             --rl.normalize-advantages none`, was not kept either: -8.8 / +15.0 / +18.8 on fresh seeds 16 / 17 / 18,
-            mean +8.3 < 15: docs/results/quickstart-s14/README.md.)
+            mean +8.3 < 15: results/runs/quickstart-s14/README.md.)
   4. report `report/README.md` (success per task before and after RL with 95% intervals, the
             evaluation curve, the commands to go further), `curves.png` (evaluation success at
             updates 0 / 5 / 10 / 15 / 20 with intervals, per-task before/after, training success,
@@ -69,9 +69,9 @@ PIPELINE_FLAGS = [
     # train-async: staleness 1, decoupled PPO -- EQUIVALENT to sync within 10 points in issue 45's pre-registered
     # test (16 seed pairs of this recipe's SFT start with per-token ratios, T 1, no KL: docs/async.md, "Issue 45");
     # staleness 2 was NOT EQUIVALENT there (-8 points at update 15). This recipe's own sync pair
-    # (experiments/quickstart_seeds.py, docs/results/quickstart-seeds-c/, seeds 200-204, C rollout): train-async
+    # (experiments/quickstart_seeds.py, results/runs/quickstart-seeds-c/, seeds 200-204, C rollout): train-async
     # lifted +32.2 [+19.0, +45.5] points, sync +23.2 [+11.6, +34.9]; paired async - sync +9.0 [-7.0, +25.0] (MJX
-    # rollout, docs/results/quickstart-seeds45/: -9.0 [-32.1, +14.1]; no difference shown either way, none excluded:
+    # rollout, results/runs/quickstart-seeds45/: -9.0 [-32.1, +14.1]; no difference shown either way, none excluded:
     # five pairs); the main job stays train-async, what it costs is in the README
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
 ]

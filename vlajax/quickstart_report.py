@@ -19,7 +19,7 @@ Writes into <run>/report/:
 
 Intervals: Wilson score 95% intervals over the evaluation's episodes (20 per task, 80 in all): how much
 another draw of evaluation episodes could move the figure for this one trained policy. They do not
-include the spread between seeds (`docs/results/quickstart-seeds-c/summary.md`: 5 fresh seeds lifted +18.8 to
+include the spread between seeds (`results/runs/quickstart-seeds-c/summary.md`: 5 fresh seeds lifted +18.8 to
 +43.8).
 """
 

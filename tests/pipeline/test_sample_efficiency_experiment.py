@@ -83,7 +83,7 @@ def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
         assert sync.rl.algo == "grpo" and sync.model.action_head == "tokens" and p.steps_per_update == 6400
     if not debug and name == "ppo-flow":
         assert sync.rl.algo == "ppo" and sync.rl.critic == "privileged" and len(p.seeds) == p.min_pairs == 3
-    if not debug and name.startswith("eq45"):  # issue 45 as pre-registered (docs/async/preregistration_45.md)
+    if not debug and name.startswith("eq45"):  # issue 45 as pre-registered (results/async/preregistration_45.md)
         assert (p.delta, p.pilot_pairs, p.max_pairs, p.seeds) == (0.1, 6, 16, tuple(range(100, 116)))
         assert p.eval_episodes == 20 and p.eval_seed == 0 and p.iterations // p.eval_every == 3
         if name == "eq45-grpo-tokens-factor":
@@ -431,7 +431,7 @@ def test_protocol_report_of_an_issue45_workload_gives_the_equivalence_verdicts(t
 
 
 def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp_path):
-    """Issue 45 item 2 (docs/async/preregistration_45b.md): async-s2-kl is async-s2 plus rl.target_kl and
+    """Issue 45 item 2 (results/async/preregistration_45b.md): async-s2-kl is async-s2 plus rl.target_kl and
     nothing else; sync is the first workload's sync; fresh seeds, disjoint from eq45's."""
     import dataclasses
 
@@ -452,7 +452,7 @@ def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp
 
 
 def test_eq45d_arms_differ_only_in_the_pipeline_and_the_learning_rate(tmp_path):
-    """Issue 45 item 2, the next candidate (docs/async/preregistration_45d.md): async-s2-lr is async-s2 with the
+    """Issue 45 item 2, the next candidate (results/async/preregistration_45d.md): async-s2-lr is async-s2 with the
     preset's learning rate divided by the staleness (2) and nothing else; sync and async-s2 are eq45b's configs;
     fresh seeds, disjoint from eq45's and eq45b's."""
     import dataclasses
@@ -490,12 +490,12 @@ def test_every_protocol_is_a_workload_the_command_line_accepts():
 
 
 def test_every_saved_protocol_run_matches_its_config_today():
-    """Each committed run (docs/async/runs/<workload>/<arm>-seed<k>.json, one per workload and arm) has the
+    """Each committed run (results/async/runs/<workload>/<arm>-seed<k>.json, one per workload and arm) has the
     config fingerprint its protocol gives now: no later default (e.g. env.physics_impl, 'auto' since issue
     44.3) changes a pre-registered workload's config. Every protocol names its simulator (never 'auto', which
     resolves per host): MJX, except eq45c-ppo-flow-c, registered on C MuJoCo."""
     proto, _ = _protocol()
-    runs = ROOT / "docs" / "async" / "runs"
+    runs = ROOT / "results" / "async" / "runs"
     checked = 0
     for name, p in proto.PROTOCOLS.items():
         for arm in p.arms:

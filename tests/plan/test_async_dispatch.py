@@ -63,8 +63,8 @@ def test_the_option_needs_the_dispatch_seconds():
 
 def test_validate_refuses_async_dispatch_for_profiles_without_the_timings():
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--profile-from",
-                        str(ROOT / "docs/bench/plan_profile_prod11/p0"), "--runs",
-                        str(ROOT / "docs/bench/async_production_planval11.json"), "--async-dispatch"],
+                        str(ROOT / "results/bench/plan_profile_prod11/p0"), "--runs",
+                        str(ROOT / "results/bench/async_production_planval11.json"), "--async-dispatch"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr[-500:]
     assert r.stderr.strip().splitlines()[-1].startswith("error: --async-dispatch: the profiles do not time")

@@ -96,9 +96,9 @@ def test_the_profile_measures_the_cap_as_serial_over_threaded_wall():
 
 
 def test_an_older_profile_without_the_measurement_loads_and_predicts_as_before():
-    """docs/bench/plan_profile_prod3 (no slot-step concurrency measured): no cap, the same prediction
+    """results/bench/plan_profile_prod3 (no slot-step concurrency measured): no cap, the same prediction
     as its costs with the field absent from the JSON."""
-    c = load(ROOT / "docs/bench/plan_profile_prod3", "c")
+    c = load(ROOT / "results/bench/plan_profile_prod3", "c")
     assert c.concurrency == ()
     d = c.to_json()
     d.pop("concurrency")

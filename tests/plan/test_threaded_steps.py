@@ -63,8 +63,8 @@ def test_validate_refuses_threaded_steps_without_jitter_or_without_the_timings(t
                         str(tmp_path), "--threaded-step-jitter"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --threaded-step-jitter")
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--profile-from",
-                        str(ROOT / "docs/bench/plan_profile_prod11/p0"), "--runs",
-                        str(ROOT / "docs/bench/async_production_planval11.json"),
+                        str(ROOT / "results/bench/plan_profile_prod11/p0"), "--runs",
+                        str(ROOT / "results/bench/async_production_planval11.json"),
                         "--jitter", "--threaded-step-jitter"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr[-500:]
     assert r.stderr.strip().splitlines()[-1].startswith("error: --threaded-step-jitter: the profiles have no")

@@ -6,7 +6,7 @@ module keeps the earlier per-decision path -- `run_one` drives `SlotRollout.samp
 behind the `Workload` interface -- because other code still uses it: `vlajax.bench.soak`
 (`StandIn`, `mode_config`, `rl_workload`), `vlajax.plan.profile` (`rl_workload`) and the async
 experiments (`experiments/async_common.py`: `rl_workload`, `run_one`). It has no command line;
-the JSONs it wrote (`docs/bench/async*.json` up to the sixth session) are marked superseded in
+the JSONs it wrote (`results/bench/async*.json` up to the sixth session) are marked superseded in
 `docs/async.md`.
 
 The modes (`MODES`, `mode_config`):

@@ -1,7 +1,7 @@
 """`python -m vlajax.bench async --regimes libero`: sync vs async RL on real LIBERO workers, with the planner's
 prediction of the same rows.
 
-    python -m vlajax.bench async --regimes libero --json docs/bench/libero_async_<date>.json \
+    python -m vlajax.bench async --regimes libero --json results/bench/libero_async_<date>.json \
         [--modes sync train_async +partial_rollout] [--updates 3] [--repeats 1] [--workers 2] [--max-steps 20]
 
 Every row is a real `vlajax.libero.rl_train.train` run (the production LIBERO RL chain: worker processes in

@@ -1,6 +1,6 @@
 """Peer comparison: env steps/s of vlajax's synchronous PPO vs brax's PPO, side by side.
 
-    python -m vlajax.bench.rl_peer --json docs/bench/rl_peer.json [--iterations 6] [--rounds 5] [--debug]
+    python -m vlajax.bench.rl_peer --json results/bench/rl_peer.json [--iterations 6] [--rounds 5] [--debug]
 
 One state-observation task (`rl-mlp-state`: goal/press_button, 32-dim privileged state, 4-dim
 actions, episodes of 100 steps), the same env object for both (brax wraps it with its own

@@ -1,6 +1,6 @@
 """Where one PPO iteration's time goes, vlajax vs brax, on the peer bench's setting (issue 44.6).
 
-    python -m vlajax.bench.rl_peer_profile --json docs/bench/rl_peer_profile.json [--rounds 3] [--reps 3] [--debug]
+    python -m vlajax.bench.rl_peer_profile --json results/bench/rl_peer_profile.json [--rounds 3] [--reps 3] [--debug]
 
 The setting of `vlajax.bench.rl_peer` (`rl-mlp-state`: goal/press_button, 64 envs x 80 steps =
 5120 env steps per iteration, 4 epochs x 4 minibatches, 64-64 tanh MLPs). Every piece is built

@@ -1,4 +1,4 @@
-"""`python -m vlajax.bench serve --clients 1 4 16 64 --json docs/bench/serve.json`.
+"""`python -m vlajax.bench serve --clients 1 4 16 64 --json results/bench/serve.json`.
 
 Serving throughput and latency with cross-client batching. `python -m vlajax.serve`
 subprocesses serve the policy (default: the `sft-small` preset's model, initialized and saved

@@ -8,8 +8,8 @@ the workload's envs / horizon / chunk from the JSON's `meta` -- with the costs m
 model for the `cpu_longtail` regime (C MuJoCo under the latency model), the `jax` costs and no
 latency for `mjx`. Nothing in the prediction is fitted to the rows.
 
-Rows of the production-loop bench (`vlajax.bench.async_loops`, e.g. `docs/bench/async_production.json`,
-the default `docs/bench/async_production_planval.json`; the profile's workload must match theirs,
+Rows of the production-loop bench (`vlajax.bench.async_loops`, e.g. `results/bench/async_production.json`,
+the default `results/bench/async_production_planval.json`; the profile's workload must match theirs,
 and the compared figure is env steps trained on per second, as those rows report it) are read:
 `mjx` -> the `jax` costs; `cpu-sim` -> the `c` costs, no latency; `emulated-farm` -> the `c`
 costs plus the JSON's calibrated farm model (`meta.farm.latency_model`). The farm
@@ -38,7 +38,7 @@ from vlajax.plan.sim import Pipeline, simulate_mean
 
 __all__ = ["DEFAULT_RUNS", "row_pipeline", "steady_rate", "validate", "render", "main"]
 
-DEFAULT_RUNS = ("docs/bench/async_production_planval.json",)
+DEFAULT_RUNS = ("results/bench/async_production_planval.json",)
 PRODUCTION_REGIMES = ("mjx", "cpu-sim", "emulated-farm")  # rows of the production-loop bench (async_loops)
 
 

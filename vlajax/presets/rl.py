@@ -98,7 +98,7 @@ def _rl_grpo_tokens() -> TrainConfig:
     # the quickstart +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8 (docs/results.md, Quickstart).
     # temperature 1 and kl_coef 0: what that protocol table ran; the quickstart adds T 0.5 + kl_coef 0.04 (+17.5 over
     # seeds 25-27, docs/results.md, Quickstart, "Eighteenth session"; +32.2 [+19.0, +45.5] over fresh seeds 200-204,
-    # sync pair +23.2 [+11.6, +34.9]: docs/results/quickstart-seeds-c/summary.md), not run on the protocol's pairs
+    # sync pair +23.2 [+11.6, +34.9]: results/runs/quickstart-seeds-c/summary.md), not run on the protocol's pairs
     return dataclasses.replace(cfg, pipeline=pipeline, rl=dataclasses.replace(cfg.rl, ratio_level="decision"))
 
 

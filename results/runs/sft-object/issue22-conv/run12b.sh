@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 22.4, twelfth attempt (b): a CONVOLUTIONAL STEM for the ViT (model.vision_stem='conv': three 3x3 stride-2
+# convolutions, each with LayerNorm and GELU, 24 -> 48 -> 96 channels, then the linear patch map; Xiao et al.
+# 2021) instead of
+# the linear embedding of 8x8 patches. Everything else is the sixth attempt's recipe (33.8% on seed 0).
+#
+# WHY: across eleven attempts the grounding (a purely supervised "where is the <colour> cube" task on first
+# frames) chose the named cube on only 60-79% of held-out frames, and the policy after SFT on 33-65%. At 32x32
+# a cube is 1-2 pixels of the agent view; a linear patch embedding must encode colour AND sub-patch position
+# of several such blobs per 8x8 patch in one linear map, and "red, not yellow" (R high and G low) is not a
+# linear feature. A non-linear filter per pixel neighbourhood before the patch is mixed is the standard fix
+# for ViTs on small data. The cost is small (~1.5 M MACs per image against ~3.5 M for the ViT blocks).
+# Untested before this script was written except a 4-step wiring check (`--debug`).
+#
+# WHY (b): run12.sh (a) had no LayerNorm in the stem. Its tokens started ~7x smaller than the linear patch
+# embedding's (std over images 0.068 vs 0.53 at init; the position embedding's std is 0.48), and its grounding
+# stayed at chance (nearest_ok 0.32-0.34 at steps 500-1250; the patch stem's: 0.56 at step 1000). It was stopped
+# at step ~1250, before any SFT or evaluation (run12.out, ground12.log). This script is run12.sh with the stem
+# fixed (a LayerNorm after each convolution: tokens at the patch stem's scale, tested) and a new run directory.
+# CRITERION (the same as (a) and the sixth attempt's; written 2026-11-26 before this run, not changed after):
+#   met <=> mean success >= 0.60 on the standard evaluation (`eval`, seed 0, 20 episodes per task = 80) of the
+#   policy from ONE recipe (demos + grounding + SFT) whose summed stage wall time is <= 60 minutes. Seed 0 is
+#   evaluated once, on the recipe's checkpoint. No development runs, no choice among settings: this runs once.
+# STOP RULE (fixed now): if the grounding's held-out nearest_ok at step 2000 is < 0.40 (the stem still does not
+#   train), the script stops before the SFT and no seed-0 figure is made.
+# Stage 1 (demos) is NOT re-run: the generator is deterministic and its output is the sixth attempt's
+#   (runs/i22b/demos-swap300, sha256-checked against runs/i22g in the seventh attempt); its measured wall,
+#   20 min 05 s (1205 s), counts toward the total. The SFT's time limit is what is left of 60 min, minus 1 min.
+# Also recorded (decides nothing): the grounding's held-out choice per 250 steps against the sixth attempt's
+#   (results/runs/sft-object/issue22-bins/ground-final.json: 71.0% at 2000 steps), and the seed-7 probe.
+#   Usage: bash run12.sh
+set -euo pipefail
+cd "$(dirname "$0")/../../../.."
+R=runs/i22d
+mkdir -p $R
+py=.venv/bin/python
+stamp() { date -u +%H:%M:%S; uptime; }
+DEMOS_S=1205
+GROUND="--scenes 1000 --heldout-scenes 100 --steps 2000 --state-token --target-conditioning --aux-grasp-bins 25
+        --vision-stem conv"
+SFT="--preset sft-small --env.suite object --model.aux-target grasp_place --model.target-conditioning
+     --model.aux-grasp-bins 25 --model.vision-stem conv --sft.target-noise 0.1 --sft.aux-start-weight 5
+     --sft.aux-target-weight 1 --sft.num-steps 1800 --sft.eval-every -1"
+git rev-parse HEAD
+T1=$(date +%s)
+stamp; /usr/bin/time -v $py experiments/object_suite_binding.py $GROUND --save-init $R/ground --json $R/ground.json \
+    > $R/ground.log 2>&1; stamp
+G=$(( $(date +%s) - T1 ))
+ok=$($py -c "import json; print(json.load(open('$R/ground.json'))['history'][-1]['nearest_ok'])")
+echo "grounding held-out nearest_ok at the last step: $ok"
+if $py -c "import sys; sys.exit(0 if $ok < 0.40 else 1)"; then echo "STOP RULE: < 0.40, no SFT"; exit 0; fi
+left=$(( (3600 - DEMOS_S - G) / 60 - 1 ))
+echo "grounding $G s; SFT time limit $left min"
+T2=$(date +%s)
+stamp; /usr/bin/time -v $py -m vlajax.train sft $SFT --data.dataset-dir runs/i22b/demos-swap300 --output-dir $R/final \
+    --sft.init-from $R/ground --sft.time-limit-minutes $left > $R/sft.log 2>&1; stamp
+S=$(( $(date +%s) - T2 ))
+echo "recipe total: demos $DEMOS_S + grounding $G + SFT $S = $(( DEMOS_S + G + S )) s"
+# the standard evaluation (not part of the recipe's time): seed 0, 20 episodes per task
+stamp; $py -m vlajax.train eval --preset sft-small --checkpoint $R/final/checkpoints --suite object \
+    --output-dir $R/final > $R/eval.log 2>&1; stamp
+$py experiments/object_suite_target_probe.py --checkpoint $R/final/checkpoints --eval-seed 7 \
+    --episodes-per-task 10 --json $R/probe-final12-pred.json > $R/probe.log 2>&1; stamp
