@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
+import logging
 import sys
 import traceback
 import typing
@@ -56,8 +57,7 @@ COMMANDS: dict[str, Command] = {
                     "vlajax.robustness:eval_command",
                     (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
                      ("--episodes-per-task", "--sft.eval-episodes-per-task"),
-                     ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness"),
-                     ("--out", "--logging.eval-out"), ("--overwrite", "--logging.overwrite")),
+                     ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness")),
                     (("--robustness", "all"),)),
 }
 
@@ -167,11 +167,6 @@ def parse(command: str, args: list[str]) -> TrainConfig:
         )
 
 
-def overrides(command: str, args: list[str]) -> list[str]:
-    """The command line's config flags as `parse` reads them (`--preset` taken out, the command's aliases applied)."""
-    return _apply_aliases(_fill_bare(_split_preset(args)[1], COMMANDS[command].bare), COMMANDS[command].aliases)
-
-
 def _resolve(command: str) -> Callable[[TrainConfig], int]:
     module, fn = COMMANDS[command].target.split(":")
     try:
@@ -200,12 +195,6 @@ def _stop_request(command: str) -> contextlib.AbstractContextManager:
     return stop_request(command)
 
 
-def _verbose(args: list[str]) -> bool:
-    """`--logging.verbose` among `args` (the last of it and `--logging.no-verbose` wins)."""
-    flags = [a for a in args if a in ("--logging.verbose", "--logging.no-verbose")]
-    return bool(flags) and flags[-1] == "--logging.verbose"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -219,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    from vlajax.logging import setup_console  # noqa: PLC0415 (it imports jax: not for --help or a typo)
-
-    setup_console(verbose=_verbose(rest))  # before anything starts JAX: its backend probing lines stay off
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if command == "eval" and _libero_suite(rest):  # LIBERO runs in worker processes (vlajax.libero, docs/libero.md)
         from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
 
@@ -233,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             return libero_rl(rest, parse)
     try:
         cfg = parse(command, rest)
-        preflight(cfg, command, flags=overrides(command, rest))  # flags the command does not read are refused
+        preflight(cfg, command)
         with _stop_request(command):  # a signal from here on stops the run cleanly (docs/reliability.md)
             run = _resolve(command)
             return int(run(cfg) or 0)

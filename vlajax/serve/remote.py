@@ -153,8 +153,7 @@ def run(cfg: TrainConfig) -> int:
         finally:
             bridge.close()
         result["policy_server"] = {"url": url, "policy": bridge.policy.metadata.get("policy")}
-        where = os.path.join(cfg.logging.eval_out or os.path.join(cfg.output_dir, "eval"), f"{cfg.env.suite}-remote")
-        return evaluation.free_dir(where, cfg.logging.overwrite), result, frames  # never over another's result
+        return os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-remote"), result, frames
 
     def cleanup() -> str:
         if not held:
