@@ -41,6 +41,8 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False) -> N
                               "found here); use model.attention='xla' or 'auto', model.fp8='flax' or 'none'")
     if command == "rl" and cfg.pipeline.enabled:  # (here, not in the config: code builds configs in steps)
         _check_pipeline(cfg)
+    if command == "rl" and cfg.env.obs_mode == "pixels" and not libero and not cfg.rl.init_from:
+        _check_fresh_vla(cfg)  # (rl.init_from's head is the checkpoint's: check_checkpoints)
     if command == "rl" and cfg.env.obs_mode == "state" and not libero and (unread := _unread_by_mlp(cfg)):
         raise ConfigError(f"{', '.join(unread)}: env.obs_mode='state' trains the state MLP policy, which reads "
                           "only model.width, model.depth and model.action_horizon; drop the flag or use "
@@ -54,6 +56,19 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False) -> N
         if jax.default_backend() != "gpu":
             raise ConfigError(f"model.attention='cudnn' needs an NVIDIA GPU (this backend is "
                               f"{jax.default_backend()!r}); use model.attention='xla' or 'auto'")
+
+
+def _check_fresh_vla(cfg: TrainConfig) -> None:
+    """What `vlajax.rl.actors.vla_actor` would refuse once the fresh VLA is built (ConfigError)."""
+    m = cfg.model
+    if m.action_head == "flow" and m.flow_sampler == "ode":
+        raise ConfigError("model.flow_sampler='ode' samples the flow head deterministically: RL needs the log-probs "
+                          "of a stochastic sampler; use model.flow_sampler='flow_sde' or 'flow_noise' (or "
+                          "model.action_head='tokens')")
+    if cfg.rl.algo == "ppo" and cfg.rl.critic == "head" and m.value_head == "none":
+        raise ConfigError("rl.algo='ppo' with rl.critic='head' reads the policy's value head, and "
+                          "model.value_head='none' builds none: use model.value_head='prefix' or 'expert', or "
+                          "rl.critic='privileged' (or rl.algo='grpo')")
 
 
 def _check_pipeline(cfg: TrainConfig) -> None:
