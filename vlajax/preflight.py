@@ -5,11 +5,13 @@ command, which the config alone cannot check. `vlajax.train.main` runs `prefligh
 from __future__ import annotations
 
 import dataclasses
+import os
+import typing
 
 from vlajax.config import ConfigError, TrainConfig
 
 
-def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False) -> None:
+def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flags: list[str] | None = None) -> None:
     """Device- and command-dependent refusals, before the command is imported, built or compiled
     (ConfigError).
 
@@ -21,9 +23,15 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False) -> N
     `model.attention='cudnn'` needs a GPU (tests/foundation/test_every_value.py tries every value).
     `rl --suite libero_*` runs the same refusals after its own (`vlajax.libero.rl_train._check`) with
     `libero=True`: its policy is a VLA on LIBERO's workers, so the state-MLP check does not apply.
+    `flags` (the command line's overrides, after the command's aliases): each must be a field the command
+    reads (`check_flags`). The checkpoint directories the command reads must hold what it needs
+    (`check_checkpoints`).
     """
+    if flags is not None:
+        check_flags(cfg, command, flags)
     if command in ("smoke", "sft", "rl"):  # a fresh run (checkpoint.resume=false) over saved steps fails at a save
         cfg.checkpoint.check_fresh(cfg.output_dir)
+    check_checkpoints(cfg, command, libero=libero)
     if command not in ("sft", "") and cfg.data.grounding_fraction > 0:
         raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} is for sft (it mixes rendered "
                           f"frames into the SFT batches); the {command} command does not read it")
@@ -95,3 +103,292 @@ def _unread_by_mlp(cfg: TrainConfig) -> list[str]:
     default = type(cfg.model)()
     return [f"model.{f.name}={getattr(cfg.model, f.name)!r}" for f in dataclasses.fields(cfg.model)
             if f.name not in read and getattr(cfg.model, f.name) != getattr(default, f.name)]
+
+
+# ------------------------------------------------------------------------------------------
+# Flags a command does not read
+# ------------------------------------------------------------------------------------------
+
+# What each command reads of the config: a dotted field ('seed', 'model.flow_x1'), or a prefix ending in '.' (a
+# whole section) or '_' (a group of fields: 'sft.eval_'). A flag the user passes that no entry of its command covers
+# is refused (`check_flags`): the command would run as if it were not there. Presets may set any field; only the
+# command line's flags are checked.
+READS: dict[str, tuple[str, ...]] = {
+    # the foundation check: a toy student on the mesh, SFT's optimizer fields, checkpoints and logs; the model's
+    # head counts only for the config's mesh.tp divisibility check
+    "smoke": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.num_heads", "model.num_kv_heads",
+              "data.batch_size", "sft.num_steps", "sft.learning_rate", "sft.warmup_steps", "sft.end_lr_fraction",
+              "sft.weight_decay", "sft.grad_clip", "checkpoint.", "logging.tensorboard", "logging.every_steps",
+              "logging.progress", "distributed."),
+    # scripted episodes of the env into a dataset (vlajax.demos)
+    "demos": ("seed", "output_dir", "compilation_cache_dir", "env.", "data.dataset_dir", "data.episodes_per_task",
+              "data.demo_", "data.video", "logging.progress"),
+    "sft": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "data.", "sft.",
+            "checkpoint.", "logging.", "distributed."),
+    "rl": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "rl.", "pipeline.",
+           "checkpoint.", "logging.", "distributed."),
+    # a checkpoint's policy (its model from policy.json; the sampling fields may be changed:
+    # vlajax.evaluation.SAMPLING_FIELDS) on the env, or a policy server
+    "eval": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.flow_x1", "model.num_denoise_steps",
+             "env.", "sft.eval_", "checkpoint.dir"),
+}
+# (command, prefix) -> the boolean field without which that command does not read the prefix's other fields
+READ_WHEN: dict[tuple[str, str], str] = {("rl", "pipeline."): "pipeline.enabled"}
+
+
+def config_fields(cls: type = TrainConfig, prefix: str = "") -> list[str]:
+    """Every dotted field of the config ('seed', 'model.width', ...), recursively."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += config_fields(hints[f.name], prefix + f.name + ".")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def passed_fields(args: list[str]) -> list[tuple[str, str]]:
+    """(flag as given, dotted field) of each config flag in `args` (after a command's aliases):
+    `--rl.group-size 4` -> ('--rl.group-size', 'rl.group_size'); `--pipeline.no-enabled` -> pipeline.enabled."""
+    known = set(config_fields())
+    out = []
+    for a in args:
+        if not a.startswith("--"):
+            continue
+        flag = a.partition("=")[0]
+        head, _, last = flag[2:].replace("-", "_").rpartition(".")
+        field = (head + "." if head else "") + last
+        if field not in known and last.startswith("no_"):
+            field = (head + "." if head else "") + last[3:]
+        if field in known:
+            out.append((flag, field))
+    return out
+
+
+def _covering(command: str, field: str) -> str | None:
+    """The entry of READS[command] that covers `field`, or None."""
+    for r in READS[command]:
+        if field == r or (r[-1] in "._" and field.startswith(r)):
+            return r
+    return None
+
+
+def reads(command: str, field: str, cfg: TrainConfig | None = None) -> bool:
+    """Whether `command` reads config field `field` (with `cfg`: also the conditions of READ_WHEN)."""
+    entry = _covering(command, field)
+    if entry is None:
+        return False
+    cond = READ_WHEN.get((command, entry))
+    if cond is None or cfg is None or field == cond:
+        return True
+    section, _, name = cond.partition(".")
+    return bool(getattr(getattr(cfg, section), name))
+
+
+def check_flags(cfg: TrainConfig, command: str, args: list[str]) -> None:
+    """ConfigError naming the flags of `args` that `command` does not read (READS, READ_WHEN), with who reads them."""
+    if command not in READS:
+        return
+    unread = [(flag, f) for flag, f in passed_fields(args) if not reads(command, f, cfg)]
+    if not unread:
+        return
+    notes = []
+    for flag, f in unread:
+        entry = _covering(command, f)
+        if entry is not None:  # read only under a condition
+            cond = READ_WHEN[(command, entry)]
+            notes.append(f"{flag} is read only with --{cond.replace('_', '-')}")
+            continue
+        by = [c for c in READS if c != command and reads(c, f)]
+        notes.append(f"{flag} is read by {' / '.join(by)}" if by else f"{flag} by no command")
+    flags = ", ".join(flag for flag, _ in unread)
+    raise ConfigError(f"{flags}: the {command} command does not read {'it' if len(unread) == 1 else 'them'} "
+                      f"({'; '.join(notes)}); drop {'it' if len(unread) == 1 else 'them'}")
+
+
+# ------------------------------------------------------------------------------------------
+# What a command's checkpoint directories hold
+# ------------------------------------------------------------------------------------------
+
+
+def _import_hint(ident) -> str:
+    """The import command for a raw openpi checkpoint (its config guessed from its family and asset ids)."""
+    fam = ident.openpi_family or "pi05"
+    robots = [r for r in ("libero", "droid", "aloha") if any(r in a for a in ident.asset_ids)]
+    config = f"{fam}_{robots[0]}" if robots else f"<openpi config, e.g. {fam}_libero>"
+    return (f"import it first: python -m vlajax.models.import_openpi --checkpoint {ident.directory} --config "
+            f"{config} --out <new dir> (the size is read from its shapes), then pass <new dir>")
+
+
+def _not_a_policy(flag: str, ident, takes: str) -> None:
+    """ConfigError for a directory that holds no usable policy for `flag` (raw openpi, a run dir, nothing)."""
+    named = f"{flag}{' ' if flag.startswith('--') else '='}{ident.directory}"
+    if ident.kind == "openpi-raw":
+        raise ConfigError(f"{named}: {ident.describe()}; {_import_hint(ident)}")
+    if ident.kind == "run-dir":
+        raise ConfigError(f"{named}: {ident.describe()}; pass {os.path.join(ident.directory, 'checkpoints')}")
+    if ident.kind in ("missing", "empty", "unknown"):
+        raise ConfigError(f"{named}: {ident.describe()}; {flag} takes {takes}")
+
+
+def _model_diffs(there, here) -> list[str]:
+    """`model.<field>: <there> there, <here> here` for every model field but the label that differs."""
+    return [f"model.{f.name}: {getattr(there, f.name)!r} there, {getattr(here, f.name)!r} here"
+            for f in dataclasses.fields(here) if f.name != "name" and getattr(there, f.name) != getattr(here, f.name)]
+
+
+def _same_state(saved: TrainConfig, cfg: TrainConfig, cameras: tuple[str, ...]) -> bool:
+    """Whether the train states of `saved` and `cfg` have the same leaves and shapes (traced, not compiled)."""
+    import jax  # noqa: PLC0415
+
+    from vlajax.run_files import init_fn  # noqa: PLC0415
+
+    def shapes(c):
+        tree = jax.eval_shape(init_fn(c, cameras), jax.random.key(0))
+        return jax.tree.map(lambda x: tuple(x.shape), tree)
+
+    try:
+        return shapes(saved) == shapes(cfg)
+    except ValueError:  # one side does not build at all (it says so when built)
+        return False
+
+
+def _check_sft_resume(cfg: TrainConfig, own: str) -> None:
+    """sft resuming into `own`: it must hold an SFT run whose train state this model restores into."""
+    from vlajax.run_files import config_from_dict, identify  # noqa: PLC0415
+
+    ident = identify(own)
+    new = "pass a new --output-dir (or --checkpoint.dir) for a new run"
+    if ident.kind in ("rl", "async-rl"):
+        raise ConfigError(f"{own} holds {ident.describe()}, which sft would resume: {new}; that run continues with "
+                          f"`python -m vlajax.train rl{' --pipeline.enabled' if ident.kind == 'async-rl' else ''}` "
+                          "and its --output-dir")
+    if ident.kind == "openpi-import":
+        raise ConfigError(f"{own} holds {ident.describe()}, which sft would resume: {new} with "
+                          f"--sft.init-from {own} to fine-tune it")
+    if ident.kind != "sft":
+        return
+    with open(os.path.join(own, "config.json")) as f:
+        import json  # noqa: PLC0415
+
+        saved = config_from_dict(json.load(f))
+    diffs = _model_diffs(saved.model, cfg.model)
+    ema = (saved.sft.ema_decay > 0) != (cfg.sft.ema_decay > 0)
+    if ema:
+        diffs.append(f"sft.ema_decay: {saved.sft.ema_decay} there, {cfg.sft.ema_decay} here (an EMA in the state or "
+                     "not)")
+    if not diffs or (not ema and _same_state(saved, cfg, ident.cameras)):
+        return
+    raise ConfigError(f"{own} holds {ident.describe()}, which sft would resume, but its train state does not fit "
+                      f"this command's ({'; '.join(diffs[:3])}{'; ...' if len(diffs) > 3 else ''}): {new}, or resume "
+                      "it with its own model flags")
+
+
+def _check_sft_source(cfg: TrainConfig) -> None:
+    """sft.init_from: an SFT run or an imported openpi checkpoint of this model's head and family."""
+    from vlajax.run_files import identify  # noqa: PLC0415
+
+    ident = identify(cfg.sft.init_from)
+    _not_a_policy("sft.init_from", ident, "an SFT run's checkpoints or an imported openpi checkpoint")
+    if ident.kind in ("rl", "async-rl"):
+        raise ConfigError(f"sft.init_from={ident.directory}: {ident.describe()}; sft.init_from takes an SFT run's "
+                          "checkpoints or an imported openpi checkpoint (an RL run's train state holds its env's "
+                          "too): start from the SFT run it began from, or evaluate / serve this one")
+    m, here = ident.model, cfg.model
+    if (m.family, m.action_head) != (here.family, here.action_head):
+        want = (f"--model.action-head {m.action_head}" if m.family == here.family else
+                f"a {m.family} preset (--preset {m.family}-dummy or {m.family})")
+        raise ConfigError(f"sft.init_from={ident.directory}: {ident.describe()}; this sft's model is "
+                          f"{here.family} with the {here.action_head} head, whose weights do not fit: {want}")
+
+
+def _check_rl_resume(cfg: TrainConfig, own: str) -> None:
+    """rl resuming into `own`: it must hold a run of this loop (sync / async)."""
+    from vlajax.run_files import identify  # noqa: PLC0415
+
+    ident = identify(own)
+    want = "async-rl" if cfg.pipeline.enabled else "rl"
+    if ident.kind not in ("sft", "openpi-import", "rl", "async-rl") or ident.kind == want:
+        return
+    new = "pass a new --output-dir (or --checkpoint.dir) for a new run"
+    if ident.kind in ("sft", "openpi-import"):
+        raise ConfigError(f"{own} holds {ident.describe()}, which rl would resume as its own: {new} and start from it "
+                          f"with --rl.init-from {own}")
+    flag = "--pipeline.enabled" if ident.kind == "async-rl" else "--pipeline.no-enabled"
+    raise ConfigError(f"{own} holds {ident.describe()}, which this {'async' if cfg.pipeline.enabled else 'sync'} rl "
+                      f"would resume (their states differ): resume it with {flag}, or {new}")
+
+
+def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
+    """rl.init_from: an SFT run (or an imported openpi policy) whose head this preset's RL samples."""
+    from vlajax.run_files import identify  # noqa: PLC0415
+
+    ident = identify(cfg.rl.init_from)
+    _not_a_policy("rl.init_from", ident, "an SFT run's checkpoints (<run>/checkpoints)")
+    d, what = ident.directory, ident.describe()
+    if ident.kind in ("rl", "async-rl"):
+        raise ConfigError(f"rl.init_from={d}: {what}; rl.init_from takes an SFT run's checkpoints: to continue "
+                          "that run, rerun its command with its --output-dir (it resumes)")
+    if libero:  # LIBERO's workers run the robot's policy (vlajax.libero.rl_train checks its keys)
+        return
+    if ident.robot:
+        from vlajax.policy_openpi import ROBOTS  # noqa: PLC0415
+
+        dims = ROBOTS[ident.robot].action_dims if ident.robot in ROBOTS else "its"
+        raise ConfigError(f"rl.init_from={d}: {what}: it answers in the {ident.robot} robot's {dims}-dim actions, not "
+                          f"this env's; fine-tune it on the env's data first (sft --sft.init-from {d}, with "
+                          "--sft.delta-actions off if it learned delta actions), or run RL on its robot (rl --preset "
+                          "rl-pi05-libero --suite libero_*, docs/libero.md)")
+    m, here = ident.model, cfg.model
+    if m.action_head == "flow" and here.flow_sampler == "ode":
+        raise ConfigError(f"rl.init_from={d}: {what}; --preset {cfg.name} samples a flow head with "
+                          "model.flow_sampler='ode', which has no log-probs for RL: use --preset rl-grpo-flow or "
+                          "rl-ppo-flow (or --model.flow-sampler flow_sde)")
+    if m.action_head == "tokens" and here.action_head == "flow" and here.flow_sampler != "ode":
+        raise ConfigError(f"rl.init_from={d}: {what}; --preset {cfg.name} is set up for a flow head "
+                          f"(model.flow_sampler={here.flow_sampler!r}): use --preset rl-grpo-tokens")
+
+
+def _check_eval_checkpoint(cfg: TrainConfig) -> None:
+    """eval --checkpoint: a policy (any run's checkpoints or an imported one) whose robot keys the suite has."""
+    from vlajax.run_files import identify  # noqa: PLC0415
+
+    directory = cfg.checkpoint.directory(cfg.output_dir)
+    parent = os.path.dirname(directory)
+    if os.path.basename(directory).isdigit() and os.path.isfile(os.path.join(parent, "policy.json")):
+        directory = parent  # one step of a run: <dir>/<step>
+    ident = identify(directory)
+    _not_a_policy("--checkpoint", ident, "a run's checkpoints (<run>/checkpoints) or an imported openpi checkpoint")
+    if ident.robot:  # this route runs the tabletop suites (LIBERO's are dispatched before: vlajax.libero.evaluate)
+        from vlajax.policy_openpi import ROBOTS  # noqa: PLC0415
+
+        dims = ROBOTS[ident.robot].action_dims if ident.robot in ROBOTS else "its"
+        where = ("evaluate it on LIBERO: eval --checkpoint {d} --suite libero_spatial (docs/libero.md)"
+                 if ident.robot == "libero" else f"no simulator here runs the {ident.robot} robot")
+        raise ConfigError(f"--checkpoint {ident.directory}: {ident.describe()}: it reads the {ident.robot} robot's "
+                          f"observation keys and answers in its {dims}-dim actions; the tabletop suite "
+                          f"{cfg.env.suite!r} has neither: {where.format(d=ident.directory)}, or fine-tune it on the "
+                          f"env's data first (sft --sft.init-from {ident.directory} --sft.delta-actions off)")
+
+
+def check_checkpoints(cfg: TrainConfig, command: str, *, libero: bool = False) -> None:
+    """The checkpoint directories `command` reads are what it needs (`vlajax.run_files.identify`: the kind of
+    run that wrote one, its head, its robot keys), before anything is built: one ConfigError naming the
+    directory, what it holds and the command or preset that fits."""
+    from vlajax.run_config import checkpoint_steps  # noqa: PLC0415
+
+    own = cfg.checkpoint.directory(cfg.output_dir)
+    resuming = command in ("sft", "rl") and cfg.checkpoint.resume and bool(checkpoint_steps(own))
+    if command == "sft":
+        if resuming:
+            _check_sft_resume(cfg, own)
+        if cfg.sft.init_from:
+            _check_sft_source(cfg)
+    elif command == "rl":
+        if resuming and not libero:  # (LIBERO's loop is always the async one)
+            _check_rl_resume(cfg, own)
+        if cfg.rl.init_from:
+            _check_rl_source(cfg, libero)
+    elif command == "eval" and not cfg.sft.eval_policy_server:
+        _check_eval_checkpoint(cfg)

@@ -33,7 +33,7 @@ from vlajax.train_state import TrainState
 __all__ = ["CONFIG_FILE", "POLICY_SOURCES", "abstract_train_state", "config_from_dict", "config_to_dict", "eval_params",
            "init_fn", "load_config", "load_policy", "make_optimizer", "make_schedule", "policy_source",
            "restore_eval_params", "write_policy", "checkpoint_dir", "run_checkpointer",
-           "load_run_policy"]
+           "load_run_policy", "KINDS", "RunIdentity", "identify"]
 
 CONFIG_FILE = "config.json"
 # policy.json 'source': which run wrote the checkpoint (where its state keeps the policy's params)
@@ -223,3 +223,119 @@ def load_policy(ckpt_dir: str, cfg: TrainConfig, step: int | None = None):
         ckpt.close()
     done = extra.get("step", extra.get("iteration", (extra.get("counters") or {}).get("updates", -1)))
     return bridge, inference_model(build_model(bridge.model)), params, train_cfg, int(done)
+
+
+# ------------------------------------------------------------------------------------------
+# What wrote a checkpoint directory (read before anything is built: JSON files and names only)
+# ------------------------------------------------------------------------------------------
+
+# kinds `identify` tells apart ('sft' / 'rl' / 'async-rl' are POLICY_SOURCES)
+KINDS = ("sft", "rl", "async-rl", "openpi-import", "openpi-raw", "run-dir", "empty", "missing", "unknown")
+_KIND_WORDS = {"sft": "an SFT run", "rl": "a sync RL run", "async-rl": "an async RL run",
+               "openpi-import": "an imported openpi checkpoint"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """What a checkpoint directory holds (`identify`): the kind of run that wrote it, its steps, its policy's
+    model, its openpi record (policy.json's `openpi`: an imported policy's robot transforms, or None) and,
+    for a raw openpi checkpoint, the family its leaf names show and its asset ids."""
+
+    directory: str
+    kind: str  # one of KINDS
+    steps: tuple[int, ...] = ()
+    model: Any = None  # the policy's ModelConfig (policy.json), or None
+    run_model: Any = None  # the run's ModelConfig (config.json; the same but for RL's head fields), or None
+    ema: bool = False  # config.json's sft.ema_decay > 0 (an SFT train state keeps an EMA)
+    openpi: dict | None = None  # policy.json's openpi record (train_config, robot, ...), or None
+    cameras: tuple[str, ...] = ()  # the policy's cameras (policy.json)
+    openpi_family: str = ""  # openpi-raw: 'pi0' | 'pi05' (from its leaf names)
+    asset_ids: tuple[str, ...] = ()  # openpi-raw: assets/<id>/norm_stats.json ids
+
+    @property
+    def robot(self) -> str:
+        """The robot whose raw keys the policy reads ('' = our tabletop env's)."""
+        return (self.openpi or {}).get("robot", "")
+
+    def describe(self) -> str:
+        """A few words for an `error:` line, e.g. "an SFT run (flow head, model 'tiny', steps 2, 4)"."""
+        if self.kind == "openpi-raw":
+            fam = f"{self.openpi_family} " if self.openpi_family else ""
+            return f"a raw {fam}openpi checkpoint (params/ without config.json / policy.json: not imported yet)"
+        if self.kind == "run-dir":
+            return "a run's output directory (its checkpoints are in checkpoints/)"
+        if self.kind in ("empty", "missing", "unknown"):
+            return {"empty": "an empty directory (no checkpoint)", "missing": "not a directory",
+                    "unknown": "no vlajax run (no policy.json / config.json)"}[self.kind]
+        m = self.model
+        facts = [f"{m.action_head} head" if m.family == "vla" else f"{m.family}", f"model {m.name!r}"]
+        if self.openpi:
+            r = self.openpi.get("robot", "")
+            facts.insert(0, f"{self.openpi.get('train_config') or 'custom'}, {r.upper() if r == 'droid' else r.title()}"
+                            f" robot keys")
+        shown = ", ".join(map(str, self.steps[-3:]))
+        facts.append(f"step{'s' if len(self.steps) > 1 else ''} {shown}" if self.steps else "no steps yet")
+        return f"{_KIND_WORDS[self.kind]} ({'; '.join(facts)})"
+
+
+def _json(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            out = json.load(f)
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def _openpi_params(directory: str) -> str | None:
+    """`<directory>/params/_METADATA` or `<directory>/_METADATA` (openpi's Orbax params tree), or None."""
+    for path in (os.path.join(directory, "params", "_METADATA"), os.path.join(directory, "_METADATA")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def identify(directory: str) -> RunIdentity:
+    """What `directory` holds, from its files' names and JSON only (nothing restored, nothing imported):
+    a run's checkpoints ('sft' / 'rl' / 'async-rl' from policy.json's `source`; 'openpi-import' when its
+    step 0 records the openpi leaves `vlajax.models.import_openpi` mapped), a raw openpi checkpoint
+    (`params/_METADATA`, no policy.json), a run's output directory (`checkpoints/policy.json` below it),
+    an empty or missing directory, or 'unknown'."""
+    from vlajax.config import ModelConfig  # noqa: PLC0415
+    from vlajax.run_config import checkpoint_steps  # noqa: PLC0415
+
+    d = os.path.abspath(os.path.expanduser(directory))
+    if not os.path.isdir(d):
+        return RunIdentity(d, "missing")
+    steps = tuple(checkpoint_steps(d))
+    policy, config = _json(os.path.join(d, POLICY_FILE)), _json(os.path.join(d, CONFIG_FILE))
+    if policy is None:
+        meta = _openpi_params(d)
+        if meta is not None and config is None:
+            with open(meta) as f:
+                text = f.read()
+            family = "pi05" if "time_mlp_in" in text else "pi0" if "state_proj" in text else ""
+            assets = sorted(os.path.relpath(os.path.dirname(p), os.path.join(d, "assets")) for p in
+                            _glob(os.path.join(d, "assets", "**", "norm_stats.json")))
+            return RunIdentity(d, "openpi-raw", steps, openpi_family=family, asset_ids=tuple(assets))
+        if os.path.isfile(os.path.join(d, "checkpoints", POLICY_FILE)):
+            return RunIdentity(d, "run-dir", steps)
+        return RunIdentity(d, "empty" if not os.listdir(d) else "unknown", steps)
+    source = policy.get("source", "sft")
+    try:
+        model = ModelConfig(**policy["model"])
+        run_model = _from_dict(ModelConfig, (config or {}).get("model", policy["model"]))
+    except (KeyError, TypeError, ValueError):
+        return RunIdentity(d, "unknown", steps)
+    ema = float(((config or {}).get("sft") or {}).get("ema_decay", 0.0)) > 0
+    if source == "sft" and steps and "openpi_leaves" in (_json(os.path.join(d, str(steps[0]), "extra",
+                                                                              "metadata")) or {}):
+        source = "openpi-import"
+    return RunIdentity(d, source if source in KINDS else "unknown", steps, model, run_model, ema,
+                       policy.get("openpi"), tuple(policy.get("cameras", ())))
+
+
+def _glob(pattern: str) -> list[str]:
+    import glob  # noqa: PLC0415
+
+    return glob.glob(pattern, recursive=True)
