@@ -40,11 +40,13 @@ import numpy as np
 
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
+from vlajax.libero import server_check
+from vlajax.libero.backend import PoolBackend, advertised_url, make_launcher, make_pool
+from vlajax.libero.suites import PRO_AXES, check_suite
 
 __all__ = ["LiberoEvalArgs", "main", "table_markdown"]
 
 PROG = "python -m vlajax.train eval"
-PRO_AXES = ("swap", "lan", "object", "task", "env")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +71,14 @@ class LiberoEvalArgs:
     out: str = ""  # output directory ('' = runs/eval/libero-<suite>)
     hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
     gl: Literal["egl", "osmesa"] = "egl"  # headless GL backend of the workers
+    # where the workers run (--libero.backend local|ray, --libero.ray-address, --libero.bind / --libero.advertise
+    # for the in-process server of --checkpoint; vlajax.libero.backend)
+    libero: PoolBackend = dataclasses.field(default_factory=PoolBackend)
 
     def check(self) -> None:
         """ValueError naming the first bad flag (before anything loads)."""
-        if not self.suite.startswith("libero_"):
-            raise ValueError(f"--suite {self.suite!r}: not a LIBERO suite")
+        check_suite(self.suite)
+        self.libero.check()
         if bool(self.checkpoint) + bool(self.policy_server) + self.expert != 1:
             raise ValueError("give exactly one of --checkpoint DIR (served in-process), --policy-server ws://... "
                              "and --expert")
@@ -103,13 +108,14 @@ class LiberoEvalArgs:
         return axes
 
 
-def _serve_in_process(checkpoint: str, clients: int):
-    """(url, stop, metadata): our policy server on 127.0.0.1 (any free port) in a thread of this process,
-    batching up to `clients` requests (its buckets 1, 2, 4, ... up to the power of two >= clients)."""
+def _serve_in_process(checkpoint: str, clients: int, backend: PoolBackend):
+    """(url, stop, metadata): our policy server on `backend.bind` (127.0.0.1 by default; any free port) in a
+    thread of this process, batching up to `clients` requests (its buckets 1, 2, 4, ... up to the power of two
+    >= clients); `url` is the advertised address the workers connect to."""
     from vlajax.serve.app import ServeArgs, build
 
     max_batch = 1 << max(0, clients - 1).bit_length()
-    server = build(ServeArgs(checkpoint=checkpoint, port=0, keys="libero", max_batch=max_batch))
+    server = build(ServeArgs(checkpoint=checkpoint, port=0, host=backend.bind, keys="libero", max_batch=max_batch))
     ready = threading.Event()
     port: list[int] = []
 
@@ -127,7 +133,7 @@ def _serve_in_process(checkpoint: str, clients: int):
         server.request_stop()
         thread.join(60)
 
-    return f"ws://127.0.0.1:{port[0]}", stop, server.metadata
+    return advertised_url(backend, port[0]), stop, server.metadata
 
 
 def table_markdown(result: dict) -> str:
@@ -229,22 +235,30 @@ def _run(args: LiberoEvalArgs, stop) -> int:
         counts["of"] = len(episodes)
         out = os.path.abspath(args.out or os.path.join("runs", "eval", f"libero-{args.suite}"))
         frames_dir = os.path.join(out, "frames")
-        if not os.path.isdir(frames_dir):  # (one left by an earlier run is not this run's to remove)
-            scratch.append(frames_dir)
-        scratch.append(os.path.join(out, "eval.json.tmp"))
-        os.makedirs(frames_dir, exist_ok=True)
+        launcher = make_launcher(args.libero, pyth)  # ray: joins the cluster (ValueError when none answers)
     server_stop, server_meta = None, {}
     url = args.policy_server or None
+    pool = None
     t0 = time.perf_counter()
     try:
         with stop.abandonable("set-up (before the first episode)", kept, cleanup):
             if args.checkpoint:
-                url, server_stop, server_meta = _serve_in_process(args.checkpoint, args.workers * args.envs_per_worker)
-            print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s), policy "
-                  f"{url or 'the scripted expert'}", flush=True)
-            pool = pool_mod.WorkerPool(args.workers, url, envs_per_worker=args.envs_per_worker, frames_dir=frames_dir,
-                                       log_dir=os.path.join(out, "workers"), gl=args.gl,
-                                       hang_timeout_s=args.hang_timeout_s)
+                url, server_stop, server_meta = _serve_in_process(args.checkpoint, args.workers * args.envs_per_worker,
+                                                                  args.libero)
+            if url:  # a refused or unusable server: one error line, nothing written, no worker started
+                first = episodes[0]
+                probed = server_check.probe(url, args.replan_steps, described[first.suite]["tasks"][first.task])
+                server_meta = server_meta or probed
+            # only now the output directory (a refusal above leaves nothing behind)
+            if not os.path.isdir(frames_dir):  # (one left by an earlier run is not this run's to remove)
+                scratch.append(frames_dir)
+            scratch.append(os.path.join(out, "eval.json.tmp"))
+            os.makedirs(frames_dir, exist_ok=True)
+            print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s) "
+                  f"({args.libero.backend}), policy {url or 'the scripted expert'}", flush=True)
+            pool = make_pool(args.libero, args.workers, url, launcher=launcher, envs_per_worker=args.envs_per_worker,
+                             frames_dir=frames_dir, log_dir=os.path.join(out, "workers"), gl=args.gl,
+                             hang_timeout_s=args.hang_timeout_s)
 
         def on_result(r: dict) -> None:
             counts["done"] += 1
@@ -257,6 +271,8 @@ def _run(args: LiberoEvalArgs, stop) -> int:
                 results = pool.run(episodes, on_result=on_result)
             restarts = pool.events
     finally:
+        if pool is None:  # (a pool closes its launcher)
+            launcher.close()
         if server_stop is not None:
             server_stop()
     wall = time.perf_counter() - t0
@@ -277,22 +293,37 @@ def _run(args: LiberoEvalArgs, stop) -> int:
         base = summary["suites"][0]["success_rate"]
         summary["robustness"] = {s["suite"]: {"success_rate": s["success_rate"], "drop": base - s["success_rate"]}
                                  for s in summary["suites"][1:]}
+    failed = [r for r in (results.get(e.id) for e in episodes) if r is None or "error" in r]
+    partial = bool(failed)  # an episode that errored: its row is not a result; the files say so in their names
     result = {"settings": dataclasses.asdict(args), "policy_url": url, "server": server_meta.get("policy", {}),
-              "wall_s": wall, "restarts": restarts, **summary,
-              "episodes": [results[e.id] for e in episodes], "load": os.getloadavg()}
+              "wall_s": wall, "restarts": restarts, "partial": partial,
+              "nodes": sorted({r["node"] for r in results.values() if r.get("node")}), **summary,
+              "episodes": [results[e.id] for e in episodes if e.id in results], "load": os.getloadavg()}
+    json_name, table_name = ("eval.partial.json", "table.partial.md") if partial else ("eval.json", "table.md")
     with open(os.path.join(out, "eval.json.tmp"), "w") as f:
         json.dump(result, f, indent=1, default=str)
-    os.replace(os.path.join(out, "eval.json.tmp"), os.path.join(out, "eval.json"))
+    os.replace(os.path.join(out, "eval.json.tmp"), os.path.join(out, json_name))
     table = table_markdown(result)
-    with open(os.path.join(out, "table.md"), "w") as f:
-        f.write(table + "\n")
+    with open(os.path.join(out, table_name + ".tmp"), "w") as f:
+        f.write(("(partial: episodes failed; see eval.partial.json)\n\n" if partial else "") + table + "\n")
+    os.replace(os.path.join(out, table_name + ".tmp"), os.path.join(out, table_name))
+    if not partial:  # a whole evaluation supersedes an earlier partial one
+        for stale in ("eval.partial.json", "table.partial.md"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(out, stale))
     with contextlib.suppress(OSError):
         os.rmdir(frames_dir)
     print(table, flush=True)
     print(json.dumps({"suites": summary["suites"], "out_dir": out, "wall_s": round(wall, 1),
-                      "restarts": len(restarts)}), flush=True)
+                      "restarts": len(restarts), "partial": partial}), flush=True)
     if stop.local():  # the signal came after the last episode: the results were written whole
-        stop.report("writing the results", f"finished them: {len(episodes)} episodes in eval.json")
+        stop.report("writing the results", f"finished them: {len(episodes)} episodes in {json_name}")
+    if partial:
+        first = failed[0] or {}
+        print(f"error: {len(failed)} of {len(episodes)} episodes failed (first: {first.get('id', '?')}: "
+              f"{first.get('error', 'no result')}); the partial results are {os.path.join(out, json_name)} and "
+              f"{table_name}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

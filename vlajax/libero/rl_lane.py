@@ -50,8 +50,9 @@ import numpy as np
 
 from vlajax.config import ConfigError, TrainConfig
 from vlajax.libero import protocol as P
+from vlajax.libero.backend import PoolBackend, advertised_url, make_pool
 from vlajax.libero.inference import BatchingServer, Request
-from vlajax.libero.pool import WorkerPool
+from vlajax.libero.suites import check_suite
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import PipelineStopped
 
@@ -74,11 +75,24 @@ class LiberoArgs:
     env_seed: int = 7  # env.seed of every episode (openpi: 7)
     hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
     gl: str = "egl"  # headless GL backend of the workers: egl | osmesa
+    # where the workers run and where they find this process's endpoint (vlajax.libero.backend.PoolBackend)
+    backend: str = "local"  # local: processes of this host | ray: Ray actors over a cluster's nodes
+    ray_address: str = "auto"  # ray: the cluster (auto: $RAY_ADDRESS or this host's `ray start`) | HOST:PORT
+    bind: str = "127.0.0.1"  # the interface the endpoint listens on (0.0.0.0: every interface)
+    advertise: str = ""  # the host the workers connect to ('' = bind; with bind 0.0.0.0: this node's IP)
+    cpus_per_worker: float = 1.0  # ray: CPUs each worker actor reserves on its node
+    ray_libero_venv: str = ""  # ray: the LIBERO venv on the nodes ('' = each node's own)
+    ray_repo: str = ""  # ray: the vlajax checkout on the nodes ('' = the one each actor imports)
+
+    @property
+    def pool_backend(self) -> PoolBackend:
+        return PoolBackend(self.backend, self.ray_address, self.bind, self.advertise, self.cpus_per_worker,
+                           self.ray_libero_venv, self.ray_repo)
 
     def check(self) -> None:
         """ValueError naming the first bad field (before anything loads)."""
-        if not self.suite.startswith("libero_"):
-            raise ValueError(f"--libero.suite {self.suite!r}: not a LIBERO suite")
+        check_suite(self.suite, "--libero.suite")
+        self.pool_backend.check()
         if not self.max_steps:
             P.max_steps_for(self.suite)  # ValueError for an unknown base
         if not self.tasks or min(self.tasks) < 0:
@@ -250,10 +264,13 @@ class LiberoRollout:
                                 P.WRIST_KEY: {"shape": [size, size, 3], "dtype": "uint8"},
                                 P.STATE_KEY: {"shape": [8], "dtype": "float32"}},
                 "action": {"shape": [self.k, P.ACTION_DIM], "dtype": "float32"}, "policy": {"rl": True}}
-        self.server = BatchingServer(self._handle, meta, max_batch=rows, max_wait_ms=cfg.pipeline.max_wait_ms)
+        backend = args.pool_backend
+        self.server = BatchingServer(self._handle, meta, max_batch=rows, max_wait_ms=cfg.pipeline.max_wait_ms,
+                                     host=backend.bind)
         try:
-            self.pool = WorkerPool(args.workers, self.server.url, envs_per_worker=args.envs_per_worker,
-                                   log_dir=log_dir, gl=args.gl, hang_timeout_s=args.hang_timeout_s, python=python)
+            self.pool = make_pool(backend, args.workers, advertised_url(backend, self.server.port),
+                                  envs_per_worker=args.envs_per_worker, log_dir=log_dir, gl=args.gl,
+                                  hang_timeout_s=args.hang_timeout_s, python=python)
         except BaseException:
             self.server.close()
             raise

@@ -176,7 +176,8 @@ def build(args: ServeArgs) -> PolicyServer:
     metadata = {
         "server": "vlajax.serve",
         "protocol": "openpi websocket (msgpack-numpy)",
-        "policy": {"checkpoint": os.path.abspath(os.path.expanduser(args.checkpoint)), "step": step,
+        # the checkpoint by its directory's name: the metadata goes to every client, this host's paths do not
+        "policy": {"checkpoint": os.path.basename(os.path.normpath(os.path.expanduser(args.checkpoint))), "step": step,
                    "preset": train_cfg.name, "source": serving.get("source", "sft"),
                    "action_head": bridge.model.action_head,
                    # the same request always gets the same answer (no Gaussian start, no stochastic sampler)
