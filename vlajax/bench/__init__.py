@@ -19,6 +19,8 @@ BENCHMARKS: dict[str, str] = {
               "with their pixels compared (vlajax.bench.libero, docs/libero.md)",
     "gpu-check": "the one prepared GPU check: pytest -m gpu, SFT bf16 vs TE FP8, attention, env, rollout, serve, "
                  "async, memory vs the planner; --dry-run on CPU (vlajax.bench.gpu_check, docs/gpu.md)",
+    "values": "every Literal / bool value each command reads, run to its first update or refused before compiling "
+              "(vlajax.bench.values, docs/reliability.md)",
 }
 
 
