@@ -254,12 +254,13 @@ def equivalence(curves: dict[str, dict[int, list[dict]]], seeds: list[int] | tup
 
 
 # `async_protocol.Protocol` fields added after runs were saved, with the value every earlier run had: a record without
-# one reads as that value (physics_impl: 2026-11-28, session 27; every protocol before it pinned MJX in its config)
+# one reads as that value (physics_impl: 2026-11-28; every protocol before it pinned MJX in its config)
 PROTOCOL_FIELDS_ADDED = {"physics_impl": "jax"}
 
 
 # Seeds whose runs started from a checkpoint that can no longer be rebuilt: the recipe's output depends on the
-# machine it runs on (results/async/preregistration_45d_amendment.md). workload -> {seed: that checkpoint's fingerprints};
+# machine it runs on (results/async/preregistration_45d_amendment.md).
+# workload -> {seed: that checkpoint's fingerprints};
 # every arm of such a seed must have started from it, every other seed from one common checkpoint.
 _EQ45D_FIRST_INIT = {"init_params_sha256": "f68db0dd2f9ba84763258ae77afcf99d405bb4ba55eebf8cca0984021936d4d4",
                      "init_bridge_sha256": "38485244b00c0c09d70ecd373c409c6e737164ad6cf200da295c4ed99057cc8d"}
@@ -336,7 +337,7 @@ def report_equivalence(result: dict) -> str:
 class Args:
     """The command line of the verdict's recomputation."""
 
-    runs_dir: tyro.conf.Positional[str]  # the workload's per-seed JSONs, e.g. results/async/runs/eq45-grpo-tokens-factor
+    runs_dir: tyro.conf.Positional[str]  # a workload's per-seed JSONs, e.g. results/async/runs/eq45-grpo-tokens-factor
     json: str = ""  # also write the plan and the verdicts as JSON here
 
 

@@ -259,7 +259,8 @@ def test_profile_refuses_a_negative_concurrency_repeats(tmp_path):
 
 def test_validate_refuses_a_bad_cores_override_and_a_profile_of_another_workload(tmp_path):
     root = pathlib.Path(__file__).resolve().parents[2]
-    profile_dir, rows = root / "results/bench/plan_profile_prod", str(root / "results/bench/async_production_planval.json")
+    profile_dir = root / "results/bench/plan_profile_prod"
+    rows = str(root / "results/bench/async_production_planval.json")
     r = subprocess.run([sys.executable, "-m", "vlajax.plan", "validate", "--profile-from", str(profile_dir),
                         "--runs", rows, "--override-cores", "cpu-sim"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--override-cores" in r.stderr
