@@ -152,7 +152,7 @@ def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
                                 physics_impl="jax"),
         rl=dataclasses.replace(cfg.rl, num_iterations=exp.iterations, rollout_length=exp.rollout_length,
                                eval_every=exp.eval_every, eval_episodes_per_task=exp.eval_episodes,
-                               reward=exp.reward, behaviour_weight_mode="drop"),  # as measured (session 2)
+                               reward=exp.reward, behaviour_weight_mode="drop"),  # as measured
         checkpoint=CheckpointConfig(every_steps=exp.iterations, max_to_keep=1, resume=False),
         logging=LoggingConfig(every_steps=1, progress="plain"))
     return _with_mode(cfg, exp, mode, queue_timeout_s=900.0, watchdog_s=1800.0)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# #20.3 re-validation on a quiet machine (session 12, lead, run 17:36-17:45 UTC at HEAD bafc720). Criterion fixed before: median |pred/meas-1| <= 15% over 18 rows (default --host probed headline; affinity also reported).
+# #20.3 re-validation on a quiet machine (lead, run 17:36-17:45 UTC at HEAD bafc720). Criterion fixed before: median |pred/meas-1| <= 15% over 18 rows (default --host probed headline; affinity also reported).
 set -e
 cd /work/main
 U=results/bench/plan_validate_prod3_uptimes.txt

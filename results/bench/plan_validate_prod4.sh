@@ -1,5 +1,5 @@
 #!/bin/bash
-# #20.3 validation prod4 (session 12, helper): the model with the slot steps' measured concurrency.
+# #20.3 validation prod4 (helper): the model with the slot steps' measured concurrency.
 # Criterion fixed before: median |pred/meas-1| <= 15% over the 18 rows (default --host probed headline; affinity also reported).
 set -e
 cd /work/main

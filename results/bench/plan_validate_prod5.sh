@@ -1,5 +1,5 @@
 #!/bin/bash
-# #20.3 replication prod5 (session 12, lead): prod4 repeated unchanged (same code, same commands) to test whether its 11.4% reproduces.
+# #20.3 replication prod5 (lead): prod4 repeated unchanged (same code, same commands) to test whether its 11.4% reproduces.
 # Criterion fixed before: median |pred/meas-1| <= 15% over the 18 rows (default --host probed headline; affinity also reported).
 # Rule fixed before this run (lead, 18:40 UTC): #20.3 is called resolved only if this replication also gives <= 15%; otherwise both figures are published and 20.3 stays open.
 set -e

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 44.5, third try (session 33, pre-registered in docs/planner.md "Issue 44.5, third: the measured window's
+# Issue 44.5, third try (pre-registered in docs/planner.md "Issue 44.5, third: the measured window's
 # warm-up", 40baee8): a fresh grid, the prod4 protocol unchanged but the names -- profile before, the 18-row grid,
 # profile after; nothing else running. The validations (both profiles, --warmup 2 and 0) run after it:
 # results/bench/plan_44/validate_warmup.sh.

@@ -1,8 +1,8 @@
 #!/bin/bash
-# Session 21: the planner on a workload it was not validated on -- the VLA rows of
+# the planner on a workload it was not validated on -- the VLA rows of
 # results/bench/async_production_vla.json (rl-ppo-flow, sft-small, 18 rows, 04:23-05:05 UTC, HEAD 0f9dff6).
 # The profile is taken AFTER the rows (the rows ran first, for their own sake), on the same quiet machine,
-# nothing else running -- the "profile after" variant of the twelfth session's protocol.
+# nothing else running -- the "profile after" variant of an earlier protocol.
 # Criterion fixed before this runs (the one of acceptance 3): median |predicted / measured - 1| <= 15% over
 # the 18 rows, default host (--host probed); per regime and --host affinity also reported. Published either way;
 # it decides nothing about issue 20 (acceptance 3 was met on the state-MLP rows).

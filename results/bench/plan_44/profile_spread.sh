@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44.5, after the third try (session 33): how far apart are profiles taken back to back on the quiet machine?
+# Issue 44.5, after the third try: how far apart are profiles taken back to back on the quiet machine?
 # Three profiles of the prod6 workload one after another (nothing else running), no criterion: descriptive.
 # -> results/bench/plan_44/spread/p{1,2,3}/profile.json; then each validates prod6's rows (--warmup 2 and 0).
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Twelfth session, issue 21.3 development check (seeds 0-2, the starts the earlier variants were tried on):
-# the tenth session's per-token-ratio runs (results/runs/quickstart-factor: train-async staleness 1,
+# issue 21.3 development check (seeds 0-2, the starts the earlier variants were tried on):
+# the earlier per-token-ratio runs (results/runs/quickstart-factor: train-async staleness 1,
 # --rl.ratio-level factor, 20 updates) continued to 40 updates from their update-20 checkpoints
 # (runs/qs-factor-s$k/rl/checkpoints/20, copied; rl resumes from the newest checkpoint), evaluated at update 40 on
 # the same 80 greedy episodes as their updates 0 and 20.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Twelfth session, issue 21.3: full `make quickstart` runs on fresh seeds 6, 7, 8 (never used before), each into its own folder.
+# issue 21.3: full `make quickstart` runs on fresh seeds 6, 7, 8 (never used before), each into its own folder.
 # Criterion fixed before the runs: mean lift (after RL - after SFT, the report's mean success) >= 15 points over the 3 seeds.
 # Rule for the default, fixed at 18:43 UTC after seeds 6 (+1.2) and 7 (-30.0), before seed 8 ended: if the mean lift over 6-8 is below the
 # +7.1 of the tenth-session default (decision-level ratios, 20 updates, its seeds 0-2), the quickstart goes back to that default.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fourteenth session, issue 21.3: positive-sample reinforcement in the quickstart's GRPO phase
+# issue 21.3: positive-sample reinforcement in the quickstart's GRPO phase
 # (`--rl.negative-advantage-weight 0 --rl.normalize-advantages none`, flag added in b2fb448).
 #
 # Hypothesis (written 2026-11-26 ~06:45 UTC, before any run with the flag). Thirteen sessions of evidence
@@ -19,7 +19,7 @@
 # train-async staleness 1, decoupled PPO; 20 greedy episodes per task before and after).
 #
 # Stage 1, ONE development check (RL phase only) from an old start: seed 13's SFT checkpoint
-# (/work/s13/runs/qs13-s13/sft/checkpoints; before RL 32.5%, the thirteenth session's binary-reward recipe
+# (/work/s13/runs/qs13-s13/sft/checkpoints; before RL 32.5%, an earlier binary-reward recipe
 # reached 40.0%, +7.5), seed 13, the quickstart's RL flags. Go / no-go rule, fixed now: go to the fresh seeds only
 # if ALL of (a) the run ends normally (rc 0, no non-finite stop), (b) the mean per-decision entropy of updates
 # 16-20 is below that of updates 1-5 (the mechanism), (c) the greedy lift (after RL - after SFT, 80 episodes) is

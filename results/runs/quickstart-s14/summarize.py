@@ -1,4 +1,4 @@
-"""Per-seed figures of the fourteenth session: before / after per task, lift, and the per-update metrics
+"""Per-seed figures: before / after per task, lift, and the per-update metrics
 (training success, entropy, approx KL, clip fraction) from async_metrics.jsonl.
 
     .venv/bin/python results/runs/quickstart-s14/summarize.py [dev13 seed16 seed17 seed18]
@@ -47,7 +47,7 @@ def main(names):
         rows = _jsonl(os.path.join(d, "async_metrics.jsonl"))
         tr = [r["train"] for r in rows if "train" in r]
         for key in ("success", "entropy", "approx_kl", "clip_frac", "advantage_mean", "kl_ref"):
-            xs = [t[key] for t in tr if key in t]  # kl_ref: only with rl.kl_coef > 0 (eighteenth session)
+            xs = [t[key] for t in tr if key in t]  # kl_ref: only with rl.kl_coef > 0
             if not xs:
                 continue
             a, b = quarter_means(xs)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Seventeenth session, issue 21.3: the quickstart's GRPO rollouts drawn at temperature 0.5 (`--rl.temperature 0.5`,
+# issue 21.3: the quickstart's GRPO rollouts drawn at temperature 0.5 (`--rl.temperature 0.5`,
 # flag added in 0a04248; the candidate's RL_RECIPE is on branch s17-quickstart-t05, commit 2ffa068).
 #
 # Hypothesis (written 2026-11-26 16:16 UTC = its commit de89a55, before any run with the flag). Fourteen sessions of evidence

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Eighteenth session, issue 21.3: the seventeenth session's candidate (GRPO rollouts at temperature 0.5) plus a KL
+# issue 21.3: an earlier candidate (GRPO rollouts at temperature 0.5) plus a KL
 # penalty to the SFT policy (`--rl.kl-coef 0.04`; the flag exists, tested: docs/async.md). The candidate's RL_RECIPE
 # lives on branch s18-quickstart-t05-kl, commit 0b8b035 (= main cd5e299 + those two flags in RL_RECIPE).
 #
@@ -13,7 +13,7 @@
 # what `rl.kl_coef` computes) -- pulls all visited states, of all tasks, back toward the SFT policy, and does so
 # more the further they drift. The value 0.04 is DeepSeekMath's, taken once, a priori; no other value is run. Our
 # log-ratio is per decision (a sum over its tokens), so the same beta acts more strongly per token than in
-# DeepSeekMath's per-token loss: the anchor is not weak. Everything else is the seventeenth session's candidate
+# DeepSeekMath's per-token loss: the anchor is not weak. Everything else is an earlier candidate
 # (rl-grpo-tokens: progress reward, 8 groups of 4, lr 5e-5, 1 epoch, 4 minibatches, clip 0.2/0.28, rollouts and
 # scoring at T 0.5; 20 updates; train-async staleness 1, decoupled PPO; 20 greedy episodes per task before/after).
 # Mechanism check (reported, decides nothing): no task falls from >= 20% after SFT to 0% after RL; the KL-to-SFT

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Eighteenth session, issue 21.3, second candidate: the first candidate's recipe (GRPO rollouts at temperature 0.5
+# issue 21.3, second candidate: the first candidate's recipe (GRPO rollouts at temperature 0.5
 # plus `--rl.kl-coef 0.04`) with the KL penalty estimated per entry (33a43f9). The candidate's RL_RECIPE lives on
 # branch s18-quickstart-t05-klentry, commit f211b0e (= main 33a43f9 + those two flags in RL_RECIPE).
 #

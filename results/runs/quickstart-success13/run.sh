@@ -1,10 +1,10 @@
 #!/bin/bash
-# Thirteenth session, issue 21.3: the quickstart's GRPO phase with a binary outcome reward (`--rl.reward success`).
+# issue 21.3: the quickstart's GRPO phase with a binary outcome reward (`--rl.reward success`).
 #
 # Hypothesis (written 2026-11-26 ~03:30 UTC, before any run of this recipe): with the `progress` reward every GRPO
 # group has nonzero return variance (a 4/4-success press_button group: returns 11.066-11.086, advantages +-1.2 after
 # the group-std division), so `rl.filter_zero_advantage` never fires (groups_dropped = 0 in all 120 updates of
-# the twelfth session's held-out runs) and saturated groups push the policy with shaping noise. With the success
+# the earlier held-out runs) and saturated groups push the policy with shaping noise. With the success
 # reward (bonus only; success ends the episode) an all-success or all-failure group has exactly equal returns and
 # is dropped (DAPO's dynamic sampling, SimpleVLA-RL's recipe: binary outcome reward + clip-higher 0.2/0.28, which
 # rl-grpo-tokens already has); every remaining group compares success with failure, which is what the
@@ -27,7 +27,7 @@
 # Stage 2, fresh seeds 13, 14, 15 (never used before), full `make quickstart`-equivalent runs with the recipe
 # in vlajax/quickstart.py. Criterion (issue 21 acceptance 3), fixed now: mean lift (the reports' mean success,
 # after RL - after SFT) >= 15 points over the three seeds. Rule for the default, fixed now: if met, the recipe
-# stays the quickstart's default; if not, the quickstart goes back to the current recipe (the tenth session's,
+# stays the quickstart's default; if not, the quickstart goes back to the current recipe (the earlier one,
 # +7.1 on its seeds 0-2). The sampled-vs-greedy diagnostic of each seed's SFT and RL checkpoints is reported
 # beside it (no criterion).
 #

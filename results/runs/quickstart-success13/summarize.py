@@ -1,4 +1,4 @@
-"""Per-seed summary of the thirteenth session's quickstart runs, from the files kept beside this script.
+"""Per-seed summary of the binary-reward quickstart runs, from the files kept beside this script.
 
     .venv/bin/python results/runs/quickstart-success13/summarize.py [SEED ...]
 

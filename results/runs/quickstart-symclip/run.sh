@@ -1,5 +1,5 @@
 #!/bin/bash
-# Twelfth session, issue 21.3 diagnostic (no criterion, no default change): does the entropy rise under per-token ratios come
+# issue 21.3 diagnostic (no criterion, no default change): does the entropy rise under per-token ratios come
 # from the asymmetric clip (0.2 / 0.28, DAPO's clip-higher)? The development seeds' factor-40 recipe
 # (results/runs/quickstart-factor40: train-async staleness 1, --rl.ratio-level factor, 40 updates) run from the same SFT
 # starts with a symmetric clip (--rl.clip-high 0.2), then both policies evaluated on 128 episodes (diag_sampled_eval.py).

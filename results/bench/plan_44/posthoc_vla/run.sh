@@ -2,7 +2,7 @@
 # After the tenth (post hoc, descriptive; for the VLA grid's pre-registration): one profile of the VLA-from-pixels
 # workload with the dispatch timings (profile/, 11:38-11:45 UTC 2026-11-29), validated against the session-21 VLA
 # rows (results/bench/async_production_vla.json, measured 2026-11-2x 04:23-05:05: days before the profile) with the
-# default model (as session 21), the eighth's variant and the tenth's. Usage: bash .../posthoc_vla/run.sh -> log.txt
+# default model (as in the first VLA validation), the eighth's variant and the tenth's. Usage: bash .../posthoc_vla/run.sh -> log.txt
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 D=results/bench/plan_44/posthoc_vla

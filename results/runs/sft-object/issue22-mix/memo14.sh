@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22.4 diagnostic (decides nothing; written 2026-11-27 03:26 UTC before it ran): session 19's memo.sh for the
+# Issue 22.4 diagnostic (decides nothing; written 2026-11-27 03:26 UTC before it ran): an earlier memo.sh for the
 # fourteenth attempt's checkpoint. The aux head's error on episodes' first frames, on the SFT's own demos against
 # 200 new demos (runs/i22d/demos-heldout, --seed 1): did the grounding frames remove the underfitting (sixth recipe:
 # grasp x/y 0.19/0.42 own, 0.19/0.34 new)?

@@ -3,7 +3,7 @@
 # records are rendered first frames of 2000 new object-suite scenes x 3 target swaps, no actions, aux loss only,
 # weight sft.aux_start_weight), on top of the sixth attempt's recipe (33.8% on seed 0; SFT-seed spread 31-41%).
 #
-# WHY (session 19's diagnostic, results/runs/sft-object/issue22-conv/memo.sh): the sixth recipe's choice of
+# WHY (an earlier diagnostic, results/runs/sft-object/issue22-conv/memo.sh): the sixth recipe's choice of
 # cube is underfitted, not memorized (its aux error on episodes' first frames is the same on new demos as on
 # its own: grasp x/y 0.19/0.34 vs 0.19/0.42), while every attempt that added capacity to the vision front end
 # (conv stem, 64x64) memorized the ~400 scenes the SFT demos hold. During SFT the aux head sees only those
