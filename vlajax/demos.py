@@ -19,6 +19,7 @@ eval draws from a different stream, so no evaluation episode replays a demonstra
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -34,7 +35,7 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.build import dataset_dir
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.writer import LeRobotWriter, policy_features
-from vlajax.logging import Progress
+from vlajax.logging import PLAIN_LINES, Progress
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +267,8 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
                      "target_swap": cfg.data.demo_target_swap}
     t0 = time.perf_counter()
     with (LeRobotWriter(out, fps=fps, features=features, robot_type="vlajax_tabletop") as writer,
-          Progress(len(names) * want, f"demos {e.suite}", progress, every=1) as bar):
+          Progress(len(names) * want, f"demos {e.suite}", progress, every=1, heartbeat_s=cfg.logging.heartbeat_s,
+                   max_lines=PLAIN_LINES) as bar):
         for i, name in enumerate(names):
             task_id = registry.ALL_ENVS.index(name)
             instructions = tasks_lib.TASKS[task_id].instructions()
@@ -278,7 +280,10 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
                     raise RuntimeError(f"task {name}: the expert succeeded in only {kept} of {tried} episodes "
                                        f"within env.episode_length={cap}; raise it or check the expert")
                 key = jax.random.fold_in(jax.random.fold_in(root, DEMO_STREAM + task_id), j)
-                obs, actions, success = jax.device_get(run(key, jnp.int32(task_id)))
+                phase = (bar.phase(f"compiling the expert rollout ({n} envs, {cap} steps)") if i == j == 0
+                         else contextlib.nullcontext())
+                with phase:
+                    obs, actions, success = jax.device_get(run(key, jnp.int32(task_id)))
                 j += 1
                 tried += n
                 lengths = episode_lengths(np.asarray(success))

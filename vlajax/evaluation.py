@@ -11,11 +11,15 @@ Seeds are fixed: episode e of task t (index in `tasks.TASKS`) resets with
 `fold_in(fold_in(key(seed), EVAL_STREAM + t), e)` (a stream the demonstrations never use), so
 two evaluations of the same checkpoint see the same initial states.
 
-Outputs in `--output-dir` (default `<output_dir>/eval`): `eval.json` (`per_task` success,
-`mean_success`, `episodes`, `seeds`, per-episode success and steps, `physics`: the simulator the episodes
-stepped, 'jax' (MJX), 'c' (C MuJoCo) or 'warp'; `env.physics_impl='auto'` evaluates on MJX), `eval.md` (the per-task
-table: task, instruction template, success with failure count, total success rate, total
-episodes) and one GIF per task (`<task>.gif`, the first episodes of the task side by side).
+Outputs (`result_dir`): beside the evaluated run, `<run>/eval/<suite>-step-<N>` (`<run>` holds the checkpoint
+directory); under `--out DIR` as `DIR/<run name>-<suite>-step-<N>`; under a command line's `--output-dir` as
+`<output_dir>/eval/<run name>-<suite>-step-<N>`. An existing result is never replaced: the new one is
+`<name>-2`, `-3`, ... unless `--overwrite`. Files: `eval.json` (`per_task` success, `mean_success`, `episodes`,
+`seeds`, per-episode success, steps and instruction, `physics`: the simulator the episodes stepped, 'jax' (MJX),
+'c' (C MuJoCo) or 'warp'; `env.physics_impl='auto'` evaluates on MJX), `eval.md` (the per-task table: task, the
+instructions its episodes were given, success with failure count, total success rate, total episodes) and one
+GIF per task (`<task>.gif`: its first episodes side by side, upscaled to >= 256 px tall, each framed green from
+the step it succeeded or red over its last second when it failed; `vlajax.envs.video.outcome_clip`).
 
 `evaluate(cfg, bridge, model, params)` is the same evaluation as a function (SFT and the RL
 loop call it for periodic evaluation).
@@ -39,6 +43,7 @@ import numpy as np
 from vlajax import compile_cache
 from vlajax.atomic_files import write_json, write_text
 from vlajax.config import ConfigError, TrainConfig
+from vlajax.envs.video import outcome_clip
 from vlajax.logging import write_gif
 from vlajax.models.vla import VLA
 from vlajax.policy import Bridge
@@ -60,12 +65,13 @@ def episode_keys(seed: int, task_ids: np.ndarray, episodes_per_task: int) -> jax
 
 
 def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_index, levels=None, *,
-                episode_length: int, replan: int, camera: str):
+                episode_length: int, replan: int, camera: str, instructions: bool = False):
     """Run the policy on a batch of episodes. keys [N, 2], task_ids int32 [N], gif_index int [G];
     levels float32 [perturb.NUM_AXES] (optional, traced): every episode perturbed at these levels.
 
     Returns success bool [N], steps-to-success int32 [N] (episode_length when failed) and
-    frames uint8 [S, G, h, w, 3] of `camera` for episodes `gif_index`.
+    frames uint8 [S, G, h, w, 3] of `camera` for episodes `gif_index`; with `instructions`, also each
+    episode's instruction id int32 [N] (`TaskSpec.instructions()[id]` is its text).
     """
     variables = {"params": params}
     n = task_ids.shape[0]
@@ -97,6 +103,8 @@ def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_ind
     init = (state, jnp.zeros((n,), bool), jnp.zeros((n,), jnp.int32), jnp.int32(0))
     (_, _, steps, _), (success, frames) = jax.lax.scan(chunk, init, jnp.arange(num_chunks))
     frames = frames.reshape(-1, *frames.shape[2:])[:episode_length]
+    if instructions:
+        return success.any(0), steps, frames, state.info["episode"]["instruction_id"]
     return success.any(0), steps, frames
 
 
@@ -106,10 +114,20 @@ def table_markdown(result: dict[str, Any]) -> str:
     for i, (name, rate) in enumerate(result["per_task"].items(), 1):
         fails = result["failures"][name]
         cell = f"{100 * rate:.0f}%" + (f" ({fails} failure{'s' if fails != 1 else ''})" if fails else "")
-        lines.append(f"| {i} | {name} | {result['instructions'][name]} | {cell} |")
+        lines.append(f"| {i} | {name} | {instruction_cell(result['instructions'][name])} | {cell} |")
     lines.append(f"| | **Total success rate** | | **{result['mean_success']:.3f}** |")
     lines.append(f"| | **Total episodes** | | **{result['episodes']}** |")
     return "\n".join(lines) + "\n"
+
+
+def instruction_cell(texts: str | list[str], shown: int = 3) -> str:
+    """A task's instructions for its table cell: the distinct texts its episodes were given, the first
+    `shown` of them and how many more."""
+    if isinstance(texts, str):
+        return texts
+    distinct = list(dict.fromkeys(texts))
+    more = len(distinct) - shown
+    return "; ".join(distinct[:shown]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def evaluate(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *, episodes_per_task: int | None = None,
@@ -150,17 +168,21 @@ def run_episodes(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *,
         _RUNNERS.clear()
         _RUNNERS[cache_key] = jax.jit(functools.partial(
             closed_loop, env, bridge, model, episode_length=env_cfg.episode_length,
-            replan=cfg.sft.eval_replan_steps, camera=camera))
+            replan=cfg.sft.eval_replan_steps, camera=camera, instructions=True))
     run = _RUNNERS[cache_key]
     keys = episode_keys(cfg.seed, task_ids, e_per)
     per_episode_task = np.repeat(task_ids, e_per)
     g = min(GIF_EPISODES, e_per)
     gif_index = np.asarray([i * e_per + k for i in range(len(names)) for k in range(g)], np.int32)
     t0 = time.perf_counter()
-    success, steps, frames = jax.device_get(run(params, keys, jnp.asarray(per_episode_task), jnp.asarray(gif_index)))
+    success, steps, frames, iid = jax.device_get(run(params, keys, jnp.asarray(per_episode_task),
+                                                     jnp.asarray(gif_index)))
     seconds = time.perf_counter() - t0
     success = np.asarray(success).reshape(len(names), e_per)
     steps = np.asarray(steps).reshape(len(names), e_per)
+    iid = np.asarray(iid).reshape(len(names), e_per)
+    texts = {n: [tasks_lib.TASKS[t].instructions()[int(k)] for k in iid[i]]
+             for i, (n, t) in enumerate(zip(names, task_ids))}
     per_task = {n: float(success[i].mean()) for i, n in enumerate(names)}
     result = {
         "suite": env_cfg.suite if not env_cfg.task else env_cfg.task,
@@ -169,7 +191,9 @@ def run_episodes(cfg: TrainConfig, bridge: Bridge, model: VLA, params, *,
         "episodes": int(success.size),
         "episodes_per_task": e_per,
         "failures": {n: int((~success[i]).sum()) for i, n in enumerate(names)},
-        "instructions": {n: tasks_lib.TASKS[t].template for n, t in zip(names, task_ids)},
+        "instructions": {n: list(dict.fromkeys(v)) for n, v in texts.items()},  # distinct, in episode order
+        "episode_instructions": texts,
+        "instruction_templates": {n: tasks_lib.TASKS[t].template for n, t in zip(names, task_ids)},
         "seeds": {"seed": cfg.seed, "stream": EVAL_STREAM,
                   "rule": "episode e of task t: fold_in(fold_in(key(seed), stream + t), e)",
                   "task_index": {n: int(t) for n, t in zip(names, task_ids)}},
@@ -190,8 +214,48 @@ def write_outputs(out_dir: str, result: dict[str, Any], frames: np.ndarray | Non
     if frames is not None:
         g = result["gif_episodes"]
         for i, n in enumerate(result["per_task"]):
-            clip = np.moveaxis(frames[:, i * g:(i + 1) * g], 1, 0)  # [g, S, h, w, 3]
+            ok, steps = result.get("episode_success", {}).get(n), result.get("episode_steps", {}).get(n)
+            clip = outcome_clip(frames[:, i * g:(i + 1) * g], None if ok is None else ok[:g],
+                                None if steps is None else steps[:g])  # [S, H, g*W, 3]
             write_gif(os.path.join(out_dir, n.replace("/", "__") + ".gif"), clip, fps=25)
+
+
+def result_dir(cfg: TrainConfig, stem: str, step: int) -> str:
+    """Where `eval` writes the result of checkpoint step `step` (`stem`: `<suite>` or `robustness-<suite>`):
+    `--out DIR` -> `DIR/<run name>-<stem>-step-<N>`; else a command line's `--output-dir` (one that differs
+    from the preset's) -> `<output_dir>/eval/<run name>-<stem>-step-<N>`; else beside the evaluated run,
+    `<run>/eval/<stem>-step-<N>`. `<run>` is the directory holding the checkpoint directory, its name the
+    run name (the checkpoint directory's own name when it is not `checkpoints`). Then `free_dir`."""
+    from vlajax.config import get_config, preset_names
+
+    ckpt = os.path.abspath(os.path.expanduser(checkpoint_dir(cfg)))
+    if os.path.basename(ckpt).isdigit() and os.path.isfile(os.path.join(os.path.dirname(ckpt), "policy.json")):
+        ckpt = os.path.dirname(ckpt)  # a step directory <dir>/<step>
+    run_dir = os.path.dirname(ckpt)
+    run = os.path.basename(run_dir if os.path.basename(ckpt) == "checkpoints" else ckpt) or "run"
+    own = f"{stem}-step-{step}" if os.path.basename(ckpt) == "checkpoints" else f"{run}-{stem}-step-{step}"
+    preset_out = get_config(cfg.name).output_dir if cfg.name in preset_names() else cfg.output_dir
+    if cfg.logging.eval_out:
+        out = os.path.join(os.path.expanduser(cfg.logging.eval_out), f"{run}-{stem}-step-{step}")
+    elif os.path.abspath(cfg.output_dir) not in (os.path.abspath(preset_out), run_dir):
+        out = os.path.join(cfg.output_dir, "eval", f"{run}-{stem}-step-{step}")
+    else:
+        out = os.path.join(run_dir, "eval", own)
+    return free_dir(out, cfg.logging.overwrite)
+
+
+def free_dir(path: str, overwrite: bool = False) -> str:
+    """`path`, or when it already holds files and not `overwrite`, the first of `path-2`, `path-3`, ... that
+    does not: an evaluation never replaces another's result unless told to (`--overwrite`)."""
+    if overwrite:
+        return path
+    candidate, n = path, 1
+    while os.path.isdir(candidate) and os.listdir(candidate) or os.path.isfile(candidate):
+        n += 1
+        candidate = f"{path}-{n}"
+    if candidate != path:
+        log.warning("eval: %s already holds a result; writing %s (--overwrite replaces it)", path, candidate)
+    return candidate
 
 
 def write_report(out_dir: str, stem: str, result: dict[str, Any], markdown: str) -> None:
@@ -234,7 +298,7 @@ def run(cfg: TrainConfig) -> int:
         bridge, model = sampling_overrides(cfg, bridge, model)
         result, frames = run_episodes(cfg, bridge, model, params)
         result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
-        return os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-step-{step}"), result, frames
+        return result_dir(cfg, (cfg.env.task or cfg.env.suite).replace("/", "__"), step), result, frames
 
     out_dir, result, _ = stop_cleanly(episodes, lambda got: write_outputs(*got), report="eval.json")
     print_result(result, out_dir)

@@ -8,12 +8,15 @@ to the host once per log call with `jax.device_get`. Only process 0 writes. Imag
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import io
 import logging as _pylogging
 import os
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -21,7 +24,8 @@ import numpy as np
 
 from vlajax.atomic_files import write_bytes
 
-__all__ = ["MetricsLogger", "Progress", "print_line", "to_uint8", "gif_bytes", "write_gif"]
+__all__ = ["MetricsLogger", "Progress", "format_rate", "print_line", "setup_console", "to_uint8", "gif_bytes",
+           "write_gif"]
 
 log = _pylogging.getLogger(__name__)
 
@@ -142,20 +146,90 @@ class MetricsLogger:
         self.close()
 
 
+HEARTBEAT_S = 25.0  # default silence before a heartbeat line (checked every <= 2.5 s: lines <= ~28 s apart)
+RATE_WINDOW = 10  # rates are over the newest this many reported steps, not since the start
+PLAIN_LINES = 10  # the commands' plain progress: at most this many step lines per run (`Progress.max_lines`)
+# vlajax loggers whose INFO lines are per-save / per-signal detail: shown only with `logging.verbose`
+CHATTY = ("vlajax.checkpoint", "vlajax.preemption")
+
+
+class _ConsoleFormat(_pylogging.Formatter):
+    """vlajax's own INFO lines as their bare message (they name their command: `sft: ...`); anything else
+    with its level and logger."""
+
+    def format(self, record: _pylogging.LogRecord) -> str:
+        if record.levelno == _pylogging.INFO and record.name.startswith("vlajax"):
+            return record.getMessage()
+        return f"{record.levelname} {record.name}: {record.getMessage()}"
+
+
+def setup_console(verbose: bool = False) -> None:
+    """Console logging for a command (stderr). Default: vlajax's own INFO lines (less `CHATTY`'s) and every
+    library's warnings; third-party INFO -- JAX probing backends (`Unable to initialize backend 'tpu'`),
+    Orbax's per-file save internals -- is off. `verbose` (`--logging.verbose`): INFO from every library, with
+    timestamps."""
+    if verbose:
+        _pylogging.basicConfig(level=_pylogging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                               force=True)
+        for name in ("vlajax", *CHATTY):
+            _pylogging.getLogger(name).setLevel(_pylogging.NOTSET)
+        return
+    handler = _pylogging.StreamHandler()
+    handler.setFormatter(_ConsoleFormat())
+    _pylogging.basicConfig(level=_pylogging.WARNING, handlers=[handler], force=True)
+    _pylogging.getLogger("vlajax").setLevel(_pylogging.INFO)
+    for name in CHATTY:
+        _pylogging.getLogger(name).setLevel(_pylogging.WARNING)
+    try:  # absl (Orbax logs through it) keeps its own verbosity besides Python's levels
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.WARNING)
+    except ImportError:
+        pass
+
+
+def format_rate(steps: float, seconds: float) -> str:
+    """`12.5 it/s`, or `42.0 s/it` below one step per second (a slow phase reads as seconds, not `0.00 it/s`)."""
+    if steps <= 0 or seconds <= 0:
+        return "no step yet"
+    rate = steps / seconds
+    return f"{rate:.2f} it/s" if rate >= 1 else f"{seconds / steps:.1f} s/it"
+
+
 class Progress:
-    """Console progress for a loop of `total` steps, with the latest metrics.
+    """Console progress for a loop of `total` steps, with the latest metrics, and what runs between steps.
 
     `mode`: 'rich' (a live bar; falls back to 'plain' when stdout is not a terminal), 'plain'
-    (one line every `every` steps), or 'none'. Silent on processes other than 0.
+    (one line every `every` steps -- thinned to at most `max_lines` step lines when that is > 0 -- and
+    none closer than `min_gap_s` seconds to the previous one but the first and the last step's), or
+    'none'. Silent on processes other than 0.
+
+    `with progress.phase("compiling the train step"):` names a long phase: plain mode prints one line
+    (`[sft x] compiling the train step (12 s since the start)`), and the next step line says how long the
+    phase took instead of a rate. With `heartbeat_s` > 0, inside the `with Progress(...)` block, a thread
+    prints a line whenever nothing was printed for `heartbeat_s` seconds (`[sft x] 0/40 compiling the train
+    step: 30 s`; rich mode refreshes the bar's text instead). Rates are over the newest `RATE_WINDOW` steps.
     """
 
-    def __init__(self, total: int, description: str = "", mode: str = "rich", every: int = 1, start: int = 0):
-        self.total, self.every, self.description = total, max(1, every), description
+    def __init__(self, total: int, description: str = "", mode: str = "rich", every: int = 1, start: int = 0,
+                 heartbeat_s: float = 0.0, max_lines: int = 0, min_gap_s: float = 0.0, clock=time.perf_counter):
+        self.total, self.description = total, description
+        self._every, self.max_lines = max(1, every), max_lines
+        self.every = self._thinned(start)
         self.mode = mode if jax.process_index() == 0 else "none"
         if self.mode == "rich" and not sys.stdout.isatty():
             self.mode = "plain"
-        self._t0 = time.perf_counter()
-        self._start = start
+        self.heartbeat_s, self.min_gap_s, self.clock = heartbeat_s, min_gap_s, clock
+        self._t0 = self._t_print = clock()
+        self._start = self._step = start
+        self._window: collections.deque[tuple[float, int]] = collections.deque([(self._t0, start)],
+                                                                               maxlen=RATE_WINDOW + 1)
+        self._phase: tuple[str, float] | None = None  # (what, started at) while a phase runs
+        self._after: tuple[str, float] | None = None  # (what, seconds) of the phase the next line reports
+        self._metrics: Mapping[str, float] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._bar = None
         if self.mode == "rich":
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -172,25 +246,112 @@ class Progress:
             self._task = self._bar.add_task(description, total=total, completed=start, metrics="")
             self._bar.start()
 
+    def _thinned(self, start: int) -> int:
+        """The plain lines' step interval: `every`, or its smallest multiple that prints at most `max_lines`
+        step lines over the steps left (a heartbeat still shows the run between them)."""
+        if self.max_lines <= 0:
+            return self._every
+        per = -(-max(1, self.total - start) // self.max_lines)
+        return self._every * -(-per // self._every)
+
     @staticmethod
     def _fmt(metrics: Mapping[str, float]) -> str:
         return " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
 
+    def _print(self, text: str, now: float) -> None:
+        self._t_print = now
+        print_line(f"[{self.description}] {text}")
+
+    def resume(self, step: int) -> None:
+        """The loop starts at `step` (a restored checkpoint): counts and rates from there."""
+        with self._lock:
+            self._start = self._step = step
+            self.every = self._thinned(step)
+            self._window = collections.deque([(self.clock(), step)], maxlen=RATE_WINDOW + 1)
+            if self._bar is not None:
+                self._bar.update(self._task, completed=step)
+
+    @contextlib.contextmanager
+    def phase(self, what: str) -> Iterator[None]:
+        """Name what runs inside the block (`building 16 envs`, `compiling the train step`,
+        `waiting for the first batch`) for the progress lines and the heartbeat."""
+        with self._lock:
+            now = self.clock()
+            self._phase = (what, now)
+            if self.mode == "plain":
+                self._print(f"{what} ({now - self._t0:.0f} s since the start)", now)
+            elif self.mode == "rich":
+                self._bar.update(self._task, metrics=what)
+        try:
+            yield
+        finally:
+            with self._lock:
+                now = self.clock()
+                self._after = (what, now - self._phase[1])
+                self._phase = None
+                self._window = collections.deque([(now, self._step)], maxlen=RATE_WINDOW + 1)
+
     def update(self, step: int, metrics: Mapping[str, float] | None = None) -> None:
         metrics = metrics or {}
-        if self.mode == "rich":
-            self._bar.update(self._task, completed=step, metrics=self._fmt(metrics))
-        elif self.mode == "plain" and (step % self.every == 0 or step == self.total):
-            done = step - self._start
-            rate = done / max(time.perf_counter() - self._t0, 1e-9)
-            print_line(f"[{self.description}] {step}/{self.total} ({rate:.2f} it/s) {self._fmt(metrics)}")
+        with self._lock:
+            now = self.clock()
+            self._window.append((now, step))
+            self._step, self._metrics = step, metrics
+            if self.mode == "rich":
+                self._bar.update(self._task, completed=step, metrics=self._fmt(metrics))
+                return
+            due = step % self.every == 0 or step == self.total
+            first = len(self._window) == 2 and self._window[0][1] == self._start
+            if self.mode != "plain" or not due or (now - self._t_print < self.min_gap_s and not first
+                                                   and step != self.total and self._after is None):
+                return
+            if self._after is not None:
+                what, seconds = self._after
+                rate = f"{what}: {seconds:.0f} s"
+                self._after = None
+            else:
+                (t_old, s_old) = self._window[0]
+                rate = format_rate(step - s_old, now - t_old)
+            self._print(f"{step}/{self.total} ({rate}) {self._fmt(metrics)}", now)
+
+    def heartbeat(self) -> str | None:
+        """Report now if nothing was printed for `heartbeat_s` seconds. -> the plain line printed, if any."""
+        with self._lock:
+            now = self.clock()
+            if self.mode == "none" or self.heartbeat_s <= 0 or now - self._t_print < self.heartbeat_s:
+                return None
+            if self._phase is not None:
+                what, since = self._phase
+                doing = f"{what}: {now - since:.0f} s"
+            else:
+                t_last = self._window[-1][0]
+                doing = (f"step {self._step + 1}: {now - t_last:.0f} s since step {self._step}"
+                         if self._step < self.total else f"finishing: {now - t_last:.0f} s since the last step")
+            if self.mode == "rich":
+                self._t_print = now
+                self._bar.update(self._task, metrics=doing)
+                return None
+            line = f"{self._step}/{self.total} {doing} {self._fmt(self._metrics)}".rstrip()
+            self._print(line, now)
+            return line
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(2.5, self.heartbeat_s / 4)):
+            self.heartbeat()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
 
     def __enter__(self) -> Progress:
+        if self.mode != "none" and self.heartbeat_s > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 from vlajax import compile_cache
 from vlajax.atomic_files import write_bytes
 from vlajax.config import ConfigError, TrainConfig
-from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, stop_cleanly, write_report
+from vlajax.evaluation import EVAL_STREAM, closed_loop, episode_keys, result_dir, stop_cleanly, write_report
 from vlajax.logging import write_gif
 from vlajax.run_files import checkpoint_dir, load_run_policy
 
@@ -224,7 +224,7 @@ def run(cfg: TrainConfig) -> int:
         name = (cfg.env.task or cfg.env.suite).replace("/", "__")
         result, clips = run_levels(cfg, bridge, model, params)
         result["checkpoint"] = {"dir": checkpoint_dir(cfg), "step": step, "preset": train_cfg.name}
-        return os.path.join(cfg.output_dir, "eval", f"robustness-{name}-step-{step}"), result, clips
+        return result_dir(cfg, f"robustness-{name}", step), result, clips
 
     out_dir, result, _ = stop_cleanly(episodes, lambda got: write_outputs(*got), report="robustness.json")
     print(table_markdown(result), flush=True)

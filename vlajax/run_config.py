@@ -57,15 +57,26 @@ def checkpoint_steps(directory: str) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-    """TensorBoard and console progress."""
+    """What a run shows and writes for people: TensorBoard, console progress and logs, evaluation outputs."""
 
     tensorboard: bool = True  # write TensorBoard event files under <output_dir>/tb
-    every_steps: int = 10  # log scalars every N steps
+    # log scalars every N steps; the console's plain progress prints at most ~10 step lines per run, on multiples
+    # of N, plus the phase and heartbeat lines
+    every_steps: int = 10
     progress: Literal["rich", "plain", "none"] = "rich"  # console progress display
     video_every: int = 0  # write rollout videos every N evals (0 = off)
+    # INFO lines of every library (JAX's backend probing, Orbax's save internals) and of vlajax's per-save detail,
+    # with timestamps; off: vlajax's own INFO lines and every library's warnings
+    verbose: bool = False
+    heartbeat_s: float = 25.0  # a progress line after this many seconds without one (0 = none)
+    # `eval`: the folder its results go under (as <run>-<suite>-step-<N>); '' = beside the evaluated run,
+    # <run>/eval/<suite>-step-<N> (or under --output-dir when the command line sets one)
+    eval_out: str = ""
+    overwrite: bool = False  # `eval`: replace an existing result of that name (default: keep it, write NAME-2)
 
     def __post_init__(self):
         _check(self.every_steps >= 1, "logging.every_steps must be >= 1")
+        _check(self.heartbeat_s >= 0, "logging.heartbeat_s must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True)

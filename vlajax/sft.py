@@ -53,7 +53,7 @@ from vlajax.config import ConfigError, TrainConfig
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.openpi import is_pi
 from vlajax.data.packing import gather_prefix, rows_to_samples
-from vlajax.logging import MetricsLogger, Progress
+from vlajax.logging import PLAIN_LINES, MetricsLogger, Progress
 from vlajax.models import build_model, fp8, heads
 from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
@@ -237,12 +237,16 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     """
     from vlajax.data.build import make_loader
 
-    with stop_request("sft") as stop:
+    with stop_request("sft") as stop, contextlib.ExitStack() as shown:
         saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
         kept = lambda: nothing_new(saved["step"], "step")  # noqa: E731
         with stop.abandonable("set-up (before the first step)", kept):  # nothing new yet: abandon at once
             distributed.initialize(cfg.distributed)
             stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
+            # the console from here on: what phase runs, step lines, a heartbeat line after logging.heartbeat_s
+            progress = shown.enter_context(Progress(cfg.sft.num_steps, f"sft {cfg.name}", cfg.logging.progress,
+                                                    cfg.logging.every_steps, heartbeat_s=cfg.logging.heartbeat_s,
+                                                    max_lines=PLAIN_LINES))
             compile_cache.enable(cfg.compilation_cache_dir)
             cfg = init_from.resolve_config(cfg)  # sft.init_from: an empty model.tokenizer_path takes the source's
             mesh = sharding.make_mesh(cfg.mesh)
@@ -263,8 +267,10 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 from vlajax.demos import grounding_frames
 
                 frames = functools.partial(grounding_frames, cfg)
-            loader, info = make_loader(cfg, mesh, aux_frames=frames, delta_mask=openpi.delta_mask if openpi else (),
-                                       delta_from=f"sft.init_from={cfg.sft.init_from}")
+            with progress.phase("loading the dataset"):
+                loader, info = make_loader(cfg, mesh, aux_frames=frames,
+                                           delta_mask=openpi.delta_mask if openpi else (),
+                                           delta_from=f"sft.init_from={cfg.sft.init_from}")
             bridge = Bridge.from_data(cfg, info)
             if openpi is not None:  # serving / eval turn its delta outputs back into absolute actions
                 bridge = dataclasses.replace(bridge, openpi=openpi)
@@ -278,8 +284,9 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             te_scope = contextlib.ExitStack()  # model.fp8='te': init and every step trace inside TE's autocast
             if cfg.model.fp8 == "te":
                 te_scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
-            state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
-                                                           jax.random.key(cfg.seed))
+            with progress.phase("building the train state, compiling its init"):
+                state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
+                                                               jax.random.key(cfg.seed))
             n_params = sum(x.size for x in jax.tree.leaves(state.params))
             step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh,
                                       cfg.sft.aux_target_weight, cfg.sft.target_noise)
@@ -290,7 +297,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 write_policy(ckpt_dir, cfg, bridge, "sft")
             start = 0
             if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-                state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
+                with progress.phase("restoring the newest checkpoint"):
+                    state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
                 start = int(extra["step"])
                 saved["step"] = start
                 log.info("sft: resumed from step %d", start)
@@ -312,8 +320,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             ckpt.wait()
             logger.close()
 
-        with (sharding.use_mesh(mesh, rules),
-              Progress(total, f"sft {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
+        progress.resume(start)
+        with sharding.use_mesh(mesh, rules):
             end = total if stop_at is None else min(stop_at, total)
             safe_at = start  # the newest step whose state a rerun gets back (saved, or the start)
             for step in range(start, end):
@@ -321,9 +329,12 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 region = (stop.abandonable(f"step {step + 1} (its predecessor is saved)", kept, cleanup)
                           if safe_at == step else contextlib.nullcontext())
                 with region:
-                    batch = next(loader)
-                    state, metrics = step_fn(state, batch)
-                    host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                    first = step == start  # its phases on the console: the first batch, then the compile
+                    with progress.phase("waiting for the first batch") if first else contextlib.nullcontext():
+                        batch = next(loader)
+                    with progress.phase("compiling the train step") if first else contextlib.nullcontext():
+                        state, metrics = step_fn(state, batch)
+                        host = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 losses.append(host["loss"])
                 for k in totals:
                     totals[k] += host[k]
@@ -354,7 +365,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 if status == "interrupted":
                     stop.report(f"step {done}", f"finished it and saved checkpoint {done}")
                 if evaluate:
-                    with stop.abandonable(f"the evaluation at step {done}", kept, cleanup):
+                    with (stop.abandonable(f"the evaluation at step {done}", kept, cleanup),
+                          progress.phase(f"evaluating step {done}")):
                         evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
                 if done >= end:
                     break

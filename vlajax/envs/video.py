@@ -72,6 +72,54 @@ def save(frames: np.ndarray, path: str | pathlib.Path, fps: int = 25, columns: i
     return path
 
 
+GIF_MIN_HEIGHT = 256  # eval GIFs are upscaled (nearest) to at least this many pixels tall
+SUCCESS_RGB, FAILURE_RGB = (40, 200, 60), (220, 40, 40)
+
+
+def upscale(frames: np.ndarray, min_height: int = GIF_MIN_HEIGHT) -> np.ndarray:
+    """`[..., H, W, 3]` -> nearest-neighbour upscaled by the smallest integer factor reaching `min_height` rows."""
+    k = max(1, -(-min_height // frames.shape[-3]))
+    return frames if k == 1 else frames.repeat(k, axis=-3).repeat(k, axis=-2)
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)  # a scalable font (Pillow >= 10.1)
+    except TypeError:
+        return ImageFont.load_default()
+
+
+def outcome_clip(frames: np.ndarray, success=None, steps=None, min_height: int = GIF_MIN_HEIGHT) -> np.ndarray:
+    """An evaluation GIF's frames: `[S, G, h, w, 3]` uint8 (G episodes) -> `[S, H, G*W, 3]`, the episodes side by
+    side, upscaled to >= `min_height` px tall, each framed with its outcome: from step `steps[g]` on a green
+    border and `success` for a success (`success[g]` true; the episode is frozen from then on), over the last
+    second (25 frames, at most a quarter of the clip) a red border and `failure` otherwise. `success` None:
+    no outcome drawn."""
+    from PIL import Image, ImageDraw
+
+    frames = upscale(np.asarray(frames, np.uint8), min_height)
+    s, g, h, w, _ = frames.shape
+    frames = frames.copy()
+    if success is not None:
+        b = max(2, h // 40)  # border width
+        font = _font(max(10, h // 12))
+        tail = min(25, max(1, s // 4))
+        for i in range(g):
+            ok = bool(success[i])
+            first = min(int(steps[i]), s - 1) if ok and steps is not None else s - tail
+            color = SUCCESS_RGB if ok else FAILURE_RGB
+            for t in range(max(0, first), s):
+                tile = Image.fromarray(frames[t, i])
+                draw = ImageDraw.Draw(tile)
+                draw.rectangle([0, 0, w - 1, h - 1], outline=color, width=b)
+                draw.text((2 * b, 2 * b), "success" if ok else "failure", fill=color, font=font,
+                          stroke_width=1, stroke_fill=(0, 0, 0))
+                frames[t, i] = np.asarray(tile)
+    return np.concatenate(list(np.moveaxis(frames, 1, 0)), axis=-2)
+
+
 @dataclasses.dataclass(frozen=True)
 class VideoArgs:
     """The command line of `main` (`--help` lists every option with its comment)."""

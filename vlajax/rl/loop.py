@@ -45,7 +45,7 @@ import jax.numpy as jnp
 
 from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
 from vlajax.config import TrainConfig
-from vlajax.logging import MetricsLogger, Progress
+from vlajax.logging import PLAIN_LINES, MetricsLogger, Progress
 from vlajax.preemption import nothing_new, stop_request
 from vlajax.rl import learner
 from vlajax.rl.rollout import rollout_physics
@@ -77,17 +77,23 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     10,000 iterations (bounded memory on runs of any length). Raises
     `learner.NonFiniteError` (after closing the checkpointer) on a non-finite update.
     """
-    with stop_request("rl") as stop:
+    with stop_request("rl") as stop, contextlib.ExitStack() as shown:
         saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
         kept = lambda: nothing_new(saved["step"], "iteration")  # noqa: E731
         with stop.abandonable("set-up (before the first iteration)", kept):  # nothing new yet: abandon at once
             # ---- Start-up: processes, compile cache, mesh ----------------------------------------
             distributed.initialize(cfg.distributed)
             stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
+            # the console from here on: what phase runs, iteration lines, a heartbeat after logging.heartbeat_s
+            progress = shown.enter_context(Progress(cfg.rl.num_iterations, f"rl {cfg.name}", cfg.logging.progress,
+                                                    cfg.logging.every_steps, heartbeat_s=cfg.logging.heartbeat_s,
+                                                    max_lines=PLAIN_LINES))
             compile_cache.enable(cfg.compilation_cache_dir)
             mesh = sharding.make_mesh(cfg.mesh)
             rules = cfg.mesh.logical_rules
-            setup = setup or build(cfg, mesh)
+            if setup is None:
+                with progress.phase(f"building {cfg.env.num_envs} envs and the policy"):
+                    setup = build(cfg, mesh)
             decisions = check_decisions(cfg, setup, mesh)
             log.info("rl: %s %s, %d envs, %d decisions per iteration, mesh %s", cfg.rl.algo, setup.actor.name,
                      cfg.env.num_envs, decisions, dict(mesh.shape))
@@ -98,7 +104,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             def init(rng):
                 return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
 
-            state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+            with progress.phase("building the train state, compiling its init"):
+                state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
             n_params = sum(x.size for x in jax.tree.leaves(state.params))
             # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
             ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
@@ -107,7 +114,7 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                                 in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
                                 donate_argnums=(1,))
-            with sharding.use_mesh(mesh, rules):
+            with sharding.use_mesh(mesh, rules), progress.phase(f"resetting {cfg.env.num_envs} envs"):
                 env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
 
             # ---- Checkpoints and resume ----------------------------------------------------------
@@ -118,7 +125,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})
             start, env_steps = 0, 0.0
             if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-                restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
+                with progress.phase("restoring the newest checkpoint"):
+                    restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
                 state = restored["train"]
                 env_state = None if env_state is None else env_unleaves(env_state, restored["env"])
                 start, env_steps = int(extra["iteration"]), float(extra["env_steps"])
@@ -139,10 +147,11 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
         t_start = time.perf_counter()
         status = "done"
         try:
-            with (sharding.use_mesh(mesh, rules),
-                  Progress(total, f"rl {cfg.name}", cfg.logging.progress, cfg.logging.every_steps, start) as progress):
+            progress.resume(start)
+            with sharding.use_mesh(mesh, rules):
                 if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
-                    with stop.abandonable("the evaluation at iteration 0", kept, cleanup):
+                    with (stop.abandonable("the evaluation at iteration 0", kept, cleanup),
+                          progress.phase("evaluating iteration 0")):
                         evals.append(log_eval(setup, logger, state.params, 0, env_steps))
                 safe_at = start  # the newest iteration whose state a rerun gets back (saved, or the start)
                 for it in range(start, end):
@@ -152,11 +161,15 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                     with region:
                         t0, m0 = time.perf_counter(), time.monotonic()
                         k_collect, k_update = iteration_keys(cfg.seed, it)
-                        env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
+                        # the first iteration's compiles on the console (each call returns once it is dispatched)
+                        phase = progress.phase if it == start else lambda _: contextlib.nullcontext()
+                        with phase(f"compiling the rollout ({cfg.env.num_envs} envs)"):
+                            env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
                         batch = learner.critic_warmup(cfg.rl, it, batch)
                         if ref_params is not None:
                             batch = ref_fn(ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
-                        state, metrics = update_fn(k_update, state, batch)
+                        with phase("compiling the update"):
+                            state, metrics = update_fn(k_update, state, batch)
                         host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
                     learner.check_finite(host, it + 1)  # raises before this iteration is saved
                     done = it + 1
@@ -184,7 +197,8 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
                         stop.report(f"iteration {done}", f"finished it and saved checkpoint {done}")
                         break
                     if evaluate:
-                        with stop.abandonable(f"the evaluation at iteration {done}", kept, cleanup):
+                        with (stop.abandonable(f"the evaluation at iteration {done}", kept, cleanup),
+                              progress.phase(f"evaluating iteration {done}")):
                             evals.append(log_eval(setup, logger, state.params, done, env_steps))
         finally:
             ckpt.close()

@@ -153,7 +153,8 @@ def run(cfg: TrainConfig) -> int:
         finally:
             bridge.close()
         result["policy_server"] = {"url": url, "policy": bridge.policy.metadata.get("policy")}
-        return os.path.join(cfg.output_dir, "eval", f"{cfg.env.suite}-remote"), result, frames
+        where = os.path.join(cfg.logging.eval_out or os.path.join(cfg.output_dir, "eval"), f"{cfg.env.suite}-remote")
+        return evaluation.free_dir(where, cfg.logging.overwrite), result, frames  # never over another's result
 
     def cleanup() -> str:
         if not held:
