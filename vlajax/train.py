@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
-import logging
 import sys
 import traceback
 import typing
@@ -57,7 +56,8 @@ COMMANDS: dict[str, Command] = {
                     "vlajax.robustness:eval_command",
                     (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
                      ("--episodes-per-task", "--sft.eval-episodes-per-task"),
-                     ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness")),
+                     ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness"),
+                     ("--out", "--logging.eval-out"), ("--overwrite", "--logging.overwrite")),
                     (("--robustness", "all"),)),
 }
 
@@ -183,11 +183,15 @@ def _resolve(command: str) -> Callable[[TrainConfig], int]:
 
 
 def _libero_suite(args: list[str]) -> bool:
-    """`--suite libero_*` (or `--env.suite libero_*`) among `args`."""
+    """`--suite libero_*` (or `--env.suite libero_*`) among `args` -- or a name meant as one in another spelling
+    (`LIBERO_SPATIAL`, `libro_spatial`: the LIBERO commands refuse it with one line listing the suites)."""
+    from vlajax.libero.suites import looks_like_libero  # noqa: PLC0415 (numpy and PIL only)
+
     for i, a in enumerate(args):
         flag, eq, value = a.partition("=")
         if flag in ("--suite", "--env.suite"):
-            return (value if eq else (args[i + 1] if i + 1 < len(args) else "")).startswith("libero_")
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return value.startswith("libero_") or looks_like_libero(value)
     return False
 
 
@@ -198,6 +202,12 @@ def _stop_request(command: str) -> contextlib.AbstractContextManager:
     from vlajax.preemption import stop_request  # noqa: PLC0415 (jax only when needed)
 
     return stop_request(command)
+
+
+def _verbose(args: list[str]) -> bool:
+    """`--logging.verbose` among `args` (the last of it and `--logging.no-verbose` wins)."""
+    flags = [a for a in args if a in ("--logging.verbose", "--logging.no-verbose")]
+    return bool(flags) and flags[-1] == "--logging.verbose"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from vlajax.logging import setup_console  # noqa: PLC0415 (it imports jax: not for --help or a typo)
+
+    setup_console(verbose=_verbose(rest))  # before anything starts JAX: its backend probing lines stay off
     if command == "eval" and _libero_suite(rest):  # LIBERO runs in worker processes (vlajax.libero, docs/libero.md)
         from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
 
