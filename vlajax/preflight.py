@@ -55,6 +55,9 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
         raise ConfigError(f"{', '.join(unread)}: env.obs_mode='state' trains the state MLP policy, which reads "
                           "only model.width, model.depth and model.action_horizon; drop the flag or use "
                           "env.obs_mode='pixels'")
+    evaluates = command in ("rl", "eval") or (command == "sft" and cfg.sft.eval_every != -1)
+    if cfg.env.physics_impl == "warp" and evaluates:
+        _check_warp_physics(cfg, command)
     if cfg.model.attention == "cudnn":
         from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
 
@@ -64,6 +67,19 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
         if jax.default_backend() != "gpu":
             raise ConfigError(f"model.attention='cudnn' needs an NVIDIA GPU (this backend is "
                               f"{jax.default_backend()!r}); use model.attention='xla' or 'auto'")
+
+
+def _check_warp_physics(cfg: TrainConfig, command: str) -> None:
+    """MJX-Warp (GPU pods, docs/envs.md) off a GPU: the episodes' done / reset merges of its Data fail there (a
+    traceback after the first compile), so refuse it first."""
+    from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+
+    distributed.initialize(cfg.distributed)
+    import jax  # noqa: PLC0415
+
+    if jax.default_backend() != "gpu":
+        raise ConfigError(f"env.physics_impl='warp' (MJX-Warp) runs {command}'s episodes only on an NVIDIA GPU (this "
+                          f"backend is {jax.default_backend()!r}); use env.physics_impl='jax' (MJX), 'c' or 'auto'")
 
 
 def _check_fresh_vla(cfg: TrainConfig) -> None:
