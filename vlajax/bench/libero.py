@@ -19,6 +19,15 @@ the model and the GL context are kept instead of rebuilt; LIBERO's env then load
 Each variant's frames (both cameras, the steps a policy reads) are compared pixel for pixel with
 the default's (EGL, cameras-all) of the same run: `same_pixels` true means bit-identical images.
 
+`--backend local ray` measures instead what the pool's Ray backend costs per episode (`run_backends`): for
+each backend in turn (paired: both in every repeat, their order alternating), one pool of `--workers` workers
+(local processes, or Ray actors on a Ray instance this command starts with one CPU per worker, or
+`--ray-address`'s cluster) runs a warm-up episode (the env build), then `--episodes` timed episodes one at a
+time (`--steps` steps, cameras, render='policy', the frames kept: the Ray backend ships them back). Per
+episode: the wall time the driver sees (dealing to result) minus the seconds the worker itself spent on it
+(`seconds`, the same work on both) = the pool's overhead; Ray's overhead per episode = its median minus the
+local one of the same repeat. Also the pool's start (processes / actors up and their workers' hello).
+
 Per row: per-worker env steps/s (1 / the worker's mean `env.step` time), the aggregate (sum over
 the workers; `overlap` = fraction of the timed window in which all ran at once), the first env
 build (s, per worker), the per-episode reset (hard reset + init state), renders counted, cores a
@@ -65,6 +74,10 @@ class Args:
     camera_size: int = 256
     replan_steps: int = 5  # cameras-policy renders every this many steps (openpi: 5)
     repeats: int = 1  # the whole grid, interleaved
+    # pool backends to compare instead of the grid (local ray: Ray's overhead per episode, paired)
+    backend: tuple[str, ...] = ()
+    episodes: int = 4  # --backend: timed episodes per backend and repeat (one at a time)
+    ray_address: str = ""  # --backend ray: a cluster (HOST:PORT / auto); '' = a Ray instance started here
 
 
 def run_row(args: Args, mode: str, workers: int, variant: str, frames_dir: str) -> dict:
@@ -116,6 +129,81 @@ def run_row(args: Args, mode: str, workers: int, variant: str, frames_dir: str) 
             "load_1m_end": round(os.getloadavg()[0], 2)}
 
 
+def backend_row(args: Args, backend: str, workers: int, frames_dir: str) -> dict:
+    """One pool on `backend`: its start, a warm-up episode per worker, then `args.episodes` timed episodes one at
+    a time; per episode the driver's wall time and the worker's own seconds."""
+    from vlajax.libero.backend import PoolBackend, make_launcher
+
+    def episode(tag: str, i: int, steps: int) -> P.Episode:
+        return P.Episode(f"{backend}-{tag}{i}", args.suite, args.task, i % 50, max_steps=steps, policy="dummy",
+                         render="policy", camera_size=args.camera_size, replan_steps=args.replan_steps, video=True)
+
+    load0 = os.getloadavg()[0]
+    hello: list[float] = []
+    t0 = time.perf_counter()
+    launcher = make_launcher(PoolBackend(backend, args.ray_address or "auto"))
+    pool = pool_mod.WorkerPool(workers, None, frames_dir=frames_dir, hang_timeout_s=900, launcher=launcher)
+    with pool:
+        pool.run([episode("warm", i, args.warmup_steps) for i in range(workers)],
+                 on_event=lambda _w, m: hello.append(time.perf_counter()) if m.get("event") == "building" else None)
+        start_s = (hello[0] - t0) if hello else float("nan")  # pool made -> the first worker building its env
+        walls, inner, nodes = [], [], set()
+        for i in range(args.episodes):
+            t = time.perf_counter()
+            r = pool.run([episode("timed", i, args.steps)])[f"{backend}-timed{i}"]
+            walls.append(time.perf_counter() - t)
+            if "error" in r:
+                raise RuntimeError(f"bench libero --backend {backend}: {r['error']}")
+            inner.append(r["seconds"])
+            nodes.add(r.get("node", ""))
+            frames = np.load(r["frames"], allow_pickle=False)  # the frames came back whole
+            os.remove(r["frames"])
+            if frames.ndim != 4 or frames.shape[-1] != 3:
+                raise RuntimeError(f"bench libero --backend {backend}: frames of shape {frames.shape}")
+    over = [w - s for w, s in zip(walls, inner)]
+    return {"backend": backend, "workers": workers, "episodes": args.episodes, "steps": args.steps,
+            "episode_wall_s": [round(x, 3) for x in walls], "worker_seconds": [round(x, 3) for x in inner],
+            "overhead_s": [round(x, 3) for x in over], "overhead_s_median": round(float(np.median(over)), 3),
+            "episode_wall_s_median": round(float(np.median(walls)), 3), "first_worker_building_s": round(start_s, 2),
+            "frames_per_episode": int(frames.shape[0]), "nodes": sorted(nodes - {""}),
+            "load_1m_start": round(load0, 2), "load_1m_end": round(os.getloadavg()[0], 2)}
+
+
+def run_backends(args: Args, tmp: str) -> list[dict]:
+    """Every backend of `args.backend` in each repeat, the order alternating; a ray row carries the paired
+    difference to the same repeat's local row (`ray_overhead_per_episode_s`)."""
+    workers = args.workers[0]
+    owns_ray = False
+    if "ray" in args.backend and not args.ray_address:
+        import ray
+
+        ray.init(num_cpus=workers, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False,
+                 configure_logging=False)
+        owns_ray = True
+    rows = []
+    try:
+        for rep in range(args.repeats):
+            order = list(args.backend) if rep % 2 == 0 else list(reversed(args.backend))
+            for b in order:
+                row = backend_row(args, b, workers, os.path.join(tmp, f"b{rep}-{b}"))
+                row["repeat"] = rep
+                rows.append(row)
+                print(f"{b:6s} repeat {rep}: episode wall {row['episode_wall_s_median']:.2f} s median, overhead "
+                      f"{row['overhead_s_median']:.3f} s, first worker up {row['first_worker_building_s']} s, load "
+                      f"{row['load_1m_start']}->{row['load_1m_end']}", flush=True)
+            local = next((r for r in rows if r["repeat"] == rep and r["backend"] == "local"), None)
+            for r in rows:
+                if r["repeat"] == rep and r["backend"] == "ray" and local is not None:
+                    r["ray_overhead_per_episode_s"] = round(r["overhead_s_median"] - local["overhead_s_median"], 3)
+                    r["ray_start_extra_s"] = round(r["first_worker_building_s"] - local["first_worker_building_s"], 2)
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+    return rows
+
+
 def predict(one: dict, workers: int, cores: int) -> dict:
     """Total steps/s of `workers` workers predicted from the 1-worker row `one` of the same repeat: each
     worker keeps `d` cores busy alone (its CPU time / wall time); W of them get min(1, cores / (W d)) of
@@ -156,11 +244,35 @@ def main(argv: list[str]) -> int:
         cli.error(f"unknown mode/variant {bad}: modes {', '.join(MODES)}; variants {', '.join(VARIANTS)}")
     if args.steps < 1 or args.warmup_steps < 1 or args.repeats < 1 or min(args.workers) < 1:
         cli.error("--steps, --warmup-steps, --repeats and --workers must be >= 1")
+    bad = [b for b in args.backend if b not in ("local", "ray")]
+    if bad or len(set(args.backend)) != len(args.backend) or args.episodes < 1:
+        cli.error(f"--backend {' '.join(args.backend)}: local and/or ray, each once; --episodes >= 1")
+    if args.backend and len(args.workers) != 1:
+        cli.error("--backend: one --workers count (the pool size of every backend row)")
+    if "ray" in args.backend:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            cli.error("--backend ray: Ray is not installed (pip install -e '.[ray]')")
     try:
         pool_mod.libero_python()
     except pool_mod.LiberoEnvMissing as e:
         cli.error(str(e))
     load_start = os.getloadavg()
+    if args.backend:
+        with tempfile.TemporaryDirectory(prefix="bench-libero-") as tmp:
+            rows = run_backends(args, tmp)
+        write_result(args.json, {
+            "benchmark": "libero-backends",
+            "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {"cores": os.cpu_count(), "platform": platform.platform(),
+                        "load_average_1m_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)]},
+            "what": "real LIBERO workers with cameras (render='policy', frames kept), the dummy action, no policy "
+                    "server; the same episodes on each pool backend; overhead = the driver's wall time per episode "
+                    "minus the worker's own seconds; Ray: a local instance (or --ray-address), actors on this host",
+            "args": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in dataclasses.asdict(args).items()},
+            "rows": rows})
+        return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-libero-") as tmp:
         grid = [(m, w, "default") for m in args.modes for w in args.workers]
