@@ -135,10 +135,10 @@ READS: dict[str, tuple[str, ...]] = {
     "smoke": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.num_heads", "model.num_kv_heads",
               "data.batch_size", "sft.num_steps", "sft.learning_rate", "sft.warmup_steps", "sft.end_lr_fraction",
               "sft.weight_decay", "sft.grad_clip", "checkpoint.", "logging.tensorboard", "logging.every_steps",
-              "logging.progress", "distributed."),
+              "logging.progress", "logging.verbose", "distributed."),
     # scripted episodes of the env into a dataset (vlajax.demos)
     "demos": ("seed", "output_dir", "compilation_cache_dir", "env.", "data.dataset_dir", "data.episodes_per_task",
-              "data.demo_", "data.video", "logging.progress"),
+              "data.demo_", "data.video", "logging.progress", "logging.verbose", "logging.heartbeat_s"),
     "sft": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "data.", "sft.",
             "checkpoint.", "logging.", "distributed."),
     "rl": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "rl.", "pipeline.",
@@ -146,7 +146,7 @@ READS: dict[str, tuple[str, ...]] = {
     # a checkpoint's policy (its model from policy.json; the sampling fields may be changed:
     # vlajax.evaluation.SAMPLING_FIELDS) on the env, or a policy server
     "eval": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.flow_x1", "model.num_denoise_steps",
-             "env.", "sft.eval_", "checkpoint.dir"),
+             "env.", "sft.eval_", "checkpoint.dir", "logging.verbose", "logging.eval_out", "logging.overwrite"),
 }
 # (command, prefix) -> the boolean field without which that command does not read the prefix's other fields
 READ_WHEN: dict[tuple[str, str], str] = {("rl", "pipeline."): "pipeline.enabled"}
@@ -260,9 +260,9 @@ def _same_state(saved: TrainConfig, cfg: TrainConfig, cameras: tuple[str, ...]) 
 
     from vlajax.run_files import init_fn  # noqa: PLC0415
 
-    def shapes(c):
+    def shapes(c):  # by path: the state's static fields (its optimizer's functions) never compare equal
         tree = jax.eval_shape(init_fn(c, cameras), jax.random.key(0))
-        return jax.tree.map(lambda x: tuple(x.shape), tree)
+        return {jax.tree_util.keystr(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
     try:
         return shapes(saved) == shapes(cfg)

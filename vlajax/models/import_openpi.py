@@ -8,9 +8,11 @@ prompt carries the state, action dim 32), the norm stats are read from
 `DIR/assets/<the config's asset id>/norm_stats.json` (z-score for π0, quantiles for π0.5) and
 the config's data transforms (robot input/output keys, delta/absolute action dims, default
 prompt) are recorded in `OUT/policy.json`, so eval, the policy server and the RL rollout answer
-as openpi's `Policy.infer`. `--size full` (default) is openpi's widths (PaliGemma gemma_2b +
+as openpi's `Policy.infer`. `--size full` is openpi's widths (PaliGemma gemma_2b +
 gemma_300m expert, SigLIP So400m/14); `--size dummy` the reference data's (dummy Gemma, SigLIP
-mu/14 x 2, 1,024 pieces). Your own openpi config: start from the nearest one and name the fields
+mu/14 x 2, 1,024 pieces); without `--size` it is read from the checkpoint's parameter shapes
+(`infer_size`: the last dims of three leaves; a `--size` they do not fit is one short `error:` line). Your own
+openpi config: start from the nearest one and name the fields
 that differ (`--action-horizon`, `--max-token-len`, `--discrete-state-input`, `--robot`,
 `--delta-dims`, `--default-prompt`, `--asset-id`). `--config` may also name a vlajax π preset
 (pi0, pi05, pi0-dummy, pi05-dummy, pi0-lora, pi05-lora): our tabletop conventions, and openpi's
@@ -48,7 +50,8 @@ import numpy as np
 
 from vlajax.config import ConfigError, TrainConfig
 
-__all__ = ["import_checkpoint", "openpi_train_config", "read_norm_stats", "read_params", "main"]
+__all__ = ["import_checkpoint", "infer_size", "openpi_train_config", "read_norm_stats", "read_params",
+           "read_shapes", "main"]
 
 
 def read_params(checkpoint_dir: str) -> dict:
@@ -201,6 +204,70 @@ def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id:
 
 
 SIZES = ("full", "dummy")
+# the leaves whose last dim tells the sizes apart: the VLM's width, the action expert's, SigLIP's
+SIZE_LEAVES = ("PaliGemma/llm/embedder/input_embedding", "action_in_proj/kernel", "PaliGemma/img/embedding/kernel")
+
+
+def read_shapes(checkpoint_dir: str) -> dict[str, tuple[int, ...]]:
+    """{openpi leaf path: shape} of `DIR/params` (or `DIR`) from its Orbax metadata (no array is read)."""
+    import orbax.checkpoint as ocp  # noqa: PLC0415
+
+    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
+
+    d = os.path.abspath(os.path.expanduser(checkpoint_dir))
+    path = os.path.join(d, "params") if os.path.isdir(os.path.join(d, "params")) else d
+    if not os.path.isfile(os.path.join(path, "_METADATA")):
+        raise ConfigError(f"{checkpoint_dir}: no Orbax params tree (expected {path}/_METADATA, as openpi writes)")
+    meta = ocp.PyTreeCheckpointer().metadata(path)
+    meta = getattr(meta, "item_metadata", meta)
+    meta = getattr(meta, "tree", meta)
+    return {k: tuple(int(n) for n in getattr(v, "shape", ())) for k, v in openpi_params.flatten(dict(meta)).items()}
+
+
+def _size_widths(model) -> tuple[int, int, int]:
+    """The last dims of SIZE_LEAVES for a pi-family model config."""
+    from vlajax.config import GEMMA_VARIANTS, SIGLIP_VARIANTS  # noqa: PLC0415
+
+    return (GEMMA_VARIANTS[model.paligemma_variant]["width"], GEMMA_VARIANTS[model.action_expert_variant]["width"],
+            SIGLIP_VARIANTS[model.siglip_variant.partition("/")[0]]["width"])
+
+
+def infer_size(checkpoint_dir: str, name: str, size: str = "auto") -> str:
+    """The `--size` of openpi train config `name` whose widths the checkpoint's shapes have (SIZE_LEAVES).
+    `size` given (not 'auto'): checked against the shapes. ConfigError (one short line naming the three
+    leaves and the flag) when no size, or not the given one, fits."""
+    if size != "auto" and size not in SIZES:
+        raise ConfigError(f"--size {size!r}: choose from {SIZES} (or leave it out: it is read from the shapes)")
+    shapes = read_shapes(checkpoint_dir)
+    have = tuple(shapes[k][-1] if shapes.get(k) else None for k in SIZE_LEAVES)
+    wants = {s: _size_widths(openpi_train_config(name, size=s)[0].model) for s in SIZES}
+    fits = [s for s, w in wants.items() if w == have]
+    if fits and size in ("auto", fits[0]):
+        return fits[0]
+    leaves = ", ".join(f"{k} {list(shapes[k]) if k in shapes else 'absent'}" for k in SIZE_LEAVES)
+    sizes = "; ".join(f"{s}: {', '.join(map(str, w))}" for s, w in wants.items())
+    if fits:
+        raise ConfigError(f"--size {size}: the checkpoint has the {fits[0]} size's widths ({leaves}; last dims "
+                          f"expected -- {sizes}): use --size {fits[0]}, or leave --size out (it is read from the "
+                          "shapes)")
+    raise ConfigError(f"--checkpoint {checkpoint_dir}: its widths fit no --size of --config {name} ({leaves}; last "
+                      f"dims expected -- {sizes}): name the config it was trained with, or a vlajax π preset of its "
+                      "sizes (--config pi0 / pi05 / pi0-dummy / pi05-dummy)")
+
+
+def _short(message: str, keep: int = 3) -> str:
+    """A layout error's leaf listings cut to their first `keep` leaves each (`and N more`): one short line."""
+    import re  # noqa: PLC0415
+
+    def cut(listing: str) -> str:
+        items = re.split(r", (?![^\[]*\])", listing)  # commas outside the shapes' brackets
+        return listing if len(items) <= keep else ", ".join(items[:keep]) + f" and {len(items) - keep} more"
+
+    parts = []
+    for part in message.split("; "):
+        head, sep, listing = part.partition(": ")
+        parts.append(head + sep + cut(listing) if sep else part)
+    return "; ".join(parts)
 
 
 def openpi_train_config(name: str, *, size: str = "full", tokenizer: str = "", action_horizon: int = 0,
@@ -288,7 +355,9 @@ class ImportArgs:
     config: str  # openpi train config (pi0_libero, pi05_libero, pi0_droid, pi05_droid, pi0_aloha_sim...) or π preset
     out: str  # new vlajax run directory to write
     tokenizer: str = ""  # SentencePiece model file ('' = the preset's model.tokenizer_path: openpi's cache path)
-    size: str = "full"  # full: openpi's widths; dummy: the reference data's (dummy Gemma, SigLIP mu/14 x 2)
+    # full: openpi's widths; dummy: the reference data's (dummy Gemma, SigLIP mu/14 x 2); auto: the one whose
+    # widths the checkpoint's parameter shapes have (an openpi train config's --config; a π preset has its own)
+    size: str = "auto"
     asset_id: str = ""  # which assets/<id>/norm_stats.json ('' = the config's)
     action_horizon: int = 0  # your config's action horizon (0 = the config's)
     max_token_len: int = 0  # your config's max prompt tokens (0 = the config's)
@@ -304,15 +373,23 @@ def main(argv: list[str] | None = None) -> int:
 
     args = cli.parse(ImportArgs, argv, prog="python -m vlajax.models.import_openpi",
                      description=__doc__.split("\n\n")[0])
+    size = args.size
     try:
+        from vlajax.policy_openpi import OPENPI_CONFIGS  # noqa: PLC0415
+
+        if args.config in OPENPI_CONFIGS:  # (a vlajax π preset has its sizes)
+            size = infer_size(args.checkpoint, args.config, size)
+        elif size not in ("auto", *SIZES):
+            raise ConfigError(f"--size {size!r}: choose from {SIZES} (or leave it out: it is read from the shapes)")
         cfg, transforms = openpi_train_config(
-            args.config, size=args.size, tokenizer=args.tokenizer, action_horizon=args.action_horizon,
+            args.config, size="full" if size == "auto" else size, tokenizer=args.tokenizer,
+            action_horizon=args.action_horizon,
             max_token_len=args.max_token_len, discrete_state_input=args.discrete_state_input, robot=args.robot,
             delta_dims=args.delta_dims, default_prompt=args.default_prompt, asset_id=args.asset_id)
         summary = import_checkpoint(args.checkpoint, cfg, args.out, args.asset_id, transforms)
     except openpi_params.OpenpiLayoutError as e:
-        print(f"error: {e} (are these params of another config or size than --config {args.config} --size "
-              f"{args.size}?)", file=sys.stderr)
+        print(f"error: {_short(str(e))} (are these params of another config than --config {args.config}"
+              f"{'' if size == 'auto' else f' --size {size}'}?)", file=sys.stderr)
         return 2
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
