@@ -5,7 +5,7 @@ command on its cheapest preset through the CLI's validation entry point (`vlajax
 or refused with a `ConfigError` (one `error:` line, exit 2) -- never any other exception. In-process
 (~1 ms a value): no JAX compile can happen here, so every refusal is before the first compile.
 
-The values that used to get past this and crash or be refused only after compiling (issue 43) run
+The values that could get past a looser check and crash or be refused only after compiling run
 through the real CLI in tests/foundation/test_invalid_flags.py, which asserts the refusal precedes
 any compile in the process's log (`JAX_LOG_COMPILES=1`).
 """
@@ -83,8 +83,13 @@ def test_every_preset_is_accepted_or_refused_in_one_line(command):
     ("rl", ["--preset", "rl-async-debug", "--rl.update-epochs", "2"], "pipeline.streaming needs rl.update_epochs=1"),
     ("rl", ["--preset", "rl-async-debug", "--pipeline.num-slots", "3", "--pipeline.require-batches", "3",
             "--rl.micro-batches", "3"], "does not split into pipeline.num_slots=3"),
+    # found by the run-to-first-update sweep (python -m vlajax.bench values): each was a traceback after set-up
+    ("rl", ["--preset", "rl-debug", "--env.obs-mode", "pixels"], "model.flow_sampler='ode'"),
+    ("rl", ["--preset", "rl-debug", "--env.obs-mode", "pixels", "--model.flow-sampler", "flow_sde"],
+     "model.value_head='none'"),
+    ("rl", ["--preset", "rl-debug", "--env.physics-impl", "warp"], "only on an NVIDIA GPU"),
 ])
 def test_the_values_that_crashed_after_compiling_are_refused_by_validation(command, args, words):
-    """Issue 43's list: each used to end in a traceback or a refusal after 8-10 compiles."""
+    """Each of these could end in a traceback or a refusal after 8-10 compiles."""
     out = _validate(command, args)
     assert out.startswith("refused: ") and words in out, out

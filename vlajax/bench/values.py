@@ -210,14 +210,20 @@ def validate(command: str, args: list[str]) -> tuple[str, str, Any]:
             a.check()
         except ValueError as e:
             return "refused", f"error: {e}", None
+        except SystemExit as e:
+            if e.code != 2:
+                raise
+            return "refused", "error: the command line parser refused it (exit 2)", None
         return "ok", "", a
     try:
         cfg = parse(command, args)
         preflight(cfg, command)
     except ConfigError as e:
         return "refused", f"error: {e}", None
-    except SystemExit as e:
-        return "refused", f"error: exit {e.code} from the command line parser", None
+    except SystemExit as e:  # tyro's own refusal of a value (exit 2); any other exit is this sweep's
+        if e.code != 2:
+            raise
+        return "refused", "error: the command line parser refused it (exit 2)", None
     except Exception as e:  # noqa: BLE001 (a crash in validation is what the sweep reports)
         return "traceback", f"{type(e).__name__}: {e}", None
     return "ok", "", cfg
@@ -250,6 +256,16 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+def _share_nice(pid: int) -> None:
+    """Give the run's own session (its scheduler autogroup) this sweep's niceness: `nice -n 10` on the sweep then
+    lowers its runs too on a shared machine (the kernel ranks autogroups, not processes, between sessions)."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(os.nice(0)))
+    except OSError:  # no autogroups here, or not permitted: the runs keep the default share
+        pass
+
+
 def _stop(proc: subprocess.Popen) -> None:
     with_group = True
     try:
@@ -268,6 +284,7 @@ def _run_process(cmd: list[str], log_path: str, timeout_s: float, max_rss: int, 
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
+        _share_nice(proc.pid)
         end = "exit"
         try:
             while proc.poll() is None:
@@ -286,14 +303,16 @@ def _run_process(cmd: list[str], log_path: str, timeout_s: float, max_rss: int, 
     return end, proc.returncode, time.monotonic() - t0
 
 
-def _tail(path: str, n: int = 30) -> list[str]:
+def _tail(path: str, n: int = 40) -> list[str]:
     with open(path, errors="replace") as f:
         lines = [line.rstrip("\n") for line in f if "INFO absl" not in line]
     return lines[-n:]
 
 
-def _error_line(lines: list[str]) -> str:
-    errors = [line for line in lines if line.startswith("error:")]
+def _error_line(lines: list[str], command: str = "") -> str:
+    """The command's own `error: COMMAND: ...` line, else the last `error:` line, else the last line."""
+    own = [line for line in lines if line.startswith(f"error: {command}: ")]
+    errors = own or [line for line in lines if line.startswith("error:")]
     return errors[-1] if errors else next((line for line in reversed(lines) if line.strip()), "")
 
 
@@ -321,6 +340,22 @@ def _serve_goal(state: dict):
     return until
 
 
+def _failed_goal(command: str, state: dict, grace_s: float = 30.0):
+    """`until` for a training command: True once its final `error: COMMAND: ...` line (what `vlajax.train.main`
+    prints after a traceback) is `grace_s` old and the process still has not exited (a thread keeps it alive)."""
+
+    def until(proc, log_path) -> bool:
+        if "error_seen" not in state:
+            with open(log_path, errors="replace") as f:
+                if any(line.startswith(f"error: {command}: ") for line in f):
+                    state["error_seen"] = time.monotonic()
+            return False
+        state["hung"] = time.monotonic() - state["error_seen"] > grace_s
+        return state["hung"]
+
+    return until
+
+
 def run_case(case: Case, work: str, prereq: dict[str, str], *, timeout_s: float, max_rss: int) -> dict[str, Any]:
     """Validate the case in-process, and run it when accepted. -> its JSON row."""
     args = argv(case, work, prereq)
@@ -338,10 +373,11 @@ def run_case(case: Case, work: str, prereq: dict[str, str], *, timeout_s: float,
     log_path = os.path.join(work, "logs", f"{case.command}-{zlib.crc32(case.name.encode()):08x}-{case.base}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     state: dict[str, Any] = {}
-    end, rc, seconds = _run_process(cmd, log_path, timeout_s, max_rss, env,
-                                    _serve_goal(state) if case.command == "serve" else None)
+    goal = _serve_goal(state) if case.command == "serve" else _failed_goal(case.command, state)
+    end, rc, seconds = _run_process(cmd, log_path, timeout_s, max_rss, env, goal)
     lines = _tail(log_path)
-    text = "\n".join(lines)
+    with open(log_path, errors="replace") as f:
+        text = f.read()
     if end in ("timeout", "memory"):
         outcome = end
     elif case.command == "serve":
@@ -355,7 +391,9 @@ def run_case(case: Case, work: str, prereq: dict[str, str], *, timeout_s: float,
     else:
         outcome = "failed"
     row.update(outcome=outcome, seconds=round(seconds, 1), exit=rc,
-               error="" if outcome == "ran" else (state.get("error") or _error_line(lines)))
+               error="" if outcome == "ran" else (state.get("error") or _error_line(lines, case.command)))
+    if state.get("hung"):
+        row["hung_after_error_s"] = 30.0  # stopped: its error line was printed but the process did not exit
     if outcome != "ran":
         row["log_tail"] = lines
     return row
