@@ -153,6 +153,15 @@ PLAIN_LINES = 10  # the commands' plain progress: at most this many step lines p
 CHATTY = ("vlajax.checkpoint", "vlajax.preemption")
 
 
+# library warnings about timing the user already chose (Orbax: a save waited for the previous one, which it
+# reports at every save of a frequent cadence on a busy machine): shown only with `logging.verbose`
+TIMING_WARNINGS = ("Waiting for previous save to complete",)
+
+
+def _not_timing(record: _pylogging.LogRecord) -> bool:
+    return not (record.levelno == _pylogging.WARNING and record.getMessage().startswith(TIMING_WARNINGS))
+
+
 class _ConsoleFormat(_pylogging.Formatter):
     """vlajax's own INFO lines as their bare message (they name their command: `sft: ...`); anything else
     with its level and logger."""
@@ -165,9 +174,15 @@ class _ConsoleFormat(_pylogging.Formatter):
 
 def setup_console(verbose: bool = False) -> None:
     """Console logging for a command (stderr). Default: vlajax's own INFO lines (less `CHATTY`'s) and every
-    library's warnings; third-party INFO -- JAX probing backends (`Unable to initialize backend 'tpu'`),
-    Orbax's per-file save internals -- is off. `verbose` (`--logging.verbose`): INFO from every library, with
-    timestamps."""
+    library's warnings (less `TIMING_WARNINGS`); third-party INFO -- JAX probing backends (`Unable to initialize
+    backend 'tpu'`), Orbax's per-file save internals -- is off. `verbose` (`--logging.verbose`): INFO from
+    every library, with timestamps."""
+    try:  # absl (Orbax logs through it) keeps its own verbosity besides Python's levels
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.INFO if verbose else absl_logging.WARNING)
+    except ImportError:
+        pass
     if verbose:
         _pylogging.basicConfig(level=_pylogging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                                force=True)
@@ -176,16 +191,11 @@ def setup_console(verbose: bool = False) -> None:
         return
     handler = _pylogging.StreamHandler()
     handler.setFormatter(_ConsoleFormat())
+    handler.addFilter(_not_timing)
     _pylogging.basicConfig(level=_pylogging.WARNING, handlers=[handler], force=True)
     _pylogging.getLogger("vlajax").setLevel(_pylogging.INFO)
     for name in CHATTY:
         _pylogging.getLogger(name).setLevel(_pylogging.WARNING)
-    try:  # absl (Orbax logs through it) keeps its own verbosity besides Python's levels
-        from absl import logging as absl_logging
-
-        absl_logging.set_verbosity(absl_logging.WARNING)
-    except ImportError:
-        pass
 
 
 def format_rate(steps: float, seconds: float) -> str:
@@ -227,6 +237,7 @@ class Progress:
         self._phase: tuple[str, float] | None = None  # (what, started at) while a phase runs
         self._after: tuple[str, float] | None = None  # (what, seconds) of the phase the next line reports
         self._metrics: Mapping[str, float] = {}
+        self._updated: float | None = None  # when the newest step was reported
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -272,13 +283,14 @@ class Progress:
                 self._bar.update(self._task, completed=step)
 
     @contextlib.contextmanager
-    def phase(self, what: str) -> Iterator[None]:
+    def phase(self, what: str, announce: bool = True) -> Iterator[None]:
         """Name what runs inside the block (`building 16 envs`, `compiling the train step`,
-        `waiting for the first batch`) for the progress lines and the heartbeat."""
+        `waiting for the first batch`) for the progress lines and the heartbeat; `announce=False`: no line
+        of its own at the start (a phase that is usually short), the heartbeat names it if it lasts."""
         with self._lock:
             now = self.clock()
             self._phase = (what, now)
-            if self.mode == "plain":
+            if self.mode == "plain" and announce:
                 self._print(f"{what} ({now - self._t0:.0f} s since the start)", now)
             elif self.mode == "rich":
                 self._bar.update(self._task, metrics=what)
@@ -296,7 +308,7 @@ class Progress:
         with self._lock:
             now = self.clock()
             self._window.append((now, step))
-            self._step, self._metrics = step, metrics
+            self._step, self._metrics, self._updated = step, metrics, now
             if self.mode == "rich":
                 self._bar.update(self._task, completed=step, metrics=self._fmt(metrics))
                 return
@@ -323,8 +335,10 @@ class Progress:
             if self._phase is not None:
                 what, since = self._phase
                 doing = f"{what}: {now - since:.0f} s"
+            elif self._updated is None:
+                doing = f"setting up: {now - self._t0:.0f} s since the start"
             else:
-                t_last = self._window[-1][0]
+                t_last = self._updated
                 doing = (f"step {self._step + 1}: {now - t_last:.0f} s since step {self._step}"
                          if self._step < self.total else f"finishing: {now - t_last:.0f} s since the last step")
             if self.mode == "rich":

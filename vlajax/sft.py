@@ -330,7 +330,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                           if safe_at == step else contextlib.nullcontext())
                 with region:
                     first = step == start  # its phases on the console: the first batch, then the compile
-                    with progress.phase("waiting for the first batch") if first else contextlib.nullcontext():
+                    with progress.phase("waiting for the first batch", False) if first else contextlib.nullcontext():
                         batch = next(loader)
                     with progress.phase("compiling the train step") if first else contextlib.nullcontext():
                         state, metrics = step_fn(state, batch)
