@@ -51,6 +51,9 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
         _check_pipeline(cfg)
     if command == "rl" and cfg.env.obs_mode == "pixels" and not libero and not cfg.rl.init_from:
         _check_fresh_vla(cfg)  # (rl.init_from's head is the checkpoint's: check_checkpoints)
+    if command == "rl" and cfg.env.obs_mode == "state" and not libero and cfg.rl.critic == "privileged":
+        raise ConfigError("rl.critic='privileged' is for pixel policies (env.obs_mode='pixels'): the state MLP's own "
+                          "critic already reads the privileged state; use rl.critic='head'")
     if command == "rl" and cfg.env.obs_mode == "state" and not libero and (unread := _unread_by_mlp(cfg)):
         raise ConfigError(f"{', '.join(unread)}: env.obs_mode='state' trains the state MLP policy, which reads "
                           "only model.width, model.depth and model.action_horizon; drop the flag or use "
