@@ -27,14 +27,14 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
     reads (`check_flags`). The checkpoint directories the command reads must hold what it needs
     (`check_checkpoints`).
     """
-    if flags is not None:
-        check_flags(cfg, command, flags)
     if command in ("smoke", "sft", "rl"):  # a fresh run (checkpoint.resume=false) over saved steps fails at a save
         cfg.checkpoint.check_fresh(cfg.output_dir)
-    check_checkpoints(cfg, command, libero=libero)
     if command not in ("sft", "") and cfg.data.grounding_fraction > 0:
         raise ConfigError(f"data.grounding_fraction={cfg.data.grounding_fraction} is for sft (it mixes rendered "
                           f"frames into the SFT batches); the {command} command does not read it")
+    if flags is not None:
+        check_flags(cfg, command, flags)
+    check_checkpoints(cfg, command, libero=libero)
     if command == "rl" and cfg.model.fp8 == "flax":
         raise ConfigError("model.fp8='flax' is for sft: the RL train states carry no FP8 scale collections yet; "
                           "use model.fp8='none' for rl")
@@ -344,13 +344,15 @@ def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
     from vlajax.run_files import identify  # noqa: PLC0415
 
     ident = identify(cfg.rl.init_from)
+    if libero:  # LIBERO's loop takes any policy on LIBERO's keys and checks it itself (vlajax.libero.rl_train)
+        if ident.kind == "openpi-raw":
+            _not_a_policy("rl.init_from", ident, "")
+        return
     _not_a_policy("rl.init_from", ident, "an SFT run's checkpoints (<run>/checkpoints)")
     d, what = ident.directory, ident.describe()
     if ident.kind in ("rl", "async-rl"):
         raise ConfigError(f"rl.init_from={d}: {what}; rl.init_from takes an SFT run's checkpoints: to continue "
                           "that run, rerun its command with its --output-dir (it resumes)")
-    if libero:  # LIBERO's workers run the robot's policy (vlajax.libero.rl_train checks its keys)
-        return
     if ident.robot:
         from vlajax.policy_openpi import ROBOTS  # noqa: PLC0415
 
