@@ -145,3 +145,21 @@ def test_served_metadata_names_no_path_of_the_host(tmp_path):
     found = [s for s in strings(meta) if os.path.isabs(s) or str(tmp_path) in s]
     assert not found, found
     assert meta["policy"]["checkpoint"] == "checkpoints"
+
+
+def test_no_ray_cluster_at_the_address_is_one_line(tmp_path, capsys):
+    """`--libero.backend ray` with nothing listening at `--libero.ray-address`: refused before anything starts
+    (Ray itself would retry the address for minutes); a Ray flag with the local backend is refused too."""
+    pytest.importorskip("ray")
+    from vlajax import train
+
+    out = tmp_path / "o"
+    port = _closed_port()
+    for extra, needle in ((["--libero.backend", "ray", "--libero.ray-address", f"127.0.0.1:{port}"],
+                           f"no Ray cluster answers at 127.0.0.1:{port}"),
+                          (["--libero.ray-address", f"127.0.0.1:{port}"], "--libero.backend is local")):
+        for cmd in (["eval", "--suite", "libero_spatial", "--expert", "--out", str(out)],
+                    ["rl", "--suite", "libero_spatial", "--rl.init-from", str(tmp_path), "--output-dir", str(out)]):
+            assert train.main([*cmd, *extra]) == 2, (cmd, extra)
+            assert needle in _one_error_line(capsys.readouterr().err), (cmd, extra)
+            assert not out.exists()

@@ -40,7 +40,8 @@ class PoolBackend:
     ray_repo: str = ""  # ray: the vlajax checkout on the nodes ('' = the one each actor imports vlajax from)
 
     def check(self) -> None:
-        """ValueError naming the first bad field (before anything starts)."""
+        """ValueError naming the first bad field (before anything starts); with `ray`, also when no cluster
+        answers at `ray_address`."""
         if self.backend not in ("local", "ray"):
             raise ValueError(f"--libero.backend {self.backend!r}: local or ray")
         if self.cpus_per_worker <= 0:
@@ -60,6 +61,9 @@ class PoolBackend:
         if importlib.util.find_spec("ray") is None:
             raise ValueError("--libero.backend ray: Ray is not installed (pip install 'vlajax[ray]', or "
                              "`pip install -e '.[ray]'` in a checkout)")
+        from vlajax.libero.ray_pool import gcs_address  # noqa: PLC0415
+
+        gcs_address(self.ray_address)  # a cluster answers there (one TCP connection), else one line
 
 
 def _is_loopback(host: str) -> bool:

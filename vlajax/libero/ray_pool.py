@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import queue
+import socket
 import threading
 from typing import Any
 
@@ -37,7 +38,31 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RayLauncher", "connect"]
 
+_CURRENT_CLUSTER = "/tmp/ray/ray_current_cluster"  # where `ray start --head` writes its address (Ray's convention)
 POLL_S = 0.25  # an actor's poll waits at most this long for a message (a send queued behind it waits as long)
+
+
+def gcs_address(address: str) -> str:
+    """The HOST:PORT of the cluster's GCS that `address` names ('auto': `$RAY_ADDRESS`, else the cluster `ray start`
+    made on this host, as Ray finds it), checked with one TCP connection (Ray itself retries a dead address for
+    minutes). ValueError (one line) when there is none or nothing listens there."""
+    hint = "start one with `ray start --head` (docs/cluster.md)"
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "")
+        if not address and os.path.isfile(_CURRENT_CLUSTER):
+            with open(_CURRENT_CLUSTER) as f:
+                address = f.read().strip()
+        if not address:
+            raise ValueError(f"--libero.ray-address auto: no Ray cluster on this host and no $RAY_ADDRESS; {hint}")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--libero.ray-address {address!r}: HOST:PORT of the cluster's head (or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ValueError(f"--libero.ray-address: no Ray cluster answers at {address} ({type(e).__name__}: {e}); "
+                         f"{hint}") from None
+    return address
 
 
 def connect(address: str) -> bool:
@@ -45,6 +70,7 @@ def connect(address: str) -> bool:
     ValueError naming the address when no cluster answers there."""
     if ray.is_initialized():
         return False
+    address = gcs_address(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
