@@ -98,9 +98,34 @@ def _check_fresh_vla(cfg: TrainConfig) -> None:
                           "rl.critic='privileged' (or rl.algo='grpo')")
 
 
+def _check_placement(cfg: TrainConfig) -> None:
+    """A disaggregated / hybrid placement must split this host's devices rollout:train (`vlajax.pipeline.placement`,
+    which the async loop builds only after its imports and set-up)."""
+    p = cfg.pipeline
+    from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+
+    distributed.initialize(cfg.distributed)
+    import jax  # noqa: PLC0415
+
+    from vlajax.pipeline.placement import rollout_share  # noqa: PLC0415
+
+    n = jax.local_device_count()
+    here = f"pipeline.placement={p.placement!r} splits this host's {n} {jax.default_backend()} device(s)"
+    hint = "; use pipeline.placement='colocated'" + (" (one device cannot be split)" if n == 1 else "")
+    try:
+        n_roll = rollout_share(n, p.placement_ratio)
+    except ConfigError as e:
+        raise ConfigError(f"{here} by pipeline.placement_ratio={p.placement_ratio!r}: {e}{hint}") from None
+    if p.placement == "disaggregated" and n_roll == n:
+        raise ConfigError(f"{here} by pipeline.placement_ratio={p.placement_ratio!r} and leaves none for "
+                          f"training{hint}")
+
+
 def _check_pipeline(cfg: TrainConfig) -> None:
     """What the async `rl` loop would refuse only after compiling (ConfigError)."""
     p, rl = cfg.pipeline, cfg.rl
+    if p.placement != "colocated":
+        _check_placement(cfg)
     if p.num_slots > 1 and rl.algo != "ppo":  # the env-slot rollout (vlajax.rl.async_workload)
         raise ConfigError(f"pipeline.num_slots={p.num_slots}: the slot rollout runs continuing envs (PPO with a "
                           "critic); GRPO's episodic groups run through collect: use pipeline.num_slots=1")
