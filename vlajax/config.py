@@ -354,7 +354,10 @@ class AsyncConfig:
     num_slots: int = 1  # env slots posting requests independently (rollout async when > 1)
     num_generators: int = 1  # inference batchers the slots are routed over (fine-grained env sharding)
     max_batch: int = 0  # dynamic batching: fire at this many waiting requests (0 = all slots)
-    max_wait_ms: float = 5.0  # dynamic batching: fire when the oldest request waited this long
+    max_wait_ms: float = 5.0  # dynamic batching: fire when the oldest request waited this long (T_max)
+    # dynamic batching: also fire as soon as every env slot with a segment in flight has posted (slots in
+    # lockstep are one forward); False: only max_batch / max_wait_ms
+    adaptive_batching: bool = True
     # a queue / pacing / weights wait fails after this long only if no other lane was busy meanwhile (stuck)
     queue_timeout_s: float = 120.0
     # a lane busy this long without a heartbeat is stalled (its first iteration, which compiles: 10x;

@@ -166,11 +166,13 @@ class TrajectoryBuffer:
                                      self.timeout_s if timeout is None else timeout, f"pacing admission ({what})")
             return self._issue(n, self.rollout_version)
 
-    def reserve_for(self, n: int, version: int, timeout: float | None = None) -> Ticket | None:
+    def reserve_for(self, n: int, version: int, timeout: float | None = None,
+                    on_block: Callable[[], None] | None = None) -> Ticket | None:
         """Reserve `n` samples to be produced under `version` (an env slot starting a segment).
 
         Blocks until `version`'s budget admits them (a ticket) or a newer version has been
-        installed on the rollout side (None: start again under the new weights).
+        installed on the rollout side (None: start again under the new weights). `on_block()`
+        is called (buffer lock held) if the reservation has to wait.
         """
         if n > self.budget:
             raise ValueError(f"reserving {n} samples at once exceeds the pacing budget {self.budget}")
@@ -182,7 +184,7 @@ class TrajectoryBuffer:
             fits = lambda: self._allowance(version) >= n
             self.lifetime.wait_until(self._cond, lambda: fits() or self.rollout_version > version,
                                      self.timeout_s if timeout is None else timeout,
-                                     f"pacing admission under version {version}")
+                                     f"pacing admission under version {version}", on_block)
             return self._issue(n, version) if fits() else None
 
     def put(self, item: Trajectory, ticket: Ticket | None = None) -> None:

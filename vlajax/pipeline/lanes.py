@@ -88,10 +88,15 @@ class Lifetime:
         """Sleep unless stopped first; True if the run is still live."""
         return not self._stop.wait(seconds)
 
-    def wait_until(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    def wait_until(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float, what: str,
+                   on_block: Callable[[], None] | None = None) -> None:
         """Wait on `cond` (held by the caller) until `predicate()`; raises on stop, and on timeout
-        unless another lane is busy (then the deadline moves on: see the module docstring)."""
+        unless another lane is busy (then the deadline moves on: see the module docstring).
+        `on_block()` is called once, with `cond` held, when the predicate is false at the first check
+        (the wait really blocks; e.g. an env slot leaving its batcher's active set)."""
         deadline = time.monotonic() + timeout
+        if on_block is not None and not predicate():
+            on_block()
         while not predicate():
             if self.stopped:
                 raise PipelineStopped(f"stopped while waiting for {what}")

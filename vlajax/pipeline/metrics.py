@@ -21,7 +21,10 @@ verl and RL-VLA3 report:
   consumed trajectory (0 without partial rollouts).
 - `samples/produced_per_s`, `samples/consumed_per_s`, `samples/acceptance_rate` (consumed samples the
   trainer kept, i.e. not rejected by a filter, / samples consumed), `env/steps_per_s`.
-- `inference/batch_mean`, `inference/batch_max`, `inference/batch_hist_<n>`.
+- `inference/batch_mean`, `inference/batch_max`, `inference/batch_hist_<n>`; where the slots report
+  themselves in flight (`DynamicBatcher.activate`), `inference/active_mean` (slots in flight when a
+  batch fired) and `inference/batch_over_active` (requests per forward over it; 1 = lockstep slots
+  are one batch).
 
 `WindowReporter` logs a summary every N updates to TensorBoard and a JSON-lines file.
 Times are `time.monotonic()` seconds unless a clock is injected (tests use a fake one).
@@ -50,7 +53,7 @@ class _Agg:
 
     __slots__ = ("idle", "consumed", "consumed_items", "stale_hist", "stale_max", "span_sum", "span_max",
                  "rejected", "produced", "env_steps", "depth_sum", "depth_n", "depth_max", "batch_hist",
-                 "upd_sum", "upd_max")
+                 "upd_sum", "upd_max", "active_sum", "active_n")
 
     def __init__(self):
         self.idle: dict[tuple[str, str], float] = collections.defaultdict(float)  # (lane, reason) -> s
@@ -58,6 +61,7 @@ class _Agg:
         self.env_steps = self.depth_sum = self.depth_n = 0
         self.stale_max = self.span_max = self.depth_max = self.upd_max = -1
         self.upd_sum = 0  # sample-weighted staleness in optimizer updates
+        self.active_sum = self.active_n = 0  # slots in flight at each batch that recorded them
         self.stale_hist: collections.Counter = collections.Counter()  # staleness -> samples
         self.batch_hist: collections.Counter = collections.Counter()  # batch size -> batches
 
@@ -107,7 +111,7 @@ class Timeline:
         self.consumed: collections.deque = row()  # recent (t, samples, staleness, version span, staleness in updates)
         self.rejected: collections.deque = row()  # recent (t, consumed samples the trainer filtered out)
         self.depth: collections.deque = row()  # recent (t, samples waiting in the buffer)
-        self.batches: collections.deque = row()  # recent (t, inference batch size)
+        self.batches: collections.deque = row()  # recent (t, inference batch size, active slots or -1)
         self.env_steps: collections.deque = row()  # recent (t, low-level env transitions)
         self._dropped: dict[str, float] = {}  # kind (or lane) -> time of the newest record dropped
         self.totals = _Agg()  # since the start
@@ -171,10 +175,16 @@ class Timeline:
             self._append("depth", self.depth, (self.clock() if t is None else t, depth))
             self.totals.add_depth(depth)
 
-    def record_batch(self, size: int, t: float | None = None) -> None:
+    def record_batch(self, size: int, t: float | None = None, active: int | None = None) -> None:
+        """One fired inference batch of `size` requests; `active`: the slots with a segment in flight
+        when it fired (an adaptive batcher's; their mean is `inference/active_mean`)."""
         with self._lock:
-            self._append("batches", self.batches, (self.clock() if t is None else t, size))
+            self._append("batches", self.batches, (self.clock() if t is None else t, size,
+                                                   -1 if active is None else active))
             self.totals.batch_hist[size] += 1
+            if active is not None:
+                self.totals.active_sum += active
+                self.totals.active_n += 1
 
     def record_env_steps(self, steps: int, t: float | None = None) -> None:
         with self._lock:
@@ -232,8 +242,11 @@ class Timeline:
             agg.env_steps = sum(r[1] for r in _recent(self.env_steps, t0, t1))
             for _, d in _recent(self.depth, t0, t1):
                 agg.add_depth(d)
-            for _, b in _recent(self.batches, t0, t1):
+            for _, b, active in _recent(self.batches, t0, t1):
                 agg.batch_hist[b] += 1
+                if active >= 0:
+                    agg.active_sum += active
+                    agg.active_n += 1
             return agg, complete, t0, t1
 
     def snapshot(self) -> dict:
@@ -314,6 +327,10 @@ def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = No
         out["inference/batch_max"] = float(max(agg.batch_hist))
         for k, v in sorted(agg.batch_hist.items()):
             out[f"inference/batch_hist_{k}"] = float(v)
+    if agg.active_n:  # an adaptive batcher: requests per forward against the slots in flight
+        out["inference/active_mean"] = agg.active_sum / agg.active_n
+        if agg.active_n == sum(agg.batch_hist.values()):
+            out["inference/batch_over_active"] = out["inference/batch_mean"] / max(out["inference/active_mean"], 1e-9)
     return out
 
 

@@ -5,7 +5,12 @@ returned `Request`. A generator lane calls `next_batch()`, which returns the old
 requests (arrival order) as soon as either
 
 - `max_batch` requests are waiting (trigger "full"), or
-- the oldest request has waited `max_wait_s` (trigger "wait"),
+- with `adaptive`, every *active* slot has a request waiting (trigger "all"): slots register as
+  active (`activate(slot)`) while they have an episode segment in flight and leave
+  (`deactivate(slot)`) only while they are blocked outside the rollout (pacing, a weight
+  switch), so slots that step in lockstep are one batch however long their steps take, or
+- the oldest request has waited `max_wait_s` (trigger "wait"; with `adaptive` this is T_max,
+  the bound on how long a slow active slot can hold the others back),
 
 runs inference on their payloads and hands every slot its result. Each fired batch's size is
 recorded in the timeline (`inference/batch_*` metrics) and the trigger counts are kept.
@@ -71,15 +76,18 @@ class DynamicBatcher:
     """Request queue + the (max_batch, max_wait_s) firing rule of one generator."""
 
     def __init__(self, max_batch: int, max_wait_s: float, *, lifetime: Lifetime | None = None,
-                 timeline: Timeline | None = None):
+                 timeline: Timeline | None = None, adaptive: bool = False):
         if max_batch < 1 or max_wait_s < 0:
             raise ValueError(f"max_batch={max_batch} must be >= 1 and max_wait_s={max_wait_s} >= 0")
-        self.max_batch, self.max_wait_s = max_batch, max_wait_s
+        self.max_batch, self.max_wait_s, self.adaptive = max_batch, max_wait_s, adaptive
+        self._active: set[int] = set()  # the slots whose next request is expected (the "all" trigger if adaptive)
+        self._tracked = False  # some slot has called activate(): batches record the active count
+        self.active_at_fire: collections.deque[int] = collections.deque(maxlen=RECENT)  # active slots per batch
         self.lifetime = lifetime or Lifetime()
         self.timeline = timeline or Timeline()
         self._cond = threading.Condition()
         self._queue: collections.deque[Request] = collections.deque()
-        self.triggers = collections.Counter()  # 'full' / 'wait' -> batches fired
+        self.triggers = collections.Counter()  # 'full' / 'all' / 'wait' -> batches fired
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=RECENT)  # the newest fired sizes
         self.batch_hist = collections.Counter()  # batch size -> batches fired, since the start (<= max_batch keys)
 
@@ -90,6 +98,23 @@ class DynamicBatcher:
             self._cond.notify_all()
         return req
 
+    def activate(self, slot: int) -> None:
+        """`slot` has an episode segment in flight: a batch waits for its request (adaptive)."""
+        with self._cond:
+            self._active.add(slot)
+            self._tracked = True
+
+    def deactivate(self, slot: int) -> None:
+        """`slot` is blocked outside the rollout (pacing, weights): batches stop waiting for it."""
+        with self._cond:
+            self._active.discard(slot)
+            self._cond.notify_all()  # the slots already waiting may be all that is left
+
+    @property
+    def active(self) -> int:
+        with self._cond:
+            return len(self._active)
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._queue)
@@ -97,6 +122,8 @@ class DynamicBatcher:
     def _ready(self, now: float) -> str | None:
         if len(self._queue) >= self.max_batch:
             return "full"
+        if self.adaptive and self._queue and self._active <= {r.slot for r in self._queue}:
+            return "all"
         if self._queue and now - self._queue[0].submitted >= self.max_wait_s:
             return "wait"
         return None
@@ -119,13 +146,16 @@ class DynamicBatcher:
                     left = min(left, self._queue[0].submitted + self.max_wait_s - now)
                 self._cond.wait(max(min(left, _POLL_S), 0.0))
             batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+            active = len(self._active) if self._tracked else None
         fired = time.monotonic()
         for r in batch:
             r.fired = fired
         self.triggers[trigger] += 1
+        if active is not None:
+            self.active_at_fire.append(active)
         self.batch_sizes.append(len(batch))
         self.batch_hist[len(batch)] += 1
-        self.timeline.record_batch(len(batch))
+        self.timeline.record_batch(len(batch), active=active)
         return batch
 
     def serve(self, infer: Callable[[list[Any]], Sequence[Any]], lane: Lane | None = None,

@@ -15,6 +15,12 @@ segments while an update is pending, the ones in flight finish under their versi
 version it will start under*; when that version's budget is spent it releases the gate and
 waits for a change (a publication or consumption), never discarding work.
 
+Adaptive batching (`adaptive_batching`, the default): a slot is *active* in its batcher from the
+start and leaves only while its admission (pacing, a weight switch) actually blocks; a batch fires
+as soon as every active slot has posted (or at `max_wait_ms`, T_max, or at `max_batch`). Slots that
+step in lockstep are then one forward per decision, as in the synchronous loop, however long their
+steps take; `inference/batch_over_active` says how close the batches came to that.
+
 Env callables (stand-ins in the tests; the real suite plugs in the same way):
 - `reset(slot) -> (env_state, obs)`,
 - `step(slot, env_state, policy_out) -> (env_state, obs, record)`, `record` a pytree kept per
@@ -58,11 +64,12 @@ class VersionGate:
     def _newer(self) -> bool:
         return self.weights.version > self.current[0]
 
-    def begin(self) -> int:
-        """Start a segment; waits while an update drains. Returns the segment's version."""
+    def begin(self, on_block: Callable[[], None] | None = None) -> int:
+        """Start a segment; waits while an update drains (calling `on_block()` first if it must wait).
+        Returns the segment's version."""
         with self._cond:
             self.lifetime.wait_until(self._cond, lambda: not self._newer() or self.inflight == 0,
-                                     self.timeout_s, "segments in flight to finish before a weight switch")
+                                     self.timeout_s, "segments in flight to finish before a weight switch", on_block)
             if self._newer():
                 self.current = self.weights.latest()
             self.inflight += 1
@@ -101,9 +108,12 @@ class SlotRollout:
     def lanes(self, runner) -> list[tuple[str, Callable[[Lane], bool | None]]]:
         cfg = self.cfg
         batchers = [DynamicBatcher(self.max_batch, cfg.max_wait_ms / 1e3, lifetime=runner.lifetime,
-                                   timeline=runner.timeline) for _ in range(cfg.num_generators)]
+                                   timeline=runner.timeline, adaptive=cfg.adaptive_batching)
+                    for _ in range(cfg.num_generators)]
         self.batchers = batchers
         router = Router(batchers)
+        for s in range(cfg.num_slots):  # every slot is expected from the start (it resets, then posts)
+            batchers[router.route(s)].activate(s)
         gate = None if cfg.partial_rollout else VersionGate(runner.weights, runner.lifetime, cfg.queue_timeout_s)
         buffer, weights, timeout = runner.buffer, runner.weights, cfg.queue_timeout_s
 
@@ -118,19 +128,23 @@ class SlotRollout:
             return body
 
         def slot(s: int):
+            batcher = batchers[router.route(s)]
+            away = lambda: batcher.deactivate(s)  # admission blocks: batches stop waiting for this slot
+
             def body(lane: Lane) -> bool:
                 while True:  # admission for the version this segment starts under
                     if gate is not None:
                         with lane.waiting("weights"):  # a pending switch drains segments in flight
-                            version = gate.begin()
+                            version = gate.begin(away)
                     else:
                         version = weights.version
                     with lane.waiting("pacing"):
-                        ticket = buffer.reserve_for(self.samples_per_slot, version, timeout)
+                        ticket = buffer.reserve_for(self.samples_per_slot, version, timeout, away)
                     if ticket is not None:
                         break
                     if gate is not None:  # newer weights arrived: start again under them
                         gate.end()
+                batcher.activate(s)
                 try:
                     env_state, obs = self._env_of(s)
                     records, versions = [], []
