@@ -25,8 +25,9 @@ each backend in turn (paired: both in every repeat, their order alternating), on
 `--ray-address`'s cluster) runs a warm-up episode (the env build), then `--episodes` timed episodes one at a
 time (`--steps` steps, cameras, render='policy', the frames kept: the Ray backend ships them back). Per
 episode: the wall time the driver sees (dealing to result) minus the seconds the worker itself spent on it
-(`seconds`, the same work on both) = the pool's overhead; Ray's overhead per episode = its median minus the
-local one of the same repeat. Also the pool's start (processes / actors up and their workers' hello).
+(its env build, 0 when kept, + reset + `seconds`: the same work on both) = the pool's overhead; Ray's
+overhead per episode = its median minus the local one of the same repeat. Also the pool's start (pool made
+-> its first worker building an env).
 
 Per row: per-worker env steps/s (1 / the worker's mean `env.step` time), the aggregate (sum over
 the workers; `overlap` = fraction of the timed window in which all ran at once), the first env
@@ -154,7 +155,8 @@ def backend_row(args: Args, backend: str, workers: int, frames_dir: str) -> dict
             walls.append(time.perf_counter() - t)
             if "error" in r:
                 raise RuntimeError(f"bench libero --backend {backend}: {r['error']}")
-            inner.append(r["seconds"])
+            # the worker's own time on it: env build (0 when kept), hard reset + init state, then the steps
+            inner.append(r["env_build_s"] + r["reset_s"] + r["seconds"])
             nodes.add(r.get("node", ""))
             frames = np.load(r["frames"], allow_pickle=False)  # the frames came back whole
             os.remove(r["frames"])
