@@ -45,7 +45,9 @@ __all__ = [  # the names other modules import from here (the sections live in th
 class EnvConfig:
     """Simulation: the task suite, batch of envs, cameras and control."""
 
-    suite: str = "spatial"  # task suite: 'spatial' | 'object' | 'goal' (vlajax.envs.registry.SUITES)
+    # task suite: 'spatial' | 'object' | 'goal' (vlajax.envs.registry.SUITES); `demos` also takes a LIBERO suite
+    # 'libero_*' (its scripted expert on LIBERO's workers, vlajax.libero.demos; env.task then = task indices '0,3')
+    suite: str = "spatial"
     task: str = ""  # one task, e.g. 'goal/stack' (vlajax.envs.registry.ALL_ENVS), or '' for the whole suite
     num_envs: int = 16  # parallel envs per process
     obs_mode: Literal["pixels", "state"] = "pixels"  # pixels: cameras + state; state: state only
@@ -74,8 +76,8 @@ class EnvConfig:
         _check(self.episode_length >= 1, "env.episode_length must be >= 1")
         _check(self.action_repeat >= 1, f"env.action_repeat must be >= 1, got {self.action_repeat}")
         _check(
-            self.suite in ("spatial", "object", "goal"),
-            f"env.suite must be one of spatial, object, goal; got {self.suite!r}",
+            self.suite in ("spatial", "object", "goal") or self.suite.startswith("libero_"),
+            f"env.suite must be one of spatial, object, goal (or a LIBERO suite libero_*); got {self.suite!r}",
         )
         _check(
             bool(self.cameras) and set(self.cameras) <= {"agentview", "wrist"},
@@ -137,6 +139,10 @@ class DataConfig:
     # instruction names that cube's colour), so the scene alone never tells the target (vlajax.demos.swap_target)
     demo_target_swap: bool = False
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
+    demo_workers: int = 2  # demos on a LIBERO suite (vlajax.libero.demos): LIBERO worker processes
+    demo_image_size: int = 256  # demos on a LIBERO suite: both cameras' render size (openpi's LIBERO data: 256)
+    demo_max_steps: int = 0  # demos on a LIBERO suite: step limit after the 10-step wait (0 = the suite's)
+    demo_keep_failures: bool = False  # demos on a LIBERO suite: write the expert's failed episodes too
     # SFT, object suite, model.aux_target='grasp_place': this fraction of each epoch's samples are rendered
     # first frames (gripper at home, each scene three times with each cube the named target) that train only
     # the aux head (no actions: the action loss skips them; aux weight sft.aux_start_weight), so the colour

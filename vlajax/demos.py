@@ -1,5 +1,6 @@
 """`python -m vlajax.train demos --suite NAME --episodes-per-task N --out DIR`: scripted
-demonstrations in MJX, written as a LeRobot v3.0 dataset.
+demonstrations in MJX, written as a LeRobot v3.0 dataset. A LIBERO suite (`--suite libero_spatial`)
+records LIBERO's scripted expert on its worker processes instead (`vlajax.libero.demos`).
 
 For every task of the suite (or `--env.task`), batches of `env.num_envs` randomized episodes
 run the task's scripted expert (`vlajax.envs.experts`) for up to `env.episode_length` control
@@ -311,9 +312,21 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
     return summary
 
 
+# DataConfig fields only LIBERO's recorder reads (vlajax.libero.demos), at their defaults
+LIBERO_ONLY = {"demo_workers": 2, "demo_image_size": 256, "demo_max_steps": 0, "demo_keep_failures": False}
+
+
 def run(cfg: TrainConfig) -> int:
-    compile_cache.enable(cfg.compilation_cache_dir)
     out = os.path.abspath(os.path.expanduser(dataset_dir(cfg)))
+    if cfg.env.suite.startswith("libero_"):  # LIBERO's scripted expert on its worker processes
+        from vlajax.libero import demos as libero_demos
+
+        return libero_demos.run(cfg, out)
+    for name, default in LIBERO_ONLY.items():
+        if getattr(cfg.data, name) != default:
+            raise ConfigError(f"data.{name} is for demos on a LIBERO suite (--suite libero_spatial), "
+                              f"not env.suite={cfg.env.suite!r}")
+    compile_cache.enable(cfg.compilation_cache_dir)
     try:
         summary = generate(cfg, out, progress=cfg.logging.progress)
     except DatasetError as e:

@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = [
-    "CODEBASE_VERSION", "DEFAULT_FEATURES", "DatasetError", "LeRobotData", "read_parquet", "image_features",
+    "CODEBASE_VERSION", "DEFAULT_FEATURES", "DatasetError", "LAYOUT_KEYS", "LeRobotData", "read_parquet",
+    "image_features", "layout_keys",
 ]
 
 CODEBASE_VERSION = "v3.0"
@@ -85,6 +86,17 @@ def read_parquet(path: str, columns: Sequence[str] | None = None) -> pa.Table:
         return pq.read_table(path, columns=None if columns is None else list(columns), memory_map=True)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise _fail(path, f"corrupted or unreadable parquet ({type(e).__name__}: {e})") from None
+
+
+# (action, state) feature names of the layouts read: LeRobot's convention, and openpi's LIBERO data
+# (examples/libero/convert_libero_data_to_lerobot.py: image, wrist_image, state, actions)
+LAYOUT_KEYS = (("action", "observation.state"), ("actions", "state"))
+
+
+def layout_keys(features: dict[str, dict]) -> tuple[str, str]:
+    """(action key, state key) of a dataset's features: the first of `LAYOUT_KEYS` it has both of
+    (LeRobot's names when it has neither pair, so the error names those)."""
+    return next((pair for pair in LAYOUT_KEYS if all(k in features for k in pair)), LAYOUT_KEYS[0])
 
 
 def image_features(features: dict[str, dict]) -> list[str]:

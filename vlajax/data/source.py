@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlajax.data.lerobot import DatasetError, LeRobotData
+from vlajax.data.lerobot import DatasetError, LeRobotData, layout_keys
 
 __all__ = ["ActionChunkSource", "camera_name", "grasp_place_raw", "grasp_place_stats", "grasp_place_targets",
            "IMAGE_PREFIX"]
@@ -42,8 +42,8 @@ class ActionChunkSource:
         data: LeRobotData,
         horizon: int,
         *,
-        action_key: str = "action",
-        state_key: str = "observation.state",
+        action_key: str | None = None,  # None: the dataset's layout's (`lerobot.layout_keys`)
+        state_key: str | None = None,
         cameras: tuple[str, ...] | None = None,
         aux: np.ndarray | None = None,
         aux_frame_weight: np.ndarray | None = None,
@@ -51,6 +51,8 @@ class ActionChunkSource:
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         info = f"{data.root}/meta/info.json"
+        default_action, default_state = layout_keys(data.features)
+        action_key, state_key = action_key or default_action, state_key or default_state
         for key in (action_key, state_key):
             if key not in data.columns:
                 raise DatasetError(f"{info}: the dataset has no feature {key!r} (features: {sorted(data.features)})")

@@ -26,7 +26,8 @@ Channel (parent <-> worker), one JSON object per line:
         {"event": "building", "id", "suite", "task"}            env build started (26-83 s)
         {"event": "built", "id", "seconds"}
         {"event": "progress", "id", "step"}                     after every policy call / 20 steps
-        {"event": "result", "id", **result}                     episode finished (see worker.run_episode)
+        {"event": "result", "id", **result}                     episode finished (see worker.Slot.result;
+                                                                'record': the .rec.npz path of a recorded one)
         {"event": "error", "id", "message"}                     episode failed (exception); not retried
 """
 
@@ -42,7 +43,8 @@ import numpy as np
 
 from vlajax.resize_pad import resize_with_pad
 
-__all__ = ["DUMMY_ACTION", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle", "convert_image", "make_request",
+__all__ = ["DEMO_INITS", "DUMMY_ACTION", "EVAL_INITS", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle",
+           "convert_image", "make_request",
            "max_steps_for", "read_line", "resize_with_pad", "state_vector", "write_atomic_npy", "write_line"]
 
 DUMMY_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)
@@ -50,6 +52,9 @@ ACTION_DIM = 7
 CAMERAS = ("agentview", "robot0_eye_in_hand")  # robosuite camera names; obs keys are f"{name}_image"
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
+# LIBERO's 50 fixed initial states per task, split: demonstrations are recorded from DEMO_INITS only, so an
+# evaluation on EVAL_INITS never starts from a scene a demonstration showed
+DEMO_INITS, EVAL_INITS = range(25, 50), range(0, 25)
 # openpi's LIBERO keys (what `vlajax.serve --keys libero` and openpi's pi05_libero read)
 IMAGE_KEY, WRIST_KEY, STATE_KEY, PROMPT_KEY = ("observation/image", "observation/wrist_image",
                                                "observation/state", "prompt")
@@ -92,6 +97,9 @@ class Episode:
     wrist_video: bool = False  # ... and the wrist images (<frames>.wrist.npy)
     hard_reset: bool = True  # robosuite's hard reset (reload model + renderer each episode; LIBERO's default)
     report_terminal: bool = False  # send one last request with libero/done = True (RL servers record it)
+    # keep every step after the wait -- both cameras at camera_size as the policy sees them before its resize
+    # (rotated 180 degrees), state [8], the executed action [7] -> <frames_dir>/<id>.rec.npz (needs render 'all')
+    record: bool = False
 
     def __post_init__(self):
         if self.policy not in ("server", "dummy", "expert"):
@@ -100,6 +108,8 @@ class Episode:
             raise ValueError(f"render must be 'policy' or 'all', got {self.render!r}")
         if not self.cameras and self.policy == "server":
             raise ValueError("a policy-server episode needs cameras")
+        if self.record and (self.render != "all" or not self.cameras):
+            raise ValueError("a recorded episode renders every step: render='all' with cameras")
         if self.replan_steps < 1 or self.num_steps_wait < 0 or self.max_steps < 0:
             raise ValueError("replan_steps >= 1, num_steps_wait >= 0, max_steps >= 0")
 

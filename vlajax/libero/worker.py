@@ -140,7 +140,6 @@ class Slot:
 
             if not ep.suite.startswith("libero_spatial"):
                 raise ValueError(f"the scripted expert knows libero_spatial's tasks only, not {ep.suite}")
-            self.expert = SpatialExpert(*self.env.obj_of_interest[:2])
         self.env.seed(ep.seed)
         t_reset = time.perf_counter()
         self.env.reset()  # robosuite's hard reset makes new sensors: wrap them after it
@@ -153,12 +152,15 @@ class Slot:
         self.render_now = ep.render == "all"
         self.success, self.reward, self.calls, self.renders = False, 0.0, 0, 0
         self.obs = self.env.set_init_state(self.init_states[ep.init])
+        if ep.policy == "expert":  # after the initial state: its scene rules read where things are
+            self.expert = SpatialExpert.for_env(self.env)
         self.reset_s = time.perf_counter() - t_reset
         self.t = 0  # env steps taken, wait included
         self.plan: collections.deque = collections.deque()
         self.frames: list[np.ndarray] = []  # agentview as the policy read it, one per request
         self.wrist: list[np.ndarray] = []
         self.step_s, self.infer_s = [], []
+        self.rec: dict[str, list[np.ndarray]] = {"image": [], "wrist_image": [], "state": [], "actions": []}
         self.t_start = time.perf_counter()
         self.cpu_start = time.process_time()  # all threads of the process (llvmpipe's rasterizers too)
 
@@ -203,6 +205,11 @@ class Slot:
             will_read = not self.plan and (self.policy_step + 1 < ep.limit or ep.report_terminal)
         if ep.render == "policy":
             self.render_now = will_read
+        if ep.record and self.policy_step >= 0:  # the frame: what the action was chosen from, and the action
+            self.rec["image"].append(np.ascontiguousarray(self.obs["agentview_image"][::-1, ::-1]))
+            self.rec["wrist_image"].append(np.ascontiguousarray(self.obs["robot0_eye_in_hand_image"][::-1, ::-1]))
+            self.rec["state"].append(P.state_vector(self.obs))
+            self.rec["actions"].append(np.asarray(action, np.float32)[: P.ACTION_DIM])
         t0 = time.perf_counter()
         self.obs, reward, done, _ = self.env.step(np.asarray(action, np.float64).tolist())
         self.step_s.append(time.perf_counter() - t0)
@@ -223,6 +230,9 @@ class Slot:
             if ep.wrist_video:
                 P.write_atomic_npy(os.path.join(self.frames_dir, f"{ep.id}.wrist.npy"), np.stack(self.wrist))
             frames_path = P.write_atomic_npy(os.path.join(self.frames_dir, f"{ep.id}.npy"), np.stack(self.frames))
+        record_path = None
+        if ep.record and self.rec["actions"] and self.frames_dir:
+            record_path = write_record(os.path.join(self.frames_dir, f"{ep.id}.rec.npz"), self.rec)
         steps = np.asarray(self.step_s)
         return {"event": "result", "id": ep.id, "suite": ep.suite, "task": ep.task, "init": ep.init,
                 "success": self.success, "steps": self.policy_step, "env_steps": self.t, "policy_calls": self.calls,
@@ -233,7 +243,17 @@ class Slot:
                 "step_s_mean": float(steps.mean()) if steps.size else 0.0,
                 "step_s_p50": float(np.median(steps)) if steps.size else 0.0,
                 "infer_s_mean": float(np.mean(self.infer_s)) if self.infer_s else 0.0,
-                "renders": self.renders, "frames": frames_path, "pid": os.getpid()}
+                "renders": self.renders, "frames": frames_path, "record": record_path, "pid": os.getpid()}
+
+
+def write_record(path: str, rec: dict[str, list[np.ndarray]]) -> str:
+    """A recorded episode's frames, stacked ({'image', 'wrist_image'}: uint8 [T, H, W, 3], 'state': float32
+    [T, 8], 'actions': float32 [T, 7]), as an uncompressed .npz written whole (temporary file, then rename)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.savez(f, **{k: np.stack(v) for k, v in rec.items()})
+    os.replace(tmp, path)
+    return path
 
 
 def _why(e: BaseException) -> str:
