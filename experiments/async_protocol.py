@@ -1,10 +1,10 @@
-"""Issue 21's protocol: asynchronous RL against synchronous RL, paired by seed, on the pixel
+"""The paired protocol: asynchronous RL against synchronous RL, paired by seed, on the pixel
 workloads of `experiments/async_sample_efficiency.py` (`--workload grpo-tokens` / `ppo-flow`).
 
 Arms (`ARMS`): `sync` (`vlajax.rl.loop.train`), `async-s1` and `async-s2`
 (`vlajax.rl.async_loop.train_async`, `pipeline.staleness_threshold` 1 / 2, one env slot, no
 partial rollout, no streaming, decoupled PPO: `use_rollout_log_probs=False`); `async-s2-kl` and `async-s2-lr` =
-async-s2 with the arm's own rl fields (`ARM_RL`: `rl.target_kl`, `rl.learning_rate`; issue 45 item 2). Every run of a
+async-s2 with the arm's own rl fields (`ARM_RL`: `rl.target_kl`, `rl.learning_rate`). Every run of a
 workload starts from the same SFT checkpoint (`init_from`; its parameter hash is in every run's
 JSON) and is scored on the same evaluation episodes (`rl.eval_seed`); a seed k sets the
 collect / update key streams (`cfg.seed`), the same in every arm, so arm runs with the same seed
@@ -40,7 +40,7 @@ from experiments.outputs import git_state, loadavg
 
 ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0,  # arm -> pipeline.staleness_threshold (None: sync loop)
         "async-s2-kl": 2.0, "async-s2-lr": 2.0}
-# an arm's own rl fields over the protocol's (issue 45 item 2): staleness 2 with a per-update KL bound at the 90th
+# an arm's own rl fields over the protocol's: staleness 2 with a per-update KL bound at the 90th
 # percentile of the staleness-1 arm's per-update approx KL (eq45 runs; results/async/preregistration_45b.md); staleness
 # 2 with the learning rate divided by the staleness (Zhang et al. 2016: rl-grpo-tokens' 5e-5 / 2;
 # results/async/preregistration_45d.md)
@@ -81,13 +81,13 @@ class Protocol:
     arms: tuple[str, ...] = ("sync", "async-s1", "async-s2")
     min_pairs: int = 5  # the criterion is evaluated once this many seed pairs exist
     rl_overrides: tuple[tuple[str, object], ...] = ()  # (field, value) pairs over the preset's rl section
-    # issue 45: > 0 = the equivalence test with this margin (`async_stats.equivalence`) instead of issue 21's
+    # > 0 = the equivalence test with this margin (`async_stats.equivalence`) instead of the paired
     # criterion; its pilot and its cap on the number of seed pairs (the rule fixes the number in between)
     delta: float = 0.0
     pilot_pairs: int = 0
     max_pairs: int = 0
     # the simulator of every run (rollout and evaluation): MJX ('jax') for every workload whose runs or
-    # pre-registration predate the 'auto' default (issue 44.3); 'c' = C MuJoCo on the host
+    # pre-registration predate the 'auto' default; 'c' = C MuJoCo on the host
     physics_impl: str = "jax"
 
     @property
@@ -102,7 +102,7 @@ class Protocol:
 
     def plan(self) -> list[tuple[str, int]]:
         """The run order: sync and async-s1 interleaved seed by seed (a partial set stays paired), then the rest;
-        with a margin (issue 45) every arm seed by seed, so the pilot's seeds are complete first."""
+        with a margin every arm seed by seed, so the pilot's seeds are complete first."""
         if self.delta:
             return [(a, s) for s in self.seeds for a in self.arms]
         first = [a for a in self.arms if a in ("sync", "async-s1")]
@@ -117,10 +117,10 @@ PROTOCOLS = {
                          init_recipe=FLOW_RECIPE, iterations=20, seeds=(0, 1, 2), arms=("sync", "async-s1"),
                          min_pairs=3),
     # the GRPO workload with per-token importance ratios (rl.ratio_level='factor'): the candidate fix
-    # for the cost of staleness (a per-chunk ratio multiplies 16 token ratios; docs/async.md)
+    # for the cost of staleness (a per-chunk ratio multiplies 16 token ratios)
     "grpo-tokens-factor": Protocol(name="grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),)),
 }
-# Issue 45, pre-registered in results/async/preregistration_45.md before any of their runs: the equivalence test
+# Pre-registered in results/async/preregistration_45.md before any of their runs: the equivalence test
 # (margin 10 points) on workloads where sync learns; fresh seeds 100-115, the first `pilot_pairs` a pilot
 # that fixes how many are used (`async_stats.equivalence`).
 _EQ45 = dict(delta=async_stats.DELTA, pilot_pairs=async_stats.PILOT_PAIRS, max_pairs=async_stats.MAX_PAIRS,
@@ -130,7 +130,7 @@ PROTOCOLS |= {
     "eq45-grpo-tokens-factor": Protocol(name="eq45-grpo-tokens-factor", rl_overrides=(("ratio_level", "factor"),),
                                         **_EQ45),
     # PPO flow at staleness 1 over 60 iterations (the 20 of `ppo-flow` lifted sync +2.4 points; from another start
-    # the preset lifted +22.5 by iteration 60, docs/results.md), evaluated at 0 / 20 / 40 / 60
+    # the preset lifted +22.5 by iteration 60, experiments/rl-from-pixels/README.md), evaluated at 0 / 20 / 40 / 60
     "eq45-ppo-flow": Protocol(name="eq45-ppo-flow", preset="rl-ppo-flow", init_from="runs/issue21/sft-flow/checkpoints",
                               init_recipe=FLOW_RECIPE, iterations=60, eval_every=20, arms=("sync", "async-s1"),
                               **_EQ45),
@@ -139,13 +139,13 @@ PROTOCOLS |= {
     "eq45c-ppo-flow-c": Protocol(name="eq45c-ppo-flow-c", preset="rl-ppo-flow",
                                  init_from="runs/issue21/sft-flow/checkpoints", init_recipe=FLOW_RECIPE, iterations=60,
                                  eval_every=20, arms=("sync", "async-s1"), physics_impl="c", **_EQ45),
-    # issue 45 item 2 (results/async/preregistration_45b.md, committed before any of its runs): staleness 2 cost 8
+    # the second workload (results/async/preregistration_45b.md, committed before any of its runs): staleness 2 cost 8
     # points; the fix tried is a per-update KL bound (async-s2-kl, decides), async-s2 beside it as a replication
     # (reported, decides nothing); fresh seeds 116-131, the same rule
     "eq45b-grpo-s2-kl": Protocol(name="eq45b-grpo-s2-kl", rl_overrides=(("ratio_level", "factor"),),
                                  arms=("sync", "async-s2-kl", "async-s2"),
                                  **(_EQ45 | dict(seeds=tuple(range(116, 116 + async_stats.MAX_PAIRS))))),
-    # issue 45 item 2, the next candidate (results/async/preregistration_45d.md, committed before any of its runs):
+    # the third workload (results/async/preregistration_45d.md, committed before any of its runs):
     # learning-rate / staleness coupling, lr / 2 at staleness 2 (async-s2-lr, decides), async-s2 beside it as a
     # second replication (decides nothing); fresh seeds 132-147, the same rule, MJX as eq45 and eq45b
     "eq45d-grpo-s2-lr": Protocol(name="eq45d-grpo-s2-lr", rl_overrides=(("ratio_level", "factor"),),
@@ -185,7 +185,7 @@ def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
     cfg = dataclasses.replace(
         cfg, seed=seed, output_dir=output_dir,
         # the protocol's simulator, explicit (never 'auto', which would resolve per host): MJX for the workloads made
-        # when it was the default (it became 'auto' in issue 44.3), so their configs and fingerprints stay
+        # when it was the default (it became 'auto' later), so their configs and fingerprints stay
         env=dataclasses.replace(cfg.env, suite=p.suite, task="", num_envs=p.num_envs, episode_length=p.episode_length,
                                 physics_impl=p.physics_impl),
         rl=dataclasses.replace(cfg.rl, **rl),

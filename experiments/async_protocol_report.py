@@ -1,5 +1,5 @@
 """The report of a protocol's saved runs (`experiments/async_protocol.py`): tables (markdown), the plot and a
-JSON summary, with the criterion per async arm (issue 21) or issue 45's equivalence verdicts
+JSON summary, with the criterion per async arm or the equivalence verdicts
 (`experiments/async_stats.py`)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def report(p: Protocol, runs: dict, out_dir: str, plot_path: str) -> dict:
     """Tables (markdown), plot and JSON summary of the saved runs; the criterion per async arm."""
     curves = {arm: {s: r["curve"] for s, r in by.items()} for arm, by in runs.items() if by}
     rows = async_stats.point_table(curves)
-    if p.delta:  # issue 45's equivalence test
+    if p.delta:  # the equivalence test
         eq = async_stats.equivalence(curves, p.seeds, p.iterations, p.delta, p.pilot_pairs, p.max_pairs)
         verdicts = [v | {"pairs": v.get("pairs", 0)} for v in eq["verdicts"]]
     else:

@@ -1,5 +1,5 @@
-"""Sample efficiency of the async pipeline: issue 21's paired protocol on the pixel workloads
-(below), issue 7's band comparison (async against the spread of 3 sync seeds) on the state MLP.
+"""Sample efficiency of the async pipeline: the paired protocol on the pixel workloads
+(below), the band comparison (async against the spread of 3 sync seeds) on the state MLP.
 
     nice -n 10 .venv/bin/python experiments/async_sample_efficiency.py [--debug] \
         [--json results/bench/async_sample_efficiency.json] [--plot results/async/sample_efficiency.png] [--bc-steps N]
@@ -30,7 +30,7 @@ at update 0 is `train_async`'s eval of its starting policy (before commit 4d6753
 `train_async`, this experiment evaluated the same initial weights itself; the committed result is from then).
 Writes JSON (every run's curve, the band, the verdict), a markdown table and a PNG plot.
 
-Pixel workloads: issue 21's protocol (`experiments/async_protocol.py`, statistics in
+Pixel workloads: the paired protocol (`experiments/async_protocol.py`, statistics in
 `experiments/async_stats.py`), decided before any of its runs:
 
 - `--workload grpo-tokens`: GRPO, token head, from pixels on the whole `goal` suite (the
@@ -58,7 +58,7 @@ midpoint of the run on (update >= iterations / 2: updates 10 and 15 of 15 for gr
 10, 15, 20 of 20 for ppo-flow). It is NOT EVALUATED while fewer than 5 seed pairs (ppo-flow: 3)
 exist.
 
-Issue 45 (`--workload eq45-grpo-tokens-factor` / `eq45-ppo-flow`, pre-registered in
+The equivalence test (`--workload eq45-grpo-tokens-factor` / `eq45-ppo-flow`, pre-registered in
 `results/async/preregistration_45.md`): the same runs on workloads where sync learns, fresh seeds 100-115,
 judged by an equivalence test with a 10-point margin (`async_stats.equivalence`; verdicts recomputed
 from the per-seed JSON by `python -m experiments.async_stats results/async/runs/<workload>`).
@@ -147,7 +147,7 @@ def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
     cfg = dataclasses.replace(
         cfg, seed=seed, output_dir=output_dir,
         model=dataclasses.replace(cfg.model, width=exp.width),
-        # MJX, pinned: the committed runs were MJX (the default until issue 44.3 made it 'auto')
+        # MJX, pinned: the committed runs were MJX (the default before 'auto')
         env=dataclasses.replace(cfg.env, task=exp.task, num_envs=exp.num_envs, episode_length=exp.episode_length,
                                 physics_impl="jax"),
         rl=dataclasses.replace(cfg.rl, num_iterations=exp.iterations, rollout_length=exp.rollout_length,

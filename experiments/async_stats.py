@@ -1,4 +1,4 @@
-"""The statistics of the async-vs-sync protocol (issue 21): per evaluation point, each arm's mean
+"""The statistics of the async-vs-sync protocol: per evaluation point, each arm's mean
 success over seeds with a 95% bootstrap interval, the paired difference async - sync (paired by
 seed) with its 95% bootstrap interval, and the criterion fixed before any run:
 
@@ -11,7 +11,7 @@ replacement, from a fixed numpy generator (the same inputs give the same interva
 seeds whose differences are all negative, every resampled mean is negative and the criterion
 fails; with differences of mixed sign the interval straddles 0 and it passes.
 
-Issue 45 (below `equivalence`): an equivalence test with a margin, a void rule when sync does not
+The equivalence test (below `equivalence`): an equivalence test with a margin, a void rule when sync does not
 learn, and a sample size fixed by an internal pilot; pre-registered in
 `results/async/preregistration_45.md`. Recomputed from a workload's per-seed JSONs by
 
@@ -27,7 +27,7 @@ import tyro
 
 from vlajax.stats import percentile_bootstrap
 
-BOOT_SEED = 2126  # the bootstrap generator's seed (issue 21, fixed)
+BOOT_SEED = 2126  # the bootstrap generator's seed (fixed)
 
 
 def bootstrap_mean(values) -> tuple[float, float, float]:
@@ -104,7 +104,7 @@ def criterion(rows: list[dict], arm: str, iterations: int, min_pairs: int) -> di
 
 
 # ----------------------------------------------------------------------------------------
-# Issue 45: an equivalence test with a margin (pre-registered in results/async/preregistration_45.md)
+# An equivalence test with a margin (pre-registered in results/async/preregistration_45.md)
 # ----------------------------------------------------------------------------------------
 #
 # Per async arm, on the seeds the sample-size rule below fixes:
@@ -131,7 +131,7 @@ LIFT_CONFIDENCE = 0.95  # sync's own lift
 PILOT_PAIRS = 6
 MAX_PAIRS = 16
 TARGET_POWER = 0.80
-RHO = 0.41  # correlation of a pair's differences at the two late points (pooled over issue 21's GRPO pairs)
+RHO = 0.41  # correlation of a pair's differences at the two late points (pooled over the paired protocol's GRPO pairs)
 
 
 def t_interval(values, confidence: float) -> tuple[float, float, float]:
@@ -199,7 +199,7 @@ def _success(curve: list[dict], update: int) -> float:
 def equivalence(curves: dict[str, dict[int, list[dict]]], seeds: list[int] | tuple[int, ...], iterations: int,
                 delta: float = DELTA, pilot: int = PILOT_PAIRS, max_pairs: int = MAX_PAIRS,
                 baseline: str = "sync", power_kw: dict | None = None) -> dict:
-    """The issue-45 verdict of every async arm (the rule above).
+    """The equivalence verdict of every async arm (the rule above).
 
     curves: {arm: {seed: [{'update', 'success', ...} per eval point]}}; seeds: the protocol's seed list, in
     order (the pilot is its first `pilot`, the verdict uses its first n). -> {'plan': {...}, 'verdicts': [...]}"""
@@ -342,19 +342,19 @@ class Args:
 
 
 def main(argv=None) -> dict:
-    """`python -m experiments.async_stats DIR [--json OUT]`: the issue-45 verdicts from DIR's per-seed JSONs."""
+    """`python -m experiments.async_stats DIR [--json OUT]`: the equivalence verdicts from DIR's per-seed JSONs."""
     import json
 
     from vlajax import cli
 
-    a = cli.parse(Args, argv, description="issue 45: the equivalence verdicts from per-seed run JSONs")
+    a = cli.parse(Args, argv, description="the equivalence verdicts from per-seed run JSONs")
     try:
         proto, curves = load_dir(a.runs_dir)
     except (ValueError, KeyError, OSError) as e:
         cli.error(f"{a.runs_dir}: {e}")
     if not proto.get("delta"):
         cli.error(f"{a.runs_dir}: protocol {proto.get('name')!r} has no equivalence margin (delta); "
-                  "its criterion is issue 21's (`async_sample_efficiency.py --report-only`)")
+                  "its criterion is the paired one (`async_sample_efficiency.py --report-only`)")
     result = equivalence(curves, proto["seeds"], proto["iterations"], proto["delta"], proto["pilot_pairs"],
                          proto["max_pairs"])
     result["protocol"] = proto["name"]

@@ -1,4 +1,4 @@
-"""How much of a stochastic policy's action spread its log-prob accounts for (issue 6, RL with the flow head).
+"""How much of a stochastic policy's action spread its log-prob accounts for (RL with the flow head).
 
     .venv/bin/python experiments/flow_exploration.py --flow-from runs/s3/start-flow5-400 \
         --tokens-from runs/s3/start-tokmm5-500 [--json results/bench/flow_exploration.json]

@@ -1,4 +1,4 @@
-"""Can the VLA's prefix bind the colour word to the named cube's place? A supervised probe (issue 22.4).
+"""Can the VLA's prefix bind the colour word to the named cube's place? A supervised probe.
 
 Data: first frames of object-suite scenes (gripper at home: nothing but the scene and the
 instruction says where the target is), each scene three times, once with each of its cubes as

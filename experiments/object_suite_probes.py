@@ -1,4 +1,4 @@
-"""Why does an SFT policy fail on the `object` suite? Probes of a trained checkpoint and of the cameras (issue 22.4).
+"""Why does an SFT policy fail on the `object` suite? Probes of a trained checkpoint and of the cameras.
 
 1. inputs   Which inputs does the policy read? The training loss (`vlajax.sft.loss_fn`, same
             flow-matching noise) on batches of its dataset, real and with one input taken from

@@ -1,4 +1,4 @@
-"""Issue 22.4 probe of a `model.target_conditioning` policy in closed loop on the object suite.
+"""A probe of a `model.target_conditioning` policy in closed loop on the object suite.
 
 For each episode (as `vlajax.evaluation` runs it: deterministic ODE, `--replan` actions per chunk)
 it records the model's predicted target (grasp xy, place xy; de-normalized with the training

@@ -1,17 +1,17 @@
-"""Issue 44.3: may a one-device CPU host's RL rollout default to C MuJoCo? The same policies on both simulators.
+"""May a one-device CPU host's RL rollout default to C MuJoCo? The same policies on both simulators.
 
     .venv/bin/python experiments/physics_default.py run --dry-run      # the commands, nothing runs
     nice -n 19 .venv/bin/python experiments/physics_default.py run     # 5 checkpoints x 2 simulators, ~10 min
     .venv/bin/python experiments/physics_default.py report             # the verdict, from the JSONs only
 
-Pre-registered (this docstring and `docs/results.md`, "The physics lever", committed before any run of it):
+Pre-registered (this docstring, committed before any run of it; the verdict: experiments/physics-default/README.md):
 
 `env.physics_impl='auto'` steps C MuJoCo in the RL rollout of a one-device CPU host (`bench rollout --physics
 mjx c`: 2.23-2.46x MJX's decisions/s) and MJX elsewhere. The default stays 'jax' unless the policies the
 quickstart trains act the same on both simulators. C steps the same MJCF in float64 with its own solver: it
 follows MJX closely, not bit for bit, so a closed-loop episode may end otherwise.
 
-- Policies: the SFT checkpoints of the issue-45 quickstart seeds 200-204 (`runs/quickstart-seeds45/seed-k/sft`,
+- Policies: the SFT checkpoints of the quickstart seeds 200-204 (`runs/quickstart-seeds45/seed-k/sft`,
   the starts of `results/runs/quickstart-seeds45/`).
 - Episodes: each seed's RL evaluation protocol (`rl-grpo-tokens`: goal suite, 20 episodes per task = 80,
   episode seeds = the run's seed k, 4 actions executed per decision, greedy tokens), on `--env.physics-impl jax`
@@ -21,7 +21,8 @@ follows MJX closely, not bit for bit, so a closed-loop episode may end otherwise
 - Test: the per-episode difference C - MJX (400 paired episodes). Its 90% percentile-bootstrap interval
   (10,000 resamples, seed 0, resampling episodes within each checkpoint) inside [-5, +5] points -> the
   policies act the same on both simulators: `env.physics_impl` defaults to 'auto'. Otherwise it stays 'jax'.
-  The margin is half of issue 45's 10 points: a simulator difference must be small beside RL's own spread.
+  The margin is half of the async equivalence test's 10 points: a simulator difference must be small
+  beside RL's own spread.
 - Reported beside it, deciding nothing: per-seed differences, per-episode agreement, each eval's wall time
   (loading and compiles included).
 - One look before this was written, which chose nothing but the command's form: seed 200's checkpoint with

@@ -1,4 +1,4 @@
-"""Issue 45.3: the quickstart's lift over fresh seeds, with a synchronous pair for the same recipe.
+"""The quickstart's lift over fresh seeds, with a synchronous pair for the same recipe.
 
     .venv/bin/python experiments/quickstart_seeds.py run --dry-run              # the commands, nothing runs
     nice -n 19 .venv/bin/python experiments/quickstart_seeds.py run             # seeds 200-204: hours on 2 cores
@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.outputs import git_state, loadavg, write_results  # noqa: E402
 from vlajax import cli, quickstart, quickstart_report  # noqa: E402
 
-SEEDS = (200, 201, 202, 203, 204)  # fresh: never used by a quickstart or a protocol before issue 45
+SEEDS = (200, 201, 202, 203, 204)  # fresh: never used by a quickstart or a protocol before
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Does randomizing camera and lighting during SFT buy robustness to them? (issue 22, acceptance 3)
+"""Does randomizing camera and lighting during SFT buy robustness to them?
 
     .venv/bin/python experiments/robustness_randomization.py --json runs/experiments/robustness_randomization.json
     .venv/bin/python experiments/robustness_randomization.py --smoke --out /tmp/rr   # minutes, what the test runs
