@@ -256,12 +256,17 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+GROUP_NICE = {"value": None}  # --group-nice: the runs' autogroup niceness (None = the kernel's default)
+
+
 def _share_nice(pid: int) -> None:
-    """Give the run's own session (its scheduler autogroup) this sweep's niceness: `nice -n 10` on the sweep then
-    lowers its runs too on a shared machine (the kernel ranks autogroups, not processes, between sessions)."""
+    """Set the run's own session's scheduler autogroup niceness (`--group-nice`): between sessions the kernel
+    ranks autogroups, not processes, so a run's `nice` alone does not lower it against other sessions."""
+    if GROUP_NICE["value"] is None:
+        return
     try:
         with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(os.nice(0)))
+            f.write(str(GROUP_NICE["value"]))
     except OSError:  # no autogroups here, or not permitted: the runs keep the default share
         pass
 
@@ -460,7 +465,9 @@ def sweep(selected: list[Case], work: str, *, timeout_s: float, max_rss: int, pr
         r.pop("_key", None)
         progress(f"{r['outcome']:13s} {r['seconds']:7.1f}s {r['command']} {r['name']} {r.get('error', '')}")
     done: dict[str, dict] = {}
-    for case in sorted(selected, key=lambda c: (COMMANDS.index(c.command), BASE_ORDER.index(c.base))):
+    # cheap bases first; within a base the pairings before the single values (they reach the most code)
+    order = lambda c: (COMMANDS.index(c.command), BASE_ORDER.index(c.base), len(c.values) == 1)  # noqa: E731
+    for case in sorted(selected, key=order):
         needs = {"sft": "dataset", "eval": "checkpoint", "serve": "checkpoint"}.get(case.command)
         if needs and not os.path.exists(prereq.get(needs, "")):
             row = {"name": case.name, "command": case.command, "base": case.base, "outcome": "failed",
@@ -499,7 +506,10 @@ def main(argv_: list[str]) -> int:
     p.add_argument("--timeout-s", type=float, default=900.0, help="a run killed past this is 'timeout'")
     p.add_argument("--max-rss-gb", type=float, default=6.0, help="a run whose processes pass this is 'memory'")
     p.add_argument("--work", default="", help="run directories here (default: a temporary one, removed after)")
+    p.add_argument("--group-nice", type=int, default=None,
+                   help="autogroup niceness of each run's session (-20..19; default: the kernel's, 0)")
     a = p.parse_args(argv_)
+    GROUP_NICE["value"] = a.group_nice
     selected = cases(a.commands)
     if a.subset:
         k, _, n = a.subset.partition("/")
