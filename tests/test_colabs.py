@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import os
 import pathlib
+import re
 
 import nbformat
 import pytest
@@ -53,6 +54,16 @@ def test_readme_lists_every_notebook_and_each_installs_vlajax():
         nb = nbformat.read(path, as_version=4)
         assert "**Colab:**" in nb.cells[0].source, f"{path.name}: the first cell names the Colab runtime"
         assert nb.cells[1].source.startswith("# @title Install vlajax"), f"{path.name}: the second cell installs vlajax"
+
+
+def test_notebooks_cite_no_measured_figures():
+    """The figures a user compares against live in one place (README / docs/results.md, each with its command):
+    a notebook's text points there instead of quoting numbers that can drift apart from them."""
+    figure = re.compile(r"\d+\.\d+\s?%|[+-]\d+(\.\d+)? points|\breaches 0\.\d+")
+    for path in COLABS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                assert not figure.search(cell.source), f"{path.name}: {figure.search(cell.source).group(0)!r}"
 
 
 def _config_fields(cls) -> set[str]:
