@@ -18,7 +18,7 @@ see docs/libero.md "LIBERO demonstrations"):
   (a bowl resting tilted on the ramekin has one side 2 cm higher than the other);
 - a bowl that starts inside a drawer (`(In bowl <cabinet>_top_region)`) is grasped across the
   drawer's width (`u` = the drawer's x axis, the hand turned about z to match) on the side with more
-  room to its wall, higher on its wall: along the drawer's depth the front wall leaves 1.6 cm, too little for a
+  room to its wall, higher on its wall, and lifted slowly: along the drawer's depth the front wall leaves 1.6 cm, too little for a
   finger, and behind the bowl is the cabinet;
 - placing is closed-loop on the bowl's own position (LIBERO's `On(bowl, plate)` needs the centres
   within 3 cm in xy), and a grasp that did not lift the bowl, or lost it on the way, is retried from
@@ -222,6 +222,8 @@ class SpatialExpert:
         else:
             near = name in ("down", "lower") and abs(goal[2] - eef[2]) < 0.05
             limit = 0.5 if near else 1.0  # slower near contact: less overshoot
+            if name == "lift" and self.grasp_h == GRASP_H_DRAWER:
+                limit = 0.3  # out of the drawer slowly: a fast lift lost the bowl against the cabinet
             move = np.clip((goal - eef) / POS_SCALE, -limit, limit)
         rot = self._turn(obs)
         if name in ("close", "release"):
