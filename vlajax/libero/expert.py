@@ -18,8 +18,8 @@ see docs/libero.md "LIBERO demonstrations"):
   (a bowl resting tilted on the ramekin has one side 2 cm higher than the other);
 - a bowl that starts inside a drawer (`(In bowl <cabinet>_top_region)`) is grasped across the
   drawer's width (`u` = the drawer's x axis, the hand turned about z to match) on the side with more
-  room to its wall, higher on its wall, and lifted slowly: along the drawer's depth the front wall leaves 1.6 cm, too little for a
-  finger, and behind the bowl is the cabinet;
+  room to its wall, higher on its wall, and lifted slowly: along the drawer's depth the front wall
+  leaves 1.6 cm, too little for a finger, behind the bowl is the cabinet, and a fast lift lost the bowl;
 - placing is closed-loop on the bowl's own position (LIBERO's `On(bowl, plate)` needs the centres
   within 3 cm in xy), and a grasp that did not lift the bowl, or lost it on the way, is retried from
   above (once).
