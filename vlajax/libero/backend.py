@@ -50,6 +50,8 @@ class PoolBackend:
             raise ValueError("--libero.bind: an interface address (127.0.0.1, 0.0.0.0, a host's IP)")
         if self.backend == "local":
             bad = [f for f in ("ray_libero_venv", "ray_repo") if getattr(self, f)]
+            if self.cpus_per_worker != 1.0:
+                bad.insert(0, "cpus_per_worker")
             if self.ray_address != "auto":
                 bad.insert(0, "ray_address")
             if bad:
