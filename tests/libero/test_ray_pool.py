@@ -3,8 +3,8 @@ nodes with their own CPUs (`ray.cluster_utils.Cluster`: a head without CPUs, two
 worker actor reserves 1, so two actors land on two nodes), real LIBERO workers.
 
 - `eval --libero.backend ray` runs its episodes on both nodes with the local pool's outcomes and frames;
-- an actor SIGKILLed, (slow:) a node removed and an actor hung (SIGSTOP), each mid-episode: the episode re-runs from
-  its initial state on a new actor and is counted once; the lost LIBERO process is gone;
+- (slow) an actor SIGKILLed, a node removed and an actor hung (SIGSTOP), each mid-episode: the episode re-runs
+  from its initial state on a new actor and is counted once; the lost LIBERO process is gone;
 - (slow) async RL on LIBERO workers through Ray: 3 updates, an actor killed mid-episode.
 
 Needs Ray (`pip install -e '.[ray]'`, which `make test` installs) and the LIBERO venv; skipped without either
@@ -131,6 +131,7 @@ def _results_of(seen, ep_id):
     return sum(1 for m in seen if m.get("event") == "result" and m.get("id") == ep_id)
 
 
+@pytest.mark.slow  # (24-61 s: two actors and two LIBERO workers start on a loaded machine)
 def test_killed_actor_mid_episode_is_recovered_and_counted_once(cluster, tmp_path):
     """An actor SIGKILLed mid-episode (its process, as the OOM killer or a crash would)."""
     seen, lost = [], []
