@@ -131,7 +131,7 @@ def _results_of(seen, ep_id):
     return sum(1 for m in seen if m.get("event") == "result" and m.get("id") == ep_id)
 
 
-@pytest.mark.slow  # (24-61 s: two actors and two LIBERO workers start on a loaded machine)
+@pytest.mark.slow  # (61 s at load 14-18: two actors and two LIBERO workers start, one after the kill)
 def test_killed_actor_mid_episode_is_recovered_and_counted_once(cluster, tmp_path):
     """An actor SIGKILLed mid-episode (its process, as the OOM killer or a crash would)."""
     seen, lost = [], []
