@@ -1,7 +1,7 @@
 """The scripted LIBERO expert (vlajax.libero.expert): its state machine on a kinematic stand-in of the
-arm (numpy only, runs everywhere), and the two libero_spatial scenes it used to fail -- the bowl in the
-drawer (task 4) and the bowl on the ramekin (task 5) -- in real LIBERO physics (the LIBERO venv; skipped
-without it unless VLAJAX_LIBERO_REQUIRED=1)."""
+arm (numpy only, runs everywhere), and (slow) the two libero_spatial scenes it used to fail -- the bowl in
+the drawer (task 4) and the bowl on the ramekin (task 5) -- in real LIBERO physics (the LIBERO venv;
+skipped without it unless VLAJAX_LIBERO_REQUIRED=1)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,7 @@ def _venv_or_skip() -> str:
         pytest.skip(f"{e}")
 
 
+@pytest.mark.slow  # two ~150-step episodes in real physics: 71 s on the shared 2-core machine at load ~18
 def test_the_drawer_and_the_ramekin_scenes_succeed_in_libero(tmp_path):
     """Tasks 4 (bowl in the top drawer) and 5 (bowl on the ramekin), one demo initial state each, physics only
     (no renderer), through a real worker: LIBERO's own goal check ends both episodes."""
