@@ -57,7 +57,7 @@ class LiberoEvalArgs:
     checkpoint: str = ""  # a vlajax run directory, served in-process (e.g. an imported pi05_libero)
     policy_server: str = ""  # ws://HOST:PORT of an openpi-protocol policy server (instead of --checkpoint)
     expert: bool = False  # libero_spatial's scripted expert (object poses; vlajax.libero.expert) instead of a policy
-    episodes_per_task: int = 50  # init states 0..N-1 of every task (LIBERO has 50 per task)
+    episodes_per_task: int = 25  # init states 0..N-1 of every task: 0..24 are held out from demos (25..49)
     tasks: tuple[int, ...] = ()  # task indices ('' = every task of the suite)
     robustness: str = ""  # LIBERO-PRO axes, comma-separated (swap,lan,object,task,env) or 'all'
     workers: int = 2  # LIBERO worker processes
@@ -233,6 +233,10 @@ def _run(args: LiberoEvalArgs, stop) -> int:
                                        policy="expert" if args.expert else "server",
                                        cameras=args.video or not args.expert) for i in range(args.episodes_per_task)]
         counts["of"] = len(episodes)
+        if args.episodes_per_task > len(P.EVAL_INITS):
+            print(f"note: --episodes-per-task {args.episodes_per_task} reaches past the held-out initial states "
+                  f"{P.EVAL_INITS.start}..{P.EVAL_INITS.stop - 1} into the ones `demos` records from "
+                  f"({P.DEMO_INITS.start}..{P.DEMO_INITS.stop - 1})", file=sys.stderr)
         out = os.path.abspath(args.out or os.path.join("runs", "eval", f"libero-{args.suite}"))
         frames_dir = os.path.join(out, "frames")
         launcher = make_launcher(args.libero, pyth)  # ray: joins the cluster (ValueError when none answers)
