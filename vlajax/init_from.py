@@ -1,7 +1,7 @@
 """`sft.init_from`: start SFT from another run's weights (an SFT run or an imported openpi checkpoint).
 
     cfg = resolve_config(cfg)                  # an empty model.tokenizer_path takes the source's
-    openpi = delta_transforms(cfg)             # the source's openpi transforms if it learned delta actions
+    openpi = openpi_transforms(cfg)            # the source's openpi transforms (an imported openpi policy)
     state = load_into(cfg, state, mesh)        # the source's params (its EMA when kept) into `state`
 
 The source directory is what `vlajax.train sft` or `python -m vlajax.models.import_openpi`
@@ -12,11 +12,13 @@ start fresh anyway: LoRA factors (`*_lora_a` / `*_lora_b`, a LoRA run from full 
 value head (`value_hidden`, `value_out`) and flow_noise's `noise_std` (logged). The optimizer state, step and EMA of
 `state` start fresh (the EMA, when kept, starts at the loaded params).
 
-A source whose `policy.json` records openpi transforms with a delta mask (an imported `pi0_libero`,
-`pi0_aloha`, `pi05_aloha`, or `--delta-dims`; or an SFT run fine-tuned from one) was trained on
-delta actions: SFT applies openpi's DeltaActions on those dims to its targets
-(`vlajax.data.openpi`) and its saved policy keeps the transforms, so its outputs go back through
-AbsoluteActions. ALOHA's `adapt_to_pi` (joint flips and gripper maps, before any delta) is not
+A source whose `policy.json` records openpi transforms (an imported `pi0_libero`, `pi05_libero`, ...;
+or an SFT run fine-tuned from one) is fine-tuned with openpi's training transforms: norm stats
+computed from the dataset as openpi's `compute_norm_stats` computes them
+(`vlajax.data.openpi.openpi_norm_stats`), and, where the record has a delta mask (`pi0_libero`,
+`pi0_aloha`, `pi05_aloha`, or `--delta-dims`), openpi's DeltaActions on those dims to its targets
+(and under those stats); its saved policy keeps the transforms, so its outputs go back through
+AbsoluteActions and the robot's outputs. ALOHA's `adapt_to_pi` (joint flips and gripper maps, before any delta) is not
 applied by the SFT input pipeline: such a source (`pi0_aloha`, `pi05_aloha`, and `pi0_aloha_sim`, which
 has no delta mask) is a `ConfigError` unless `sft.delta_actions='off'` (the dataset's actions as they are).
 """
@@ -35,7 +37,7 @@ from vlajax.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["resolve_config", "delta_transforms", "load_into"]
+__all__ = ["resolve_config", "delta_transforms", "openpi_transforms", "load_into"]
 
 
 def _source(cfg: TrainConfig) -> tuple[str, TrainConfig]:
@@ -57,10 +59,19 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
 
 
 def delta_transforms(cfg: TrainConfig, resume_from: str | None = None):
-    """The `OpenpiTransforms` of `cfg.sft.init_from`'s policy when they carry a delta mask (its
-    targets must be delta actions on those dims), else None. Reads `policy.json` only: the source's,
-    or, when `resume_from` (the run's own checkpoint directory, resuming) holds one, that one -- a
-    resumed run keeps the transforms it started with and no longer needs the source directory."""
+    """`openpi_transforms` when they carry a delta mask (the targets must be delta actions on those
+    dims), else None."""
+    transforms = openpi_transforms(cfg, resume_from)
+    return transforms if transforms is not None and any(transforms.delta_mask) else None
+
+
+def openpi_transforms(cfg: TrainConfig, resume_from: str | None = None):
+    """The `OpenpiTransforms` of `cfg.sft.init_from`'s policy (an imported openpi policy, or an SFT run
+    fine-tuned from one), else None. SFT then trains on openpi's data transforms (DeltaActions on their
+    mask, when they have one) with norm stats computed as openpi computes them, and keeps the record in
+    its own `policy.json`. Reads `policy.json` only: the source's, or, when `resume_from` (the run's own
+    checkpoint directory, resuming) holds one, that one -- a resumed run keeps the transforms it started
+    with and no longer needs the source directory."""
     import json
 
     from vlajax.policy import POLICY_FILE
@@ -88,7 +99,7 @@ def delta_transforms(cfg: TrainConfig, resume_from: str | None = None):
                           f"{learned} in openpi's ALOHA space (adapt_to_pi: joint flips, gripper maps), which the "
                           "SFT input pipeline does not apply; --sft.delta-actions off fine-tunes it on the dataset's "
                           "state and actions as they are, saved without the source's robot transforms")
-    return transforms if any(transforms.delta_mask) else None
+    return transforms
 
 
 def _flat(tree: Any) -> dict[str, Any]:

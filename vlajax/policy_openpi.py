@@ -12,7 +12,8 @@ The robot transforms (`ROBOTS`), each openpi's `<Robot>Inputs` / `<Robot>Outputs
 
   libero  `observation/image`, `observation/wrist_image` (uint8 [h, w, 3]) -> base_0_rgb,
           left_wrist_0_rgb (right_wrist_0_rgb black, mask False); `observation/state` [8];
-          actions: the first 7 dims.
+          actions: the first 7 dims. The cameras are `agentview` / `wrist`, and also `image` /
+          `wrist_image` (openpi's LIBERO dataset names: a policy fine-tuned on such data reads those).
   droid   `observation/exterior_image_1_left`, `observation/wrist_image_left` -> base, left wrist;
           state = `observation/joint_position` [7] + `observation/gripper_position` [1]; actions: 8 dims.
   aloha   `images/cam_high`, `images/cam_left_wrist`, `images/cam_right_wrist` (uint8 [3, h, w]
@@ -52,12 +53,16 @@ class RobotKeys:
     action_dims: int  # dims the robot's outputs keep
     camera_map: tuple[tuple[str, str], ...]  # (camera, openpi image slot)
     optional: tuple[str, ...] = ()  # cameras that may be absent (black, mask False)
+    # (dataset camera, our camera): the names a dataset of openpi's layout gives them (LIBERO: `image`,
+    # `wrist_image`); `env_view` also emits them, so a policy fine-tuned on such a dataset reads raw requests
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 # our camera names for the robot's cameras (the names the tabletop env and `data.camera_map` use)
 ROBOTS: dict[str, RobotKeys] = {
     "libero": RobotKeys((("observation/image", "agentview"), ("observation/wrist_image", "wrist")),
-                        ("observation/state",), 7, (("agentview", "base_0_rgb"), ("wrist", "left_wrist_0_rgb"))),
+                        ("observation/state",), 7, (("agentview", "base_0_rgb"), ("wrist", "left_wrist_0_rgb")),
+                        aliases=(("image", "agentview"), ("wrist_image", "wrist"))),
     "droid": RobotKeys((("observation/exterior_image_1_left", "agentview"), ("observation/wrist_image_left", "wrist")),
                        ("observation/joint_position", "observation/gripper_position"), 8,
                        (("agentview", "base_0_rgb"), ("wrist", "left_wrist_0_rgb"))),
@@ -114,6 +119,9 @@ class OpenpiTransforms:
             if img.shape[-1] != 3 and img.shape[-3] == 3:  # [B, 3, h, w] -> [B, h, w, 3]
                 img = jnp.moveaxis(jnp.asarray(img), -3, -1)
             out[f"pixels/{cam}"] = img
+        for alias, cam in self.keys.aliases:  # the same array under the dataset's camera name
+            if f"pixels/{cam}" in out and f"pixels/{alias}" not in out:
+                out[f"pixels/{alias}"] = out[f"pixels/{cam}"]
         if all(k in obs for k in self.keys.state):
             parts = [jnp.asarray(obs[k], jnp.float32) for k in self.keys.state]
             rank = parts[0].ndim  # a scalar per row (DROID's gripper position [B]) becomes [B, 1]

@@ -257,7 +257,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             resuming = cfg.checkpoint.resume and bool(checkpoint_steps(own))
             # 'off' (another embodiment): the dataset's actions and our own bridge; the source's transforms
             # are not read, so none of their refusals (a mask too wide, openpi's ALOHA space) applies
-            openpi = None if cfg.sft.delta_actions == "off" else init_from.delta_transforms(
+            openpi = None if cfg.sft.delta_actions == "off" else init_from.openpi_transforms(
                 cfg, own if resuming else None)
             log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
@@ -270,12 +270,14 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             with progress.phase("loading the dataset"):
                 loader, info = make_loader(cfg, mesh, aux_frames=frames,
                                            delta_mask=openpi.delta_mask if openpi else (),
-                                           delta_from=f"sft.init_from={cfg.sft.init_from}")
+                                           delta_from=f"sft.init_from={cfg.sft.init_from}",
+                                           openpi_stats=openpi is not None)
             bridge = Bridge.from_data(cfg, info)
             if openpi is not None:  # serving / eval turn its delta outputs back into absolute actions
                 bridge = dataclasses.replace(bridge, openpi=openpi)
-                log.info("sft: %s learned delta actions: DeltaActions on mask %s (openpi's data transform)",
-                         cfg.sft.init_from, [int(b) for b in openpi.delta_mask])
+                log.info("sft: %s has openpi's transforms (%s): norm stats as its compute_norm_stats, "
+                         "DeltaActions on mask %s", cfg.sft.init_from, openpi.train_config or "custom",
+                         [int(b) for b in openpi.delta_mask])
             log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
                      cfg.data.batching, info.slots, info.rows, info.row_len)
 

@@ -181,8 +181,9 @@ def test_init_from_reads_the_sources_delta_mask(tokenizer, tmp_path):
     assert init_from.delta_transforms(cfg.replace(sft=SFTConfig(init_from=d))) == libero
     assert init_from.delta_transforms(cfg) is None  # no init_from
     for name, t in (("pi05", OPENPI_CONFIGS["pi05_libero"].transforms), ("ours", None)):  # no delta mask
-        assert init_from.delta_transforms(cfg.replace(sft=SFTConfig(init_from=_source_dir(tmp_path / name, cfg, t)))) \
-            is None
+        run = cfg.replace(sft=SFTConfig(init_from=_source_dir(tmp_path / name, cfg, t)))
+        assert init_from.delta_transforms(run) is None
+        assert init_from.openpi_transforms(run) == t  # pi05_libero: still openpi's transforms (its norm stats)
     aloha = _source_dir(tmp_path / "aloha", cfg, OPENPI_CONFIGS["pi0_aloha"].transforms)
     with pytest.raises(ConfigError, match=r"pi0_aloha\) learned delta actions in openpi's ALOHA space"):
         init_from.delta_transforms(cfg.replace(sft=SFTConfig(init_from=aloha)))
@@ -249,8 +250,12 @@ def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, 
     assert out["steps"] == 1 and np.isfinite(out["final_loss"])
     bridge = Bridge.load(out["checkpoint_dir"])
     assert bridge.openpi == libero  # serving / eval apply AbsoluteActions on the same mask
-    _, info = make_loader(cfg, None, delta_mask=libero.delta_mask)
-    np.testing.assert_allclose(bridge.norm["actions"].mean, info.norm["actions"].mean, rtol=1e-6)
+    # the statistics openpi's compute_norm_stats computes (after DeltaActions), not meta/stats.json's
+    # (in batches of the run's data.batch_size, as openpi's loader feeds them)
+    _, info = make_loader(cfg.replace(data=run.data), None, delta_mask=libero.delta_mask, openpi_stats=True)
+    for key in ("actions", "state"):
+        for name in ("mean", "std", "q01", "q99"):
+            np.testing.assert_allclose(getattr(bridge.norm[key], name), getattr(info.norm[key], name), rtol=1e-6)
     src = make_source(cfg)
     rec = src[3]
     x = Compose(info.transforms.inputs)(rec)  # the normalized delta target SFT trained on

@@ -206,13 +206,16 @@ def mix_aux_frames(cfg: TrainConfig, src: ActionChunkSource, frames: dict) -> Mi
 
 def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs: int | None = None,
                 train: bool = True, aux_frames: Callable[[], dict] | None = None,
-                delta_mask: tuple[bool, ...] = (), delta_from: str = "delta_mask") -> tuple[Loader, DataInfo]:
+                delta_mask: tuple[bool, ...] = (), delta_from: str = "delta_mask",
+                openpi_stats: bool = False) -> tuple[Loader, DataInfo]:
     """This process's loader of global batches over `mesh` (None: process-local numpy).
 
     `delta_mask` (pi families; the policy being fine-tuned was trained on delta actions): openpi's
     DeltaActions on those dims before normalizing, whose action statistics are then the delta actions'
     (`vlajax.data.openpi.delta_action_stats`); a dataset it cannot apply to is a ConfigError naming
-    `delta_from` (where the mask came from).
+    `delta_from` (where the mask came from). `openpi_stats` (fine-tuning an imported openpi policy):
+    the statistics are computed from the frames as openpi's `compute_norm_stats` computes them
+    (`vlajax.data.openpi.openpi_norm_stats`, after DeltaActions), not read from `meta/stats.json`.
 
     `aux_frames` (with `data.grounding_fraction` > 0): a function returning the frames
     (`vlajax.demos.grounding_frames`' output), called only once the dataset passed its checks; they
@@ -225,11 +228,14 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     src = ActionChunkSource(src.data, cfg.model.action_horizon, cameras=cams, aux=src.aux,
                             aux_frame_weight=src.aux_frame_weight)
     records = src if aux_frames is None else mix_aux_frames(cfg, src, aux_frames())
-    stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
-                            dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
-    norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
-    if delta_mask:  # the targets are delta actions on the masked dims: so are their statistics
-        norm["actions"] = openpi.delta_action_stats(src, delta_mask, norm["actions"])
+    if openpi_stats:  # fine-tuning an imported openpi policy: the stats openpi's compute_norm_stats would write
+        norm = openpi.openpi_norm_stats(src, delta_mask, cfg.data.batch_size)
+    else:
+        stats = load_norm_stats(src.data.root, (src.action_key, src.state_key),
+                                dims={src.action_key: src.action_dim, src.state_key: src.state_dim})
+        norm = {"actions": stats[src.action_key], "state": stats[src.state_key]}
+        if delta_mask:  # the targets are delta actions on the masked dims: so are their statistics
+            norm["actions"] = openpi.delta_action_stats(src, delta_mask, norm["actions"])
     spec = openpi.prefix_spec(cfg.model) if openpi.is_pi(cfg.model) else PrefixSpec.from_model(cfg.model, cams)
     group = make_transform(cfg, cams, norm, train=train, delta_mask=delta_mask)
     transform = Compose(group.inputs)

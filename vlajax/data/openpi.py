@@ -51,7 +51,7 @@ from vlajax.policy_openpi import delta_shift
 
 __all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
            "make_transform", "TokenizePi", "load_tokenizer", "check_vocab", "DeltaActions", "AbsoluteActions",
-           "check_delta", "delta_action_stats"]
+           "check_delta", "delta_action_stats", "openpi_norm_stats"]
 
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's image keys (sorted = its order)
 
@@ -243,6 +243,41 @@ def delta_action_stats(src: ActionChunkSource, delta_mask: tuple[bool, ...], bas
         new[dims] = value[dims]
         out[name] = new
     return NormStats(**out)
+
+
+def openpi_norm_stats(src: ActionChunkSource, delta_mask: tuple[bool, ...] = (), batch_size: int = 32,
+                      ) -> dict[str, NormStats]:
+    """`{'state', 'actions'}` statistics as openpi's `scripts/compute_norm_stats.py` computes them for a
+    LeRobot dataset: its loader's batches of `batch_size` frames in dataset order (no shuffle; the last
+    partial batch dropped, as its loader does -- unless the dataset is shorter than one batch, then one
+    batch of every frame), each frame's state [S] and action chunk [H, A] (the last action repeated past
+    the episode's end, as LeRobot's `delta_timestamps` clamp) after the data transforms -- DeltaActions
+    on `delta_mask` -- into one `vlajax.data.stats.RunningStats` per key: mean / std exact, q01 / q99 from
+    its histograms, min / max kept. Float32 [S] / [A] each."""
+    from vlajax.data.stats import RunningStats
+
+    total = len(src)
+    n_batches = total // batch_size
+    bounds = [(b * batch_size, (b + 1) * batch_size) for b in range(n_batches)] or [(0, total)]
+    data = src.data
+    all_actions = np.asarray(data.columns[src.action_key], np.float32).reshape(total, -1)
+    all_state = np.asarray(data.columns[src.state_key], np.float32).reshape(total, -1)
+    end = data.episode_to[data.episode_of]  # [N] exclusive end of each frame's episode
+    stats = {"state": RunningStats(), "actions": RunningStats()}
+    for a, b in bounds:
+        frames = np.arange(a, b)
+        steps = np.minimum(frames[:, None] + np.arange(src.horizon)[None, :], end[frames][:, None] - 1)
+        state, actions = all_state[frames], all_actions[steps]  # [B, S], [B, H, A]
+        if any(delta_mask):
+            actions = actions.copy()
+            actions[..., : len(delta_mask)] -= delta_shift(delta_mask, state).astype(np.float32)
+        stats["state"].update(state)
+        stats["actions"].update(actions)
+    out = {}
+    for key, rs in stats.items():
+        mean, std, q01, q99, lo, hi = (np.asarray(v, np.float32) for v in rs.finish())
+        out[key] = NormStats(mean, std, q01, q99, lo, hi)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

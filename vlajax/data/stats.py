@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["QUANTILES", "STAT_NAMES", "episode_stats", "aggregate"]
+__all__ = ["QUANTILES", "STAT_NAMES", "RunningStats", "episode_stats", "aggregate"]
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
@@ -70,3 +70,68 @@ def aggregate(per_episode: Sequence[dict[str, dict[str, np.ndarray]]]) -> dict[s
                 agg[q] = (wb * np.stack([np.asarray(e[q], np.float64) for e in eps])).sum(0)
         out[key] = agg
     return out
+
+
+class RunningStats:
+    """openpi's norm statistics of a stream of vectors (`openpi.shared.normalize.RunningStats`, the
+    algorithm its `compute_norm_stats` runs): exact running mean and std, and q01 / q99 read off one
+    5,000-bin histogram per dimension.
+
+    The histogram's edges span the first batch's [min - 1e-10, max + 1e-10]; when a later batch
+    widens the range, the edges become linspace(min, max) of the new range and each old bin's count
+    moves into the new bin holding its left edge; values are then binned against the edges as
+    `np.histogram` bins them (the last bin closed). A quantile q is the left edge of the first bin
+    whose cumulative count reaches q * count. So the quantiles depend on the batches' order and
+    size, as openpi's do: feed the batches openpi's loader would.
+
+        stats = RunningStats(); stats.update(x)   # x [..., d], every leading dim a batch dim
+        mean, std, q01, q99, lo, hi = stats.finish()   # float64 [d] each
+    """
+
+    BINS = 5000
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = self.sq = self.lo = self.hi = None
+        self.hist: np.ndarray | None = None  # [d, BINS]
+        self.edges: np.ndarray | None = None  # [d, BINS + 1]
+
+    def update(self, batch: np.ndarray) -> None:
+        x = np.asarray(batch)
+        x = x.reshape(-1, x.shape[-1])
+        n, d = x.shape
+        if self.count == 0:
+            self.mean, self.sq = x.mean(0), (x**2).mean(0)
+            self.lo, self.hi = x.min(0), x.max(0)
+            self.hist = np.zeros((d, self.BINS))
+            self.edges = np.stack([np.linspace(a - 1e-10, b + 1e-10, self.BINS + 1) for a, b in zip(self.lo, self.hi)])
+        else:
+            if d != self.mean.size:
+                raise ValueError(f"vectors of {d} dims after {self.mean.size}")
+            lo, hi = np.minimum(self.lo, x.min(0)), np.maximum(self.hi, x.max(0))
+            widened = np.any(lo < self.lo) or np.any(hi > self.hi)
+            self.lo, self.hi = lo, hi
+            if widened:  # every dimension is re-binned when any range grew (as openpi does)
+                for i in range(d):
+                    new = np.linspace(self.lo[i], self.hi[i], self.BINS + 1)
+                    self.hist[i] = np.histogram(self.edges[i, :-1], bins=new, weights=self.hist[i])[0]
+                    self.edges[i] = new
+        self.count += n
+        w = n / self.count
+        self.mean = self.mean + (x.mean(0) - self.mean) * w
+        self.sq = self.sq + ((x**2).mean(0) - self.sq) * w
+        for i in range(d):
+            self.hist[i] += np.histogram(x[:, i], bins=self.edges[i])[0]
+
+    def quantile(self, q: float) -> np.ndarray:
+        """[d]: the left edge of the first bin whose cumulative count reaches q * count."""
+        cum = np.cumsum(self.hist, axis=1)
+        idx = np.array([np.searchsorted(c, q * self.count) for c in cum])
+        return self.edges[np.arange(len(idx)), idx]
+
+    def finish(self) -> tuple[np.ndarray, ...]:
+        """(mean, std, q01, q99, min, max), float64 [d] each; ValueError under 2 vectors (openpi's rule)."""
+        if self.count < 2:
+            raise ValueError("statistics of fewer than 2 vectors")
+        std = np.sqrt(np.maximum(0.0, self.sq - self.mean**2))
+        return self.mean, std, self.quantile(0.01), self.quantile(0.99), self.lo, self.hi
