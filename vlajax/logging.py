@@ -158,25 +158,18 @@ CHATTY = ("vlajax.checkpoint", "vlajax.preemption")
 TIMING_WARNINGS = ("Waiting for previous save to complete",)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def _not_timing(record: _pylogging.LogRecord) -> bool:
     return not (record.levelno == _pylogging.WARNING and record.getMessage().startswith(TIMING_WARNINGS))
-
-
-class _ConsoleFormat(_pylogging.Formatter):
-    """vlajax's own INFO lines as their bare message (they name their command: `sft: ...`); anything else
-    with its level and logger."""
-
-    def format(self, record: _pylogging.LogRecord) -> str:
-        if record.levelno == _pylogging.INFO and record.name.startswith("vlajax"):
-            return record.getMessage()
-        return f"{record.levelname} {record.name}: {record.getMessage()}"
 
 
 def setup_console(verbose: bool = False) -> None:
     """Console logging for a command (stderr). Default: vlajax's own INFO lines (less `CHATTY`'s) and every
     library's warnings (less `TIMING_WARNINGS`); third-party INFO -- JAX probing backends (`Unable to initialize
     backend 'tpu'`), Orbax's per-file save internals -- is off. `verbose` (`--logging.verbose`): INFO from
-    every library, with timestamps."""
+    every library. Lines are `LOG_FORMAT` either way."""
     try:  # absl (Orbax logs through it) keeps its own verbosity besides Python's levels
         from absl import logging as absl_logging
 
@@ -184,13 +177,12 @@ def setup_console(verbose: bool = False) -> None:
     except ImportError:
         pass
     if verbose:
-        _pylogging.basicConfig(level=_pylogging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                               force=True)
+        _pylogging.basicConfig(level=_pylogging.INFO, format=LOG_FORMAT, force=True)
         for name in ("vlajax", *CHATTY):
             _pylogging.getLogger(name).setLevel(_pylogging.NOTSET)
         return
     handler = _pylogging.StreamHandler()
-    handler.setFormatter(_ConsoleFormat())
+    handler.setFormatter(_pylogging.Formatter(LOG_FORMAT))
     handler.addFilter(_not_timing)
     _pylogging.basicConfig(level=_pylogging.WARNING, handlers=[handler], force=True)
     _pylogging.getLogger("vlajax").setLevel(_pylogging.INFO)
