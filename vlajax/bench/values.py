@@ -72,7 +72,7 @@ BASES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
            "pixels": ("rl-debug", {"rl.num_iterations": 1, "rl.eval_every": -1, "env.obs_mode": "pixels",
                                    "env.num_envs": 2, "env.image_size": 16, "model.image_size": 16,
                                    "model.depth": 1, "model.vit_depth": 1, "model.num_denoise_steps": 2,
-                                   "rl.rollout_length": 2, "rl.num_minibatches": 1,
+                                   "rl.rollout_length": 2, "rl.num_minibatches": 1, "rl.group_size": 2,
                                    "model.flow_sampler": "flow_sde", "model.value_head": "prefix"}),
            "async": ("rl-async-debug", {"rl.num_iterations": 1, "rl.eval_every": -1})},
     "eval": {"main": ("sft-tiny", {**_EPISODE, "sft.eval_episodes_per_task": 1})},
