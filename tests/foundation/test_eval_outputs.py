@@ -7,13 +7,19 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 from PIL import Image
 
+from tests.sft.conftest import write_dataset
 from vlajax import evaluation
 from vlajax import train as train_cli
 from vlajax.envs.video import FAILURE_RGB, SUCCESS_RGB, outcome_clip
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _cfg(*args: str):
@@ -86,3 +92,31 @@ def test_gifs_are_viewable_with_the_outcome_drawn_and_eval_md_shows_instructions
 def test_eval_flags_are_aliases_of_the_logging_section():
     cfg = _cfg("--out", "/tmp/x", "--overwrite")
     assert cfg.logging.eval_out == "/tmp/x" and cfg.logging.overwrite
+
+
+@pytest.mark.slow  # two tiny SFT runs and two closed-loop evaluations through the CLI (MJX compiles: minutes)
+def test_eval_command_keeps_both_runs_results_with_real_instructions_and_gifs(tmp_path):
+    demos = write_dataset(str(tmp_path / "demos"))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as a user runs it
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+
+    def cli(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "vlajax.train", *args, "--preset", "sft-tiny"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return r.stdout
+
+    small = ("--env.suite", "goal", "--env.episode-length", "8", "--env.num-envs", "2")
+    outs = []
+    for run in ("run-a", "run-b"):
+        cli("sft", "--data.dataset-dir", demos, "--output-dir", run, "--sft.num-steps", "2", *small)
+        last = json.loads(cli("eval", "--checkpoint", f"{run}/checkpoints", "--episodes-per-task", "1",
+                              *small).splitlines()[-1])
+        outs.append(last["out_dir"])
+    assert outs == [str(tmp_path / r / "eval" / "goal-step-2") for r in ("run-a", "run-b")]  # beside each run
+    for d in outs:
+        result = json.loads(pathlib.Path(d, "eval.json").read_text())
+        texts = [t for v in result["instructions"].values() for t in v]
+        assert texts and not any("{" in t for t in texts), texts  # the instructions the episodes were given
+        gifs = sorted(pathlib.Path(d).glob("*.gif"))
+        assert len(gifs) == 4 and all(Image.open(g).size[1] >= 256 for g in gifs)
