@@ -24,7 +24,15 @@ same in all modes) on the same envs, horizon and policy.
 
 The policy is the preset's: a state preset's MLP at `--width`, or for a pixel PPO preset
 (`rl-ppo-flow`) the `sft-small` VLA with the preset's head from fresh weights, its privileged
-critic replaced by the VLA's value head in every mode (`workload_model`, `workload_critic`).
+critic replaced by the VLA's value head in every mode (`workload_model`, `workload_critic`);
+`--model PRESET` takes that preset's policy instead (e.g. `pi0`: openpi's widths, at `--model-depth`
+Gemma layers with SigLIP whole; the env renders at its image size). The JSON's `workload.model_flops`
+gives the policy's model FLOPs per decision, per trained sample and per env step (`vlajax.models.flops`).
+
+Batching (`--batching`, the slot modes; each rule a row of its own): `adaptive` fires a forward once
+every slot with a segment in flight has posted, or at `--adaptive-max-wait-ms` (T_max);
+`fixed` only at `--slots` waiting requests or `--max-wait-ms`. Rows give the requests per forward
+(`inference_batch_mean`) beside the slots in flight when each fired (`inference_active_mean`).
 
 Regimes (what is real in each is written into every row, `reality`):
 
@@ -87,12 +95,17 @@ REALITY = {
 }
 
 
-def pipeline_config(mode: str, slots: int, max_wait_ms: float, timeout_s: float) -> AsyncConfig:
-    """The `pipeline` section of a mode (see the module docstring)."""
+SLOT_MODES = MODES[2:]  # the modes whose slots post to a dynamic batcher (--batching applies to them)
+
+
+def pipeline_config(mode: str, slots: int, max_wait_ms: float, timeout_s: float, adaptive: bool = True
+                    ) -> AsyncConfig:
+    """The `pipeline` section of a mode (see the module docstring); `adaptive`: the batcher's rule."""
     if mode == "sync":
         return AsyncConfig(enabled=False)
     n = 1 if mode == "train_async" else slots
     return AsyncConfig(enabled=True, num_slots=n, require_batches=n, max_batch=n, max_wait_ms=max_wait_ms,
+                       adaptive_batching=adaptive,
                        staleness_threshold=0.0 if mode == "rollout_async" else 1.0,
                        streaming=mode in ("+streaming", "+partial_rollout"), partial_rollout=mode == "+partial_rollout",
                        queue_timeout_s=timeout_s, watchdog_s=timeout_s)
@@ -100,6 +113,37 @@ def pipeline_config(mode: str, slots: int, max_wait_ms: float, timeout_s: float)
 
 # the RL sampler's fields a pixel preset sets on its model (kept on the sft-small architecture)
 HEAD_FIELDS = ("action_head", "flow_sampler", "noise_level", "flow_x1", "flow_sde_steps", "value_head")
+
+
+def policy_model(base: TrainConfig, preset: str, depth: int = 0, image_size: int = 0) -> ModelConfig:
+    """`--model`: the policy of `preset` (e.g. pi0: openpi's widths) with `base`'s head and sampler fields;
+    a π model at `depth` Gemma layers (both experts; 0 = the preset's) with SigLIP at its full depth, at
+    `image_size` (0 = the preset's; the env renders at the model's size). Fresh weights."""
+    from vlajax.config import get_config
+    from vlajax.models.memory import reduced_depth
+
+    cfg = get_config(preset)
+    if depth:
+        if cfg.model.family == "vla":
+            cfg = cfg.replace(model=dataclasses.replace(cfg.model, depth=depth))
+        else:
+            cfg = reduced_depth(cfg, depth)
+            cfg = cfg.replace(model=dataclasses.replace(cfg.model, siglip_depth=get_config(preset).model.siglip_depth))
+    fields = {f: getattr(base.model, f) for f in HEAD_FIELDS if f != "value_head"}
+    fields["value_head"] = "expert" if base.rl.critic == "privileged" else base.model.value_head
+    if image_size:
+        fields["image_size"] = image_size
+    tok = cfg.model.tokenizer_path
+    if cfg.model.family != "vla" and not (tok and os.path.exists(os.path.expanduser(tok))):
+        # fresh weights: any prompt tokenizer within the vocabulary will do; a tiny one of the tabletop instructions
+        from vlajax.envs.tabletop import tasks
+        from vlajax.models.sp_tokenizer import train_tiny_model
+
+        path = os.path.join(tempfile.gettempdir(), "vlajax_bench_tabletop_tokenizer.model")
+        if not os.path.exists(path):
+            train_tiny_model(path, sorted({i for t in tasks.TASKS for i in t.instructions()}), 1000)
+        fields["tokenizer_path"] = path
+    return dataclasses.replace(cfg.model, **fields)
 
 
 def workload_model(base: TrainConfig, width: int | None) -> ModelConfig:
@@ -124,20 +168,35 @@ def workload_critic(base: TrainConfig) -> str:
     return "head" if base.rl.critic == "privileged" else base.rl.critic
 
 
+def model_flops(base: TrainConfig, wm: ModelConfig, steps_per_decision: int) -> dict[str, Any]:
+    """Model FLOPs of the workload (`vlajax.models.flops`): per decision (the sampler), per trained sample
+    (one PPO epoch: log-probs and value through the policy, forward + backward) and per env step (both / the
+    env steps a decision executes). The state MLP is not counted (None)."""
+    if base.env.obs_mode == "state":
+        return {"per_env_step": None, "note": "state MLP policy: not counted"}
+    from vlajax.models import flops
+
+    cams = len(base.env.cameras)
+    decision, update = flops.decision(wm, cams), flops.rl_update_sample(wm, cams)
+    return {"per_decision": decision, "per_update_sample": update,
+            "per_env_step": (decision + update) / steps_per_decision, "cameras": cams}
+
+
 def run_config(base: TrainConfig, regime: str, mode: str, *, envs: int, slots: int, horizon: int,
                width: int | None, updates: int, max_wait_ms: float, out_dir: str,
-               timeout_s: float = 600.0) -> TrainConfig:
+               timeout_s: float = 600.0, adaptive: bool = True, policy: ModelConfig | None = None) -> TrainConfig:
     """The TrainConfig of one run: `base` (a preset) with the bench's workload, the regime's physics, the mode."""
     rl = dataclasses.replace(base.rl, num_iterations=updates + 1, rollout_length=horizon, update_epochs=1,
                              num_minibatches=1, micro_batches=slots, normalize_advantages="none", eval_every=-1,
                              critic=workload_critic(base))
     return dataclasses.replace(
         base, output_dir=out_dir, rl=rl,
-        env=dataclasses.replace(base.env, num_envs=envs, physics_impl="jax" if regime == "mjx" else "c"),
-        model=workload_model(base, width),
+        env=dataclasses.replace(base.env, num_envs=envs, physics_impl="jax" if regime == "mjx" else "c",
+                                **({} if policy is None else {"image_size": policy.image_size})),
+        model=workload_model(base, width) if policy is None else policy,
         checkpoint=dataclasses.replace(base.checkpoint, dir="", every_steps=10**9, max_to_keep=1, resume=False),
         logging=dataclasses.replace(base.logging, tensorboard=False, progress="none", every_steps=10**9),
-        pipeline=pipeline_config(mode, slots, max_wait_ms, timeout_s))
+        pipeline=pipeline_config(mode, slots, max_wait_ms, timeout_s, adaptive))
 
 
 # ----------------------------------------------------------------------------------------
@@ -235,6 +294,11 @@ def run_one(cfg: TrainConfig, setup: Any, regime: str, mode: str, farm: Farm | N
         "rollouter_wait_inference_ratio": summary.get("rollouter/wait_inference_ratio"),
         "staleness_mean": summary.get("staleness/mean", 0.0), "staleness_max": summary.get("staleness/max", 0.0),
         "inference_batch_mean": summary.get("inference/batch_mean"),
+        # requests per forward against the slots with a segment in flight when it fired
+        "inference_active_mean": summary.get("inference/active_mean"),
+        "inference_batch_over_active": summary.get("inference/batch_over_active"),
+        "batching": ("adaptive" if cfg.pipeline.adaptive_batching else "fixed") if mode in SLOT_MODES else None,
+        "max_wait_ms": cfg.pipeline.max_wait_ms if mode in SLOT_MODES else None,
         "loadavg_1m_before": load_before, "loadavg_1m_after": os.getloadavg()[0], "loop": reported}
     if timing is not None:
         union, summed = _union(timing.sleeps, w0, w1)
@@ -254,11 +318,13 @@ def aggregate(runs: list[dict]) -> dict[str, Any]:
         return (float(np.median(vals)), [float(min(vals)), float(max(vals))], vals) if vals else (None, None, [])
 
     first = runs[0]
-    row = {k: first[k] for k in ("regime", "mode", "entry", "physics_impl", "updates_timed")}
+    row = {k: first[k] for k in ("regime", "mode", "batching", "max_wait_ms", "entry", "physics_impl",
+                                 "updates_timed")}
     row |= {"placement": "colocated", "repeats": len(runs)}
     for key in ("env_steps_per_s", "updates_per_s", "speedup_vs_sync", "produced_env_steps_per_s",
                 "trainer_idle_ratio", "rollouter_idle_ratio", "rollouter_wait_inference_ratio", "staleness_mean",
-                "staleness_max", "inference_batch_mean", "emulated_wall_fraction", "emulated_sleep_s_per_wall_s"):
+                "staleness_max", "inference_batch_mean", "inference_active_mean", "inference_batch_over_active",
+                "emulated_wall_fraction", "emulated_sleep_s_per_wall_s"):
         med, rng, vals = stat(key)
         if med is not None:
             row[key], row[f"{key}_range"], row[f"{key}_all"] = med, rng, vals
@@ -275,16 +341,20 @@ def render_markdown(data: dict) -> str:
         out.append(f"**{regime}** -- {REALITY[regime]}\n")
         farm = regime == "emulated-farm"
         head = ("| mode | env steps/s | updates/s | x sync | trainer idle | rollouter idle | staleness mean / max "
+                "| requests per forward / slots in flight "
                 + ("| emulated share of wall " if farm else "") + "| load before-after |")
         out += [head, "|" + "---|" * (head.count("|") - 1)]
         fmt = lambda r, k, f="{:.0f}": (f"{f.format(r[k])} [{f.format(r[k + '_range'][0])}, "
                                         f"{f.format(r[k + '_range'][1])}]") if r.get(k) is not None else "-"
         for r in rows:
             load = f"{min(x[0] for x in r['loadavg_1m']):.1f}-{max(x[1] for x in r['loadavg_1m']):.1f}"
-            out.append(f"| {r['mode']} | {fmt(r, 'env_steps_per_s')} | {fmt(r, 'updates_per_s', '{:.2f}')} "
+            label = r["mode"] + (f" ({r['batching']}, T_max {r['max_wait_ms']:g} ms)" if r.get("batching") else "")
+            per = (f"{r['inference_batch_mean']:.2f} / {r['inference_active_mean']:.2f}"
+                   if r.get("inference_active_mean") is not None else "-")
+            out.append(f"| {label} | {fmt(r, 'env_steps_per_s')} | {fmt(r, 'updates_per_s', '{:.2f}')} "
                        f"| {fmt(r, 'speedup_vs_sync', '{:.2f}')} | {fmt(r, 'trainer_idle_ratio', '{:.2f}')} "
                        f"| {fmt(r, 'rollouter_idle_ratio', '{:.2f}')} "
-                       f"| {fmt(r, 'staleness_mean', '{:.2f}')} / {r['staleness_max']:.0f} "
+                       f"| {fmt(r, 'staleness_mean', '{:.2f}')} / {r['staleness_max']:.0f} | {per} "
                        + (f"| {fmt(r, 'emulated_wall_fraction', '{:.2f}')} " if farm else "") + f"| {load} |")
         out.append("")
     return "\n".join(out)
@@ -307,7 +377,15 @@ class Args:
     slots: int = 4  # env slots of the slot modes; also the micro-batches of every mode's update
     horizon: int = 8  # rl.rollout_length: decisions per env per update
     width: int | None = None  # state presets: model.width of the MLP actor and critic (None: 256); pixels: refused
-    max_wait_ms: float = 2.0  # dynamic batching of the slot modes
+    max_wait_ms: float = 2.0  # dynamic batching of the slot modes: T_max
+    # the slot modes' batching rule, each a row of its own: adaptive = fire once every slot in flight has posted
+    # (or at --adaptive-max-wait-ms); fixed = only at --slots waiting requests or --max-wait-ms
+    batching: tuple[Literal["adaptive", "fixed"], ...] = ("adaptive",)
+    # T_max of the adaptive rule: the longest a slot still stepping may hold the others' batch. Slots blocked in
+    # pacing or at a weight switch are never waited for, so T_max only bounds a slow slot; it must exceed the
+    # spread of the slots' step times, or the slots fall out of lockstep (100 ms: 0.80 of the slots in flight per
+    # forward, MJX, 4 slots, this 2-core CPU at load 16; results/bench/async_adaptive_cpu_slots4.json)
+    adaptive_max_wait_ms: float = 1000.0
     farm_scale: float = 20.0  # emulated-farm: a worker's step time = this x the measured C MuJoCo step time
     seed: int = 0
     render: str = ""  # print the markdown tables of an existing JSON and exit
@@ -316,6 +394,11 @@ class Args:
     # moments the rows ran; outside every row's timed window; its times in meta.between_repeats; a failure ends the
     # bench with one error: line and no JSON
     between_repeats: str = ""
+    # the policy from this preset instead (pixel presets; e.g. pi0: openpi's widths) with the --preset's head and
+    # sampler fields, fresh weights; '' = the sft-small VLA / the state MLP
+    model: str = ""
+    model_depth: int = 0  # --model: its depth (π: Gemma layers of both experts, SigLIP kept whole; 0 = the preset's)
+    model_image_size: int = 0  # --model: its image size, and the env's render size (0 = the model's own)
 
 
 def _check(a: Args) -> None:
@@ -330,10 +413,15 @@ def _check(a: Args) -> None:
                   "runs from the end of the first timed update to the last")
     if a.slots < 1 or a.envs % a.slots:
         cli.error(f"--envs {a.envs} must split into --slots {a.slots}")
-    if min(a.envs, a.horizon, 1 if a.width is None else a.width) < 1 or a.max_wait_ms < 0 or a.farm_scale <= 0:
+    if min(a.envs, a.horizon, 1 if a.width is None else a.width) < 1 or min(a.max_wait_ms, a.adaptive_max_wait_ms) < 0 \
+            or a.farm_scale <= 0:
         cli.error("--envs, --horizon and --width must be >= 1, --max-wait-ms >= 0 and --farm-scale > 0")
     if not a.regimes or not a.modes:
         cli.error("--regimes and --modes must name at least one each")
+    if (a.model_depth or a.model_image_size) and not a.model:
+        cli.error("--model-depth / --model-image-size set the --model policy; no --model given")
+    if a.model_depth < 0 or a.model_image_size < 0:
+        cli.error("--model-depth and --model-image-size must be >= 0")
 
 
 def main(argv: list[str]) -> int:
@@ -363,12 +451,22 @@ def main(argv: list[str]) -> int:
                   "do not fit the bench's fixed horizon)")
     if base.env.obs_mode != "state" and a.width is not None:
         cli.error(f"--width sets the state MLP's width; {a.preset} runs the sft-small VLA (its architecture is fixed)")
+    policy = None
+    if a.model:
+        if base.env.obs_mode == "state":
+            cli.error(f"--model {a.model}: {a.preset} has state observations (the MLP); --model needs a pixel preset")
+        try:
+            policy = policy_model(base, a.model, a.model_depth, a.model_image_size)
+        except (KeyError, ConfigError, ValueError) as e:
+            cli.error(f"--model {a.model}: {e}")
     regimes = [g for g in REGIMES if g in a.regimes]  # cpu-sim before emulated-farm: the calibration
     modes = [m for m in MODES if m in a.modes]
     root = tempfile.mkdtemp(prefix="bench_async_")
-    cfg = lambda regime, mode, name: run_config(
+    cfg = lambda regime, mode, name, batching="adaptive": run_config(
         base, regime, mode, envs=a.envs, slots=a.slots, horizon=a.horizon, width=a.width, updates=a.updates,
-        max_wait_ms=a.max_wait_ms, out_dir=os.path.join(root, name))
+        max_wait_ms=a.adaptive_max_wait_ms if batching == "adaptive" else a.max_wait_ms,
+        out_dir=os.path.join(root, name), adaptive=batching == "adaptive", policy=policy)
+    variants = [(m, b) for m in modes for b in (a.batching if m in SLOT_MODES else ("adaptive",))]
     try:
         cfgs = {g: cfg(g, m, "check") for g in regimes for m in modes}  # ConfigErrors before any run
         setups = {g: build(cfgs[g]) for g in regimes}
@@ -376,7 +474,7 @@ def main(argv: list[str]) -> int:
         cli.error(str(e))
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     git = lambda *c: subprocess.run(["git", *c], capture_output=True, text=True).stdout.split()
-    wm = workload_model(base, a.width)
+    wm = workload_model(base, a.width) if policy is None else policy
     steps_per_decision = base.rl.chunk_steps or wm.action_horizon  # as rl.setup runs it
     meta: dict[str, Any] = {
         "command": "python -m vlajax.bench async " + shlex.join(argv), "argv": ["async", *argv],
@@ -389,14 +487,18 @@ def main(argv: list[str]) -> int:
                      # env steps per decision (what `plan validate` reads); the model's chunk is `model_action_horizon`
                      "action_horizon": steps_per_decision,
                      "model_action_horizon": wm.action_horizon, "chunk_steps": base.rl.chunk_steps,
-                     "policy": "mlp" if base.env.obs_mode == "state" else "vla",
-                     "model": {k: getattr(wm, k) for k in ("name", "width", "depth", *HEAD_FIELDS)},
+                     "policy": "mlp" if base.env.obs_mode == "state" else wm.family,
+                     "model": {k: getattr(wm, k) for k in ("name", "family", "width", "depth", "image_size",
+                                                           "paligemma_variant", "action_expert_variant",
+                                                           "siglip_variant", *HEAD_FIELDS)}
+                     | ({"siglip_depth": wm.siglip["depth"]} if wm.family != "vla" else {}),
+                     "model_flops": model_flops(base, wm, steps_per_decision),
                      "critic": workload_critic(base), "width": wm.width, "depth": wm.depth,
                      "episode_length": base.env.episode_length, "algo": "ppo", "update_epochs": 1, "minibatches": 1,
                      "micro_batches": a.slots, "normalize_advantages": "none", "updates_timed": a.updates,
                      "env_steps_per_update": a.envs * a.horizon * steps_per_decision},
         "reality": {g: REALITY[g] for g in regimes}, "order": "repeat -> regime -> mode",
-        "max_wait_ms": a.max_wait_ms}
+        "max_wait_ms": a.max_wait_ms, "batching": list(a.batching), "adaptive_max_wait_ms": a.adaptive_max_wait_ms}
     farm: Farm | None = None
 
     def calibrate_from(step_s: list[float], source: str) -> Farm:
@@ -434,14 +536,15 @@ def main(argv: list[str]) -> int:
         for rep in range(a.repeats):
             run_between(rep)
             for regime in regimes:
-                for mode in modes:
-                    name = f"r{rep}_{regime}_{mode}".replace("+", "p")
-                    r = run_one(cfg(regime, mode, name), setups[regime], regime, mode, farm)
+                for mode, batching in variants:
+                    name = f"r{rep}_{regime}_{mode}_{batching}".replace("+", "p")
+                    r = run_one(cfg(regime, mode, name, batching), setups[regime], regime, mode, farm)
                     shutil.rmtree(os.path.join(root, name), ignore_errors=True)
                     r.pop("_env_step_s", None)
                     r["repeat"] = rep
-                    runs.setdefault((regime, mode), []).append(r)
-                    short = {k: r[k] for k in ("repeat", "regime", "mode", "env_steps_per_s", "updates_per_s",
+                    runs.setdefault((regime, mode, batching), []).append(r)
+                    short = {k: r[k] for k in ("repeat", "regime", "mode", "batching", "env_steps_per_s",
+                                               "updates_per_s", "inference_batch_mean", "inference_active_mean",
                                                "loadavg_1m_before", "run_s")}
                     print(json.dumps(short), flush=True)
         run_between(a.repeats)
@@ -449,10 +552,11 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(root, ignore_errors=True)
     rows = []
     for regime in regimes:
-        for mode in modes:
-            reps = runs[(regime, mode)]
+        for mode, batching in variants:
+            reps = runs[(regime, mode, batching)]
             for r in reps:
-                base_r = next((s for s in runs.get((regime, "sync"), []) if s["repeat"] == r["repeat"]), None)
+                base_r = next((s for s in runs.get((regime, "sync", "adaptive"), []) if s["repeat"] == r["repeat"]),
+                              None)
                 r["speedup_vs_sync"] = r["env_steps_per_s"] / base_r["env_steps_per_s"] if base_r else None
             rows.append(aggregate(reps))
     meta |= {"uptime_after": uptime(), "bench_s": time.monotonic() - t_bench}

@@ -15,6 +15,9 @@ counts against XLA's `cost_analysis()` of the compiled functions within 10%.
   these are *model* FLOPs, what MFU divides by).
 - `decision(cfg, cameras)`: one env's action chunk = vision + prefix + num_denoise_steps x head
   (flow) or one head pass (tokens) + the value head.
+- `rl_update_sample(cfg, cameras)`: one decision sample of one RL epoch: the learner's log-prob pass
+  (`heads.flow_chain_log_prob`: the head once per evaluated step -- flow_sde 'one': 1; 'last', 'all' and
+  flow_noise: num_denoise_steps; the token head: 1) forward + backward, the value head with it.
 - `peak_flops(device_kind, dtype)`: dense peak FLOP/s by device kind (`PEAK_TFLOPS`), None when
   the kind is not in the table.
 - `mfu(flops_per_s, device_kind, dtype)`: achieved / peak, None without a peak.
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 from vlajax.model_config import GEMMA_VARIANTS, ModelConfig
 
-__all__ = ["PEAK_TFLOPS", "decision", "forward", "mfu", "peak_flops", "train_sample"]
+__all__ = ["PEAK_TFLOPS", "decision", "forward", "mfu", "peak_flops", "rl_update_sample", "train_sample"]
 
 # Dense (no 2:4 sparsity) peak TFLOP/s per device kind, from NVIDIA's datasheets (the sparse figure is 2x):
 # H100 SXM5 / H200 SXM: 989 bf16, 1979 fp8 (H100 datasheet; H200 datasheet: same Hopper tensor cores);
@@ -183,3 +186,13 @@ def decision(cfg: ModelConfig, cameras: int) -> float:
     f = forward(cfg, cameras, prefix_hidden=cfg.value_head == "prefix" or cfg.target_conditioning)
     steps = cfg.num_denoise_steps if cfg.action_head == "flow" else 1
     return f["vision"] + f["prefix"] + steps * f["head"] + f["value"]
+
+
+def rl_update_sample(cfg: ModelConfig, cameras: int) -> float:
+    """Model FLOPs of one decision sample in one RL update epoch (forward + backward of the log-prob pass)."""
+    f = forward(cfg, cameras, prefix_hidden=cfg.value_head == "prefix" or cfg.target_conditioning)
+    if cfg.action_head != "flow" or (cfg.flow_sampler == "flow_sde" and cfg.flow_sde_steps == "one"):
+        passes = 1
+    else:
+        passes = cfg.num_denoise_steps
+    return 3.0 * (f["vision"] + f["prefix"] + passes * f["head"] + f["value"])

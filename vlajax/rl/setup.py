@@ -264,7 +264,12 @@ def _identity_bridge(cfg: TrainConfig):
         return NormStats(mean=z, std=o, q01=-o, q99=o)
 
     norm = {"actions": ident(cfg.model.action_dim), "state": ident(8)}
-    return Bridge(cfg.model, tuple(sorted(cfg.env.cameras)), norm, env_action_dim=min(cfg.model.action_dim, 4))
+    cams, cmap = tuple(sorted(cfg.env.cameras)), ()
+    if cfg.model.family != "vla":  # a π policy from fresh weights: the env cameras in openpi's image slots
+        from vlajax.data.openpi import camera_map, model_slots
+
+        cmap = camera_map(cfg.data.camera_map, cams, model_slots(cfg.model))
+    return Bridge(cfg.model, cams, norm, env_action_dim=min(cfg.model.action_dim, 4), camera_map=cmap)
 
 
 def load_sft(cfg: TrainConfig, mesh):
