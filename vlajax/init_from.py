@@ -15,10 +15,12 @@ value head (`value_hidden`, `value_out`) and flow_noise's `noise_std` (logged). 
 A source whose `policy.json` records openpi transforms (an imported `pi0_libero`, `pi05_libero`, ...;
 or an SFT run fine-tuned from one) is fine-tuned with openpi's training transforms: norm stats
 computed from the dataset as openpi's `compute_norm_stats` computes them
-(`vlajax.data.openpi.openpi_norm_stats`), and, where the record has a delta mask (`pi0_libero`,
-`pi0_aloha`, `pi05_aloha`, or `--delta-dims`), openpi's DeltaActions on those dims to its targets
-(and under those stats); its saved policy keeps the transforms, so its outputs go back through
-AbsoluteActions and the robot's outputs. ALOHA's `adapt_to_pi` (joint flips and gripper maps, before any delta) is not
+(`vlajax.data.openpi.openpi_norm_stats`; the run's `policy.json` records them), and, where the record
+has a delta mask (`pi0_libero`, `pi0_aloha`, `pi05_aloha`, or `--delta-dims`), openpi's DeltaActions on
+those dims to its targets (under those stats); such a run's saved policy keeps the transforms, so its
+outputs go back through AbsoluteActions and the robot's outputs. Without a delta mask (`pi05_libero`)
+the saved policy is ours (the dataset's cameras and action dims), as any fine-tune on an env's data.
+ALOHA's `adapt_to_pi` (joint flips and gripper maps, before any delta) is not
 applied by the SFT input pipeline: such a source (`pi0_aloha`, `pi05_aloha`, and `pi0_aloha_sim`, which
 has no delta mask) is a `ConfigError` unless `sft.delta_actions='off'` (the dataset's actions as they are).
 """
@@ -67,11 +69,12 @@ def delta_transforms(cfg: TrainConfig, resume_from: str | None = None):
 
 def openpi_transforms(cfg: TrainConfig, resume_from: str | None = None):
     """The `OpenpiTransforms` of `cfg.sft.init_from`'s policy (an imported openpi policy, or an SFT run
-    fine-tuned from one), else None. SFT then trains on openpi's data transforms (DeltaActions on their
-    mask, when they have one) with norm stats computed as openpi computes them, and keeps the record in
-    its own `policy.json`. Reads `policy.json` only: the source's, or, when `resume_from` (the run's own
-    checkpoint directory, resuming) holds one, that one -- a resumed run keeps the transforms it started
-    with and no longer needs the source directory."""
+    fine-tuned from one), else None. SFT then trains with norm stats computed as openpi computes them and,
+    where the record has a delta mask, on openpi's DeltaActions, keeping the record in its own `policy.json`
+    (without a mask the run's policy is ours: it acts in the dataset's action space). Reads `policy.json`
+    only: when `resume_from` (the run's own checkpoint directory, resuming) holds one with a record, that
+    one -- a resumed delta run no longer needs the source directory -- else the source's (a resumed run
+    without a delta mask whose source directory is gone: None, so its data's `meta/stats.json`)."""
     import json
 
     from vlajax.policy import POLICY_FILE
@@ -79,14 +82,21 @@ def openpi_transforms(cfg: TrainConfig, resume_from: str | None = None):
 
     if not cfg.sft.init_from:
         return None
-    if resume_from and os.path.isfile(os.path.join(resume_from, POLICY_FILE)):
-        directory = resume_from
-    else:
-        directory, _ = _source(cfg)
-    path = os.path.join(directory, POLICY_FILE)
-    try:
-        with open(path) as f:
+    own = os.path.join(resume_from, POLICY_FILE) if resume_from else ""
+    record = None
+    if own and os.path.isfile(own):
+        with open(own) as f:
             record = json.load(f).get("openpi")
+        directory, path = resume_from, own
+    if record is None:
+        if own and os.path.isfile(own) and not os.path.isdir(os.path.expanduser(cfg.sft.init_from)):
+            return None  # resuming a run without a delta mask whose source is gone: nothing more to read
+        directory, _ = _source(cfg)
+        path = os.path.join(directory, POLICY_FILE)
+    try:
+        if record is None:
+            with open(path) as f:
+                record = json.load(f).get("openpi")
     except FileNotFoundError:
         raise ConfigError(f"sft.init_from: {path}: missing (a checkpoint directory written by `vlajax.train sft` "
                           "or `vlajax.models.import_openpi` has it)") from None

@@ -273,7 +273,7 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                                            delta_from=f"sft.init_from={cfg.sft.init_from}",
                                            openpi_stats=openpi is not None)
             bridge = Bridge.from_data(cfg, info)
-            if openpi is not None:  # serving / eval turn its delta outputs back into absolute actions
+            if openpi is not None and any(openpi.delta_mask):  # serving / eval: its outputs back to absolute
                 bridge = dataclasses.replace(bridge, openpi=openpi)
                 log.info("sft: %s has openpi's transforms (%s): norm stats as its compute_norm_stats, "
                          "DeltaActions on mask %s", cfg.sft.init_from, openpi.train_config or "custom",

@@ -183,7 +183,7 @@ def test_init_from_reads_the_sources_delta_mask(tokenizer, tmp_path):
     for name, t in (("pi05", OPENPI_CONFIGS["pi05_libero"].transforms), ("ours", None)):  # no delta mask
         run = cfg.replace(sft=SFTConfig(init_from=_source_dir(tmp_path / name, cfg, t)))
         assert init_from.delta_transforms(run) is None
-        assert init_from.openpi_transforms(run) == t  # pi05_libero: still openpi's transforms (its norm stats)
+        assert init_from.openpi_transforms(run) == t  # pi05_libero: still openpi's (its norm stats are openpi's)
     aloha = _source_dir(tmp_path / "aloha", cfg, OPENPI_CONFIGS["pi0_aloha"].transforms)
     with pytest.raises(ConfigError, match=r"pi0_aloha\) learned delta actions in openpi's ALOHA space"):
         init_from.delta_transforms(cfg.replace(sft=SFTConfig(init_from=aloha)))
