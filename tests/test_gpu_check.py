@@ -3,7 +3,8 @@
 Default suite: the parent / worker machinery for real -- the `pytest -m gpu` row (its tests skip here), GPU-only
 rows skipped with their reason, a row that overruns its budget killed and recorded while the next row still runs
 in a fresh worker, rows past the global deadline skipped, bad command lines refused -- and the whole dry run, every
-row exercised at tiny sizes (issue 42: it runs in `make test`; 2-3.5 minutes on the busy 2-core CPU)."""
+row exercised at tiny sizes but rl:pi0's (it runs in `make test`; 3-7 minutes on the busy 2-core CPU); rl:pi0's dry
+run (the pi0-dummy RL loops compile for many minutes) is a slow test."""
 
 from __future__ import annotations
 
@@ -74,11 +75,16 @@ def test_bad_command_lines_are_refused_with_one_error_line(argv, capsys):
     assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
 
 
+SLOW_DRY = ("rl:pi0",)  # its dry run compiles the pi0-dummy RL loops: a slow test of its own (below)
+
+
 @pytest.mark.timeout(1800)
-def test_full_dry_run_exercises_every_row(tmp_path):  # issue 42's acceptance: the whole dry run in `make test`
-    rc, data, _ = _run(tmp_path, "--deadline-s", "1500")  # the GPU's 540 s is for 10-minute commands; CI is loaded
+def test_full_dry_run_exercises_every_row(tmp_path):  # the whole dry run but SLOW_DRY, in `make test`
+    names = [r.name for r in gpu_check.ROWS if r.name not in SLOW_DRY]
+    # the GPU's 540 s deadline is for 10-minute commands; CI is loaded
+    rc, data, _ = _run(tmp_path, "--deadline-s", "1500", "--rows", *names)
     rows = data["rows"]
-    assert list(rows) == [r.name for r in gpu_check.ROWS]
+    assert list(rows) == names
     for name, r in rows.items():
         assert r["status"] == "ok" or r["status"].startswith("skipped: "), (name, r["status"])
     assert rc == 0
@@ -98,7 +104,30 @@ def test_full_dry_run_exercises_every_row(tmp_path):  # issue 42's acceptance: t
         assert parity["status"] == "ok" and any("max |ours - openpi" in ln for ln in parity["errors_printed"]), parity
     else:
         assert parity["status"].startswith("skipped: openpi reference data not present"), parity
-    assert rows["rollout"]["rows"][0]["decisions_per_s"] > 0
+    for name in ("sft:sft-small", "sft:pi0"):  # model FLOPs and their rate; no peak for a CPU: no MFU
+        bf16 = rows[name]["bf16"]
+        assert bf16["model_flops_per_sample"] > 0 and bf16["model_flops_per_s"] > 0, bf16
+        assert bf16["peak_flops"] is None and bf16["mfu"] is None
+    assert "SigLIP mu/14 at 2 blocks" in rows["sft:pi0"]["label"], rows["sft:pi0"]["label"]  # pi0-dummy's
+    assert rows["rollout"]["rows"][0]["decisions_per_s"] > 0 and rows["rollout"]["rows"][0]["model_flops_per_s"] > 0
     assert {r["mode"] for r in rows["async"]["rows"]} == {"sync", "train_async"}
+    sim = rows["async:cpu-sim"]  # C MuJoCo on the host: sync, train_async, rollout_async with adaptive batching
+    assert {r["mode"] for r in sim["rows"]} == {"sync", "train_async", "rollout_async"}
+    assert all(r["regime"] == "cpu-sim" and r["env_steps_per_s"] > 0 for r in sim["rows"])
+    ra = next(r for r in sim["rows"] if r["mode"] == "rollout_async")
+    assert ra["batching"] == "adaptive" and 0 < ra["inference_batch_mean"] <= ra["inference_active_mean"] <= 2
     serve = rows["serve"]["servers"]
     assert [r["clients"] for r in serve[0]["rows"]] == [1, 2] and serve[0]["rows"][1]["requests_per_s"]["median"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
+def test_rl_pi0_dry_run(tmp_path):
+    """The pi0-dummy policy at 28 px, PPO from pixels on MJX, sync and train_async (15-25 min on the busy CPU)."""
+    rc, data, _ = _run(tmp_path, "--rows", "rl:pi0", "--deadline-s", "2800")
+    rl = data["rows"]["rl:pi0"]["runs"]
+    assert rc == 0 and len(rl) == 1, data["rows"]
+    assert rl[0]["workload"]["policy"] == "pi0" and rl[0]["workload"]["model"]["image_size"] == 28
+    assert {r["mode"] for r in rl[0]["rows"]} == {"sync", "train_async"}
+    assert all(r["decisions_per_s"] > 0 and r["seconds_per_iteration"] > 0 and r["model_flops_per_s"] > 0
+               for r in rl[0]["rows"]), rl

@@ -1,9 +1,10 @@
 """`python -m vlajax.bench gpu-check --out DIR [--dry-run]`: the one prepared GPU check (docs/gpu.md).
 
 Rows, in order, each with its own time budget and a status `ok`, `skipped: reason` or `failed: error`: pytest,
-parity, sft:sft-small, sft:pi0, attention, env:mjx, env:mjwarp, rollout, serve, async (what each measures, its sizes
-and its code: `vlajax.bench.gpu_check_rows`). Every sft row carries the step's memory; the top-level `memory` list
-gathers them.
+parity, sft:sft-small, sft:pi0, attention, env:mjx, env:mjwarp, rollout, serve, async, rl:pi0, async:cpu-sim (what
+each measures, its sizes and its code: `vlajax.bench.gpu_check_rows`). Every sft row carries the step's memory; the
+top-level `memory` list gathers them. Every SFT and RL row carries its model FLOP/s and MFU (`mfu`: over the
+device's dense bf16 peak, `vlajax.models.flops`).
 
 One worker process runs the rows (`--worker`); the parent restarts it after a row that overruns its
 budget (killed: `failed: timeout`) or crashes, and writes `DIR/gpu_check.json` after every row, so one
@@ -49,7 +50,7 @@ def worker(args: Args) -> int:
 
     compile_cache.enable()
     sz = DRY if args.dry_run else GPU
-    budgets = {r.name: (args.budget_s or (DRY_BUDGET_S if args.dry_run else r.budget_s)) for r in ROWS}
+    budgets = _budgets(args)
     out_dir = pathlib.Path(args.out)
     # the children (pytest: its conftest defaults JAX_PLATFORMS to cpu) run on the backend this worker found
     platforms = "cuda,cpu" if jax.default_backend() == "gpu" else "cpu"
@@ -90,6 +91,12 @@ class Args:
     rows: tuple[str, ...] = tuple(r.name for r in ROWS)  # rows to run, in this order
     budget_s: float = 0.0  # > 0: every row's budget (tests); 0: the rows' own
     worker: bool = False  # internal: run the rows in this process
+
+
+def _budgets(args: Args) -> dict[str, float]:
+    """Each row's budget: --budget-s, else its dry-run budget (--dry-run) or its GPU budget."""
+    dry = lambda r: r.dry_budget_s or DRY_BUDGET_S
+    return {r.name: (args.budget_s or (dry(r) if args.dry_run else r.budget_s)) for r in ROWS}
 
 
 def _versions() -> dict:
@@ -153,7 +160,7 @@ def main(argv: list[str]) -> int:
               "warp_importable": importlib.util.find_spec("warp") is not None,
               "load_average_1m_start": round(os.getloadavg()[0], 2), "deadline_s": args.deadline_s,
               "sizes": dataclasses.asdict(DRY if args.dry_run else GPU), "device": None, "rows": {}}
-    budgets = {r.name: (args.budget_s or (DRY_BUDGET_S if args.dry_run else r.budget_s)) for r in ROWS}
+    budgets = _budgets(args)
     mins = {r.name: min(r.min_s, budgets[r.name]) for r in ROWS}
     todo = list(args.rows)
     log = open(out / "gpu_check.log", "a", buffering=1)  # noqa: SIM115 (closed below)

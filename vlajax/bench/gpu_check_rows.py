@@ -8,8 +8,9 @@ Rows, in order (each with its own time budget and a status `ok`, `skipped: reaso
                 Transformer Engine FP8 (`model.fp8='te'`) from the same init on the same batches;
                 tokens/s, loss after N steps, max |param bf16 - param fp8|; memory (below)
   sft:pi0       the same for π0 at openpi's widths (PaliGemma gemma_2b + gemma_300m expert, SigLIP
-                So400m/14), at the largest depth of 18 / 6 / 2 whose planned memory fits 70% of the
-                device (`memory.reduced_depth`); FP8 is refused by the π config (recorded as skipped)
+                So400m/14 at its full 27 blocks, rematerialized), at the largest Gemma depth of 18 / 6 / 2
+                whose planned memory fits 70% of the device (`memory.reduced_depth`, SigLIP kept whole);
+                `label` says what ran; FP8 is refused by the π config (recorded as skipped)
   attention     TE fused attention (packed rows, segment ids) and cuDNN vs the XLA reference, max error,
                 at sft-small's and π0's head sizes
   env:mjx       rendered env steps/s of the tabletop goal suite at 256 / 1024 / 4096 envs (`bench env`'s
@@ -17,9 +18,19 @@ Rows, in order (each with its own time budget and a status `ok`, `skipped: reaso
   env:mjwarp    the same with MJX-Warp physics when warp imports
   rollout       decisions/s of the VLA rollout (`bench rollout`'s `time_head`, flow head) at 64 / 256 / 1024
   serve         `bench serve`: 1 / 4 / 16 / 64 closed-loop websocket clients against one server replica of the
-                sft-small VLA on the device, the adaptive wait (issue 44's fair baseline): requests/s over one
+                sft-small VLA on the device, the adaptive wait (the fair baseline): requests/s over one
                 client's and p95 over its p50, paired per repeat
   async         `bench async`: sync vs train_async vs rollout_async, rl-ppo-flow, MJX, one short repeat
+  rl:pi0        `bench async --model pi0`: PPO (rl-ppo-flow's head) of a π0-width policy on the MJX tabletop
+                goal suite from pixels (224 px), sync vs train_async, at a few env counts; the deepest Gemma
+                depth of `rl_pi_depths` that runs (an out-of-memory failure tries the next); decisions/s,
+                seconds per iteration
+  async:cpu-sim `bench async --regimes cpu-sim`: C MuJoCo tabletop slots on the host's cores, inference and the
+                learner on the device: sync vs train_async vs rollout_async (adaptive batching)
+
+MFU: every SFT and RL row carries its model FLOPs (`vlajax.models.flops`: per SFT sample, per decision,
+per RL env step) times its rate over the device's dense peak (`flops.peak_flops` by device kind; None on
+a CPU or an unlisted device).
 
 Every sft row carries the step's memory: the planner's per-device prediction (`memory.plan`), XLA's
 compiled `memory_analysis()` (argument + temp bytes) and, on GPU, the device's peak bytes in use after
@@ -46,6 +57,7 @@ class Row:
     name: str
     budget_s: float  # killed after this (GPU sizes)
     min_s: float  # skipped when less than this is left before the deadline
+    dry_budget_s: float = 0.0  # --dry-run: killed after this (0 = DRY_BUDGET_S)
 
 
 # Budgets from two H200 runs (docs/gpu.md, 2026-11-28, sessions 29 and 31): pytest 13 / 11 s, parity - / 108,
@@ -54,8 +66,12 @@ class Row:
 # deadline skips serve and async: each runs in a second call, one per session (docs/gpu.md, "Running it").
 ROWS = (Row("pytest", 90, 20), Row("parity", 150, 40), Row("sft:sft-small", 90, 40), Row("sft:pi0", 150, 60),
         Row("attention", 40, 10), Row("env:mjx", 120, 60), Row("env:mjwarp", 60, 30), Row("rollout", 200, 90),
-        Row("serve", 150, 90), Row("async", 330, 150))
+        Row("serve", 150, 90), Row("async", 330, 150), Row("rl:pi0", 270, 150, 1500), Row("async:cpu-sim", 270, 150))
+# rl:pi0 and async:cpu-sim have not run on a GPU yet: their budgets are estimates sized so that both fit one
+# 540 s call (`--rows rl:pi0 async:cpu-sim`), or either one the second call of a session (docs/gpu.md)
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
+# except rl:pi0's: the pi0-dummy RL loops (sync, train_async) compile for 5-12 min each on that CPU at load 20
+# (its sync mode: 742 s), so its dry run is a slow test of its own (tests/test_gpu_check.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +95,14 @@ class Sizes:
                                    "4", "--horizon", "8")
     serve_args: tuple[str, ...] = ("--clients", "1", "4", "16", "64", "--replicas", "1", "--seconds", "4",
                                    "--warmup-s", "1", "--repeats", "2")
+    # rl:pi0: one bench per env count (`--envs` appended), the first depth that does not run out of memory
+    rl_pi_envs: tuple[int, ...] = (16, 64)
+    rl_pi_depths: tuple[int, ...] = (18, 6, 2)
+    rl_pi_args: tuple[str, ...] = ("--preset", "rl-ppo-flow", "--model", "pi0", "--regimes", "mjx", "--modes", "sync",
+                                   "train_async", "--repeats", "1", "--updates", "3", "--slots", "1", "--horizon", "4")
+    cpu_sim_args: tuple[str, ...] = ("--preset", "rl-ppo-flow", "--regimes", "cpu-sim", "--modes", "sync",
+                                     "train_async", "rollout_async", "--repeats", "1", "--updates", "4", "--envs",
+                                     "128", "--slots", "8", "--horizon", "8")
     parity_k: str = "matches_openpi or parity"  # pytest -k of the parity row
 
 
@@ -88,7 +112,14 @@ DRY = Sizes(sft_steps=2, small_batch=4, pi_family="pi0-dummy", pi_depths=(0,), p
             async_args=("--preset", "rl-debug", "--regimes", "mjx", "--modes", "sync", "train_async", "--repeats",
                         "1", "--updates", "2", "--envs", "2", "--slots", "1", "--horizon", "2"),
             serve_args=("--clients", "1", "2", "--replicas", "1", "--seconds", "1", "--warmup-s", "0.5", "--repeats",
-                        "1"), parity_k="test_python_api_matches_openpi_policy and pi0_libero")  # (the suite runs all)
+                        "1"), parity_k="test_python_api_matches_openpi_policy and pi0_libero",  # (the suite runs all)
+            rl_pi_envs=(2,), rl_pi_depths=(0,),
+            rl_pi_args=("--preset", "rl-ppo-flow", "--model", "pi0-dummy", "--model-image-size", "28", "--regimes",
+                        "mjx", "--modes", "sync", "train_async", "--repeats", "1", "--updates", "2", "--slots", "1",
+                        "--horizon", "2"),
+            cpu_sim_args=("--preset", "rl-debug", "--regimes", "cpu-sim", "--modes", "sync", "train_async",
+                          "rollout_async", "--repeats", "1", "--updates", "2", "--envs", "4", "--slots", "2",
+                          "--horizon", "2", "--width", "16"))
 
 
 def skipped(reason: str) -> dict:
@@ -240,7 +271,17 @@ def _sft_run(cfg, cameras, batches, steps: int, keep_params: bool = False) -> di
            "peak_attributable": peak is not None and (peak0 is None or peak > peak0),
            "device_bytes_limit": stats.get("bytes_limit") if stats else None}
     tps = [t / w for w, t in windows]  # tokens/s of each window; the figure is their median
-    out = {"batch": b, "steps_timed": steps, "windows": len(windows), "compile_s": round(compile_s, 2),
+    from vlajax.models import flops
+
+    kind = jax.devices()[0].device_kind
+    per_sample = flops.train_sample(cfg.model, len(cameras))
+    sps = float(np.median([b * steps / w for w, _ in windows])) if windows else None
+    prec = "fp8" if cfg.model.fp8 == "te" else "bfloat16"
+    achieved = per_sample * sps if sps else None
+    out = {"model_flops_per_sample": per_sample, "model_flops_per_s": achieved, "device_kind": kind,
+           "peak_flops": flops.peak_flops(kind, prec), "mfu": flops.mfu(achieved, kind, prec) if achieved else None,
+           "mfu_vs_bf16_peak": flops.mfu(achieved, kind) if achieved else None,
+           "batch": b, "steps_timed": steps, "windows": len(windows), "compile_s": round(compile_s, 2),
            "seconds": round(sec, 3), "seconds_windows": [round(w, 3) for w, _ in windows],
            "loss_first": first, "loss_after_steps": float(losses[-1]) if losses else first,
            "tokens_per_s": round(float(np.median(tps)), 1) if tps else None,
@@ -262,6 +303,21 @@ def _max_diff(a, b) -> float:
     return float(max(np.max(np.abs(x - y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))
 
 
+def sft_label(cfg, batch: int, cams: int) -> str:
+    """What an SFT row ran, in words: the towers at their depths, remat, dtype, batch."""
+    from vlajax.config import GEMMA_VARIANTS, SIGLIP_VARIANTS
+
+    m = cfg.model
+    tail = f"{'remat, ' if m.remat else ''}{m.dtype}, batch {batch}, {cams} cameras"
+    if m.family == "vla":
+        return f"{m.name}: ViT {m.vit_width}x{m.vit_depth}, LM {m.width}x{m.depth}, {m.action_head} head; {tail}"
+    vlm, exp = (m.paligemma_variant.split("@")[0], m.action_expert_variant.split("@")[0])
+    full = SIGLIP_VARIANTS[m.siglip_variant.partition("/")[0]]["depth"]
+    return (f"{m.family}: {vlm} + {exp} at {GEMMA_VARIANTS[m.paligemma_variant]['depth']} of "
+            f"{GEMMA_VARIANTS[vlm]['depth']} layers, SigLIP {m.siglip_variant} at {m.siglip['depth']} blocks (the "
+            f"variant's: {full}); {tail}")
+
+
 def row_sft(sz: Sizes, budget: float, model: str) -> dict:
     import jax
 
@@ -280,16 +336,17 @@ def row_sft(sz: Sizes, budget: float, model: str) -> dict:
         cams = model_slots(base.model)
         limit = (_memory_stats() or {}).get("bytes_limit")
         state_cache = {}
-        for depth in sz.pi_depths:  # the largest depth whose plan fits 70% of the device
+        for depth in sz.pi_depths:  # the largest Gemma depth whose plan fits 70% of the device; SigLIP whole
             cfg = memory.reduced_depth(base, depth) if depth else base
-            cfg = cfg.replace(mesh=MeshConfig())
+            cfg = cfg.replace(mesh=MeshConfig(), model=dataclasses.replace(cfg.model,
+                                                                           siglip_depth=base.model.siglip_depth))
             state_cache[depth] = memory.plan(cfg, jax.device_count(), sz.pi_batch)["total"]
             if limit is None or state_cache[depth] <= 0.7 * limit:
                 break
         batch, chosen = sz.pi_batch, {"depth": depth or "preset", "planned_bytes_by_depth": state_cache,
                                       "device_bytes_limit": limit}
     batches = [synthetic_batch(cfg.model, cams, batch, seed) for seed in range(4)]
-    out = {"model": cfg.model.name, "family": cfg.model.family, **chosen,
+    out = {"model": cfg.model.name, "family": cfg.model.family, "label": sft_label(cfg, batch, len(cams)), **chosen,
            "widths": {k: getattr(cfg.model, k) for k in ("paligemma_variant", "action_expert_variant",
                                                          "siglip_variant", "siglip_depth")}
            if cfg.model.family != "vla" else {k: getattr(cfg.model, k) for k in ("width", "depth", "vit_width")}}
@@ -381,17 +438,37 @@ def row_env(sz: Sizes, budget: float, impl: str) -> dict:
             "image_size": sz.env_image}
 
 
-def row_rollout(sz: Sizes, budget: float) -> dict:
-    from vlajax.bench.rollout import time_head
+def _device_kind() -> str:
+    import jax
 
+    return jax.devices()[0].device_kind
+
+
+def _mfu(flops_per_s: float | None) -> dict:
+    """MFU fields of a rate of model FLOP/s on this device (bf16 dense peak)."""
+    from vlajax.models import flops
+
+    kind = _device_kind()
+    return {"model_flops_per_s": flops_per_s, "device_kind": kind, "peak_flops": flops.peak_flops(kind),
+            "mfu": flops.mfu(flops_per_s, kind) if flops_per_s else None}
+
+
+def row_rollout(sz: Sizes, budget: float) -> dict:
+    from vlajax.bench.rollout import model_config, time_head
+    from vlajax.models import flops
+
+    mcfg = model_config("small", "flow")[0]
+    per_decision = flops.decision(mcfg, 2)  # the bench's goal suite renders both cameras
     t_end, rows = time.monotonic() + budget, []
     for n in sz.rollout_envs:
         if time.monotonic() > t_end - 15:
             rows.append({"num_envs": n, **skipped("the row's budget is spent")})
             continue
-        rows.append(_guard(time_head, "flow", n, sz.decisions, sz.repeats, 200, True, model_name="small")
-                    | {"num_envs": n})
-    return {"rows": rows, "model": "sft-small VLA, flow head (bench rollout)"}
+        r = _guard(time_head, "flow", n, sz.decisions, sz.repeats, 200, True, model_name="small") | {"num_envs": n}
+        if r.get("decisions_per_s"):  # the whole rollout's time (physics, rendering) in the denominator
+            r |= _mfu(per_decision * r["decisions_per_s"])
+        rows.append(r)
+    return {"rows": rows, "model": "sft-small VLA, flow head (bench rollout)", "model_flops_per_decision": per_decision}
 
 
 def _bench(name: str, args: tuple[str, ...], budget: float, env: dict, path: pathlib.Path) -> dict:
@@ -404,13 +481,57 @@ def _bench(name: str, args: tuple[str, ...], budget: float, env: dict, path: pat
     return json.loads(path.read_text())
 
 
-def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
-    data = _bench("async", sz.async_args, budget, env, out_dir / "async.json")
+ASYNC_KEEP = ("regime", "mode", "batching", "max_wait_ms", "env_steps_per_s", "updates_per_s", "speedup_vs_sync",
+              "inference_batch_mean", "inference_active_mean", "inference_batch_over_active", "trainer_idle_ratio",
+              "loadavg_1m")
+
+
+def _async_rows(data: dict) -> list[dict]:
+    """The bench's rows with their MFU (trained env steps/s x model FLOPs per env step: sampling + update),
+    decisions/s and seconds per iteration."""
+    w = data["meta"]["workload"]
+    per_step = (w.get("model_flops") or {}).get("per_env_step")
+    rows = []
+    for r in data["rows"]:
+        row = {k: r.get(k) for k in ASYNC_KEEP}
+        row["decisions_per_s"] = r["env_steps_per_s"] / w["action_horizon"]
+        row["seconds_per_iteration"] = 1.0 / r["updates_per_s"] if r.get("updates_per_s") else None
+        row |= _mfu(per_step * r["env_steps_per_s"] if per_step else None)
+        rows.append(row)
+    return rows
+
+
+def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path, args: tuple[str, ...] | None = None,
+              name: str = "async") -> dict:
+    args = sz.async_args if args is None else args
+    data = _bench("async", args, budget, env, out_dir / f"{name.replace(':', '_')}.json")
     if "status" in data:
         return data
-    keep = ("regime", "mode", "env_steps_per_s", "updates_per_s", "speedup_vs_sync", "loadavg_1m")
-    return {"command": "python -m vlajax.bench async " + " ".join(sz.async_args),
-            "rows": [{k: r.get(k) for k in keep} for r in data["rows"]]}
+    return {"command": "python -m vlajax.bench async " + " ".join(args), "workload": data["meta"]["workload"],
+            "reality": data["meta"]["reality"], "rows": _async_rows(data)}
+
+
+def row_rl_pi(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
+    """`bench async --model pi0` per env count; at each, the first depth of `rl_pi_depths` that does not run
+    out of memory (0 = the model preset's own)."""
+    t_end, runs = time.monotonic() + budget, []
+    for n in sz.rl_pi_envs:
+        for depth in sz.rl_pi_depths:
+            left = t_end - time.monotonic()
+            if left < 60:
+                runs.append({"envs": n, "depth": depth, **skipped("the row's budget is spent")})
+                break
+            args = (*sz.rl_pi_args, "--envs", str(n), *(("--model-depth", str(depth)) if depth else ()))
+            r = row_async(sz, left, env, out_dir, args, f"rl_pi0_envs{n}_depth{depth}")
+            r = {"envs": n, "gemma_depth": depth or "preset", **r}
+            runs.append(r)
+            oom = "out of memory" in r.get("tail", "").lower() or "RESOURCE_EXHAUSTED" in r.get("tail", "")
+            if not (r.get("status", "ok").startswith("failed") and oom):
+                break
+    out = {"runs": runs}
+    if runs and all(r.get("status", "ok").startswith("failed") for r in runs):
+        out["status"] = runs[0]["status"]
+    return out
 
 
 def row_serve(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
@@ -440,4 +561,8 @@ def run_row(name: str, sz: Sizes, budget: float, env: dict, out_dir: pathlib.Pat
         return row_rollout(sz, budget)
     if kind == "serve":
         return row_serve(sz, budget, env, out_dir)
+    if kind == "rl":
+        return row_rl_pi(sz, budget, env, out_dir)
+    if arg == "cpu-sim":
+        return row_async(sz, budget, env, out_dir, sz.cpu_sim_args, name)
     return row_async(sz, budget, env, out_dir)
