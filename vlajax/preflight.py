@@ -169,8 +169,9 @@ READS: dict[str, tuple[str, ...]] = {
               "data.demo_", "data.video", "logging.progress", "logging.verbose", "logging.heartbeat_s"),
     "sft": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "data.", "sft.",
             "checkpoint.", "logging.", "distributed."),
+    # (data.camera_map: a pi policy from fresh weights puts the env cameras in openpi's image slots with it)
     "rl": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "rl.", "pipeline.",
-           "checkpoint.", "logging.", "distributed."),
+           "checkpoint.", "logging.", "distributed.", "data.camera_map"),
     # a checkpoint's policy (its model from policy.json; the sampling fields may be changed:
     # vlajax.evaluation.SAMPLING_FIELDS) on the env, or a policy server
     "eval": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.flow_x1", "model.num_denoise_steps",

@@ -22,9 +22,11 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = ("--env.cameras", "agentview", "--env.task", "goal/press_button")
 SMALL = ("--model.num-cameras", "1", "--model.max-text-len", "64", "--model.num-denoise-steps", "4",
-         "--env.cameras", "agentview", "--data.camera-map", "agentview=base_0_rgb", "--env.task", "goal/press_button",
-         "--logging.progress", "none")
+         "--data.camera-map", "agentview=base_0_rgb", "--logging.progress", "none", *ENV)
+# eval reads the model and its camera map from the checkpoint; only the sampling fields may change
+EVAL_SMALL = ("--model.num-denoise-steps", "4", *ENV)
 
 
 def _phase(name: str, fn, *args) -> dict:
@@ -60,7 +62,7 @@ def main() -> int:
                               "--env.episode-length", "10", "--model.trainable", "expert",
                               "--rl.eval-every", "-1", *SMALL])  # the eval phase below evaluates it
     _phase("eval", train.main, ["eval", "--preset", "pi05-dummy", "--checkpoint", os.path.join(rl, "checkpoints"),
-                                "--output-dir", rl, "--episodes-per-task", "1", "--env.episode-length", "10", *SMALL])
+                                "--output-dir", rl, "--episodes-per-task", "1", "--env.episode-length", "10", *EVAL_SMALL])
     if client:
         _phase("serve", serve, os.path.join(rl, "checkpoints"), client)
     return 0
