@@ -58,8 +58,7 @@ class EnvConfig:
     # on the host through a callback (the LIBERO-style CPU simulator; single-device rollouts), or "auto"
     # (default): the RL rollout picks C MuJoCo on a one-device CPU host (2.2-2.5x MJX decisions/s there, bench
     # rollout --physics mjx c) and MJX on accelerators / sharded rollouts; other envs (demos, SFT eval) MJX.
-    # The default by a pre-registered test: the quickstart's SFT policies act the same on both (C - MJX +1.5
-    # points, 90% [-0.3, +3.3] over 400 paired episodes; docs/results.md, "The physics lever")
+    # The quickstart's policies act the same on both simulators (experiments/physics-default/README.md)
     physics_impl: Literal["jax", "warp", "c", "auto"] = "auto"
     episode_length: int = 200  # low-level control steps before truncation
     action_repeat: int = 1  # multiplies the env's 5 physics steps (4 ms each) per control step
@@ -146,7 +145,7 @@ class DataConfig:
     # SFT, object suite, model.aux_target='grasp_place': this fraction of each epoch's samples are rendered
     # first frames (gripper at home, each scene three times with each cube the named target) that train only
     # the aux head (no actions: the action loss skips them; aux weight sft.aux_start_weight), so the colour
-    # word's binding to a place is learned on many more scenes than the demos hold (0 = off; issue 22.4)
+    # word's binding to a place is learned on many more scenes than the demos hold (0 = off)
     grounding_fraction: float = 0.0
     grounding_scenes: int = 1000  # data.grounding_fraction: scenes rendered for it when SFT starts (3 frames each)
     # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
@@ -199,7 +198,7 @@ class SFTConfig:
     aux_target_weight: float = 1.0
     # model.aux_target='grasp_place': weight of the auxiliary loss on an episode's start frames (before the
     # fingertips moved 2 cm, gripper at home: only the instruction tells the target) relative to the other
-    # frames, which weigh 1 (the loss stays a weighted mean); 1 = every frame alike (issue 22.4)
+    # frames, which weigh 1 (the loss stays a weighted mean); 1 = every frame alike
     aux_start_weight: float = 1.0
     # model.target_conditioning: std of the Gaussian noise added to the teacher-forced target (normalized
     # units, per dim) so the action head tolerates the prediction's error at inference (0 = exact targets)
@@ -245,10 +244,8 @@ class RLConfig:
     # a decision's KL as the sum of its scored entries' k3 (tokens, flow-chain dims); the state MLP per decision
     kl_coef: float = 0.0
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
-    # above the cap: 'truncate' to the cap (verl's truncated IS) or 'drop' the sample (AReaL). Evidence for the
-    # default is weak: 2 async seeds (goal suite, pixels, staleness 1), truncate above drop at all 3 later evals of
-    # each, by 0.01-0.21 (docs/async.md, "The same suite with truncated behaviour weights"); the issue-21 protocol
-    # ran truncate in every async arm and never compared drop
+    # above the cap: 'truncate' to the cap (verl's truncated IS, which keeps the sample's gradient) or 'drop' the
+    # sample (AReaL)
     behaviour_weight_mode: Literal["drop", "truncate"] = "truncate"
     # granularity of the importance ratios: 'decision' = one ratio per chunk (the product over its
     # scored entries); 'factor' = one per scored entry (a token of the token head, an (action step,
@@ -269,12 +266,10 @@ class RLConfig:
     # token head: sampling temperature of the rollouts' bins (logits / T); the learner scores the stored tokens at
     # the same T, so fresh-data ratios stay 1. Evaluation stays greedy whatever T is. T < 1 draws rollouts closer
     # to the greedy policy that evaluation measures; T > 1 explores more. Other heads refuse T != 1. The quickstart
-    # runs T 0.5 with rl.kl_coef 0.04, chosen on seeds 25-27 (+17.5; T 0.5 alone +12.1: docs/results.md, Quickstart,
-    # "Eighteenth session"); on fresh seeds 200-204 it lifted +32.2 [+19.0, +45.5] train-async and +23.2 [+11.6, +34.9]
-    # as its sync pair (results/runs/quickstart-seeds-c/summary.md; MJX rollout: +12.5 and +21.5, ...-seeds45)
+    # runs T 0.5 with rl.kl_coef 0.04 (experiments/quickstart/README.md)
     temperature: float = 1.0
-    # skip the remaining minibatch updates once approx KL exceeds this (0 = off). Off by default: at staleness 2
-    # on GRPO tokens, 0.0034 (cut at the second minibatch) lost 34 points to sync over 16 pairs (docs/async.md, eq45b)
+    # skip the remaining minibatch updates once approx KL exceeds this (0 = off). Off by default: with stale
+    # samples it cut updates short and the policy unlearned (experiments/async-equivalence/README.md)
     target_kl: float = 0.0
     update_epochs: int = 2  # passes over each collected batch
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
@@ -343,12 +338,9 @@ class AsyncConfig:
     enabled: bool = False  # False = the synchronous collect -> update loop
     placement: Literal["colocated", "disaggregated", "hybrid"] = "colocated"  # device groups per role
     placement_ratio: str = "1:1"  # 'rollout:train' device split per host (hybrid: rollout share; training uses all)
-    # extra fraction of a sync window rollout may run ahead (0 = sync). Evidence (docs/async.md, "Issue 45";
-    # GRPO tokens, 16 seed pairs each): 1 learned as much as sync within 10 points; 2 lost 8 points by update 15
-    # (interval below 0), on 16 fresh pairs 2.5 (within 10 at update 15, not shown within 10 at update 10); a
-    # per-update KL bound (rl.target_kl) made 2 far worse (-34 points); the learning rate halved at 2 (Zhang et al.'s
-    # rate / staleness) still lost 7 points by update 15 (interval below 0, eq45d): 2 is not recommended. PPO flow
-    # at 1: within 10 points (6 pairs, eq45c). verl's fully-async recipe recommends < 1
+    # extra fraction of a sync window rollout may run ahead (0 = sync). 1 learns as much as sync within 10 points
+    # (GRPO tokens, PPO flow); 2 learns less and is not recommended (experiments/async-equivalence/README.md).
+    # verl's fully-async recipe recommends < 1
     staleness_threshold: float = 0.0
     trigger_parameter_sync_step: int = 1  # trainer updates between weight publications
     # micro-batches the trainer pulls per update (one slot segment each, or one whole collect with one slot);

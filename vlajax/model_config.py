@@ -104,7 +104,7 @@ class ModelConfig:
     # head unsure between two cubes picks one instead of regressing to their middle; the place xy stays
     # a regression. 0 = the whole target is regressed (MSE)
     aux_grasp_bins: int = 0
-    # condition the action head on the aux target (issue 22.4): the D target numbers enter the flow
+    # condition the action head on the aux target: the D target numbers enter the flow
     # expert's action tokens (the token head's queries) through one projection. SFT teacher-forces the
     # episode's own target (+ `sft.target_noise`); sampling, log-probs and values (eval, RL, serving) use
     # the model's own `aux_target` prediction from the prefix, gradient-stopped. Needs model.aux_target

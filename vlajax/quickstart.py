@@ -9,24 +9,9 @@ Phases (each is the documented command, run as its own process):
             of 4), rollouts sampled at temperature 0.5 and a KL penalty (0.04) to the SFT policy,
             train-async at staleness 1 (rollout runs one policy version ahead of the
             trainer) with decoupled PPO (proximal log-probs recomputed, behaviour weights
-            truncated): the issue-21 protocol's `async-s1` arm, whose paired difference to sync
-            contains 0 at every point from the midpoint on over 5 seed pairs (docs/async.md,
-            "Sample efficiency: the issue-21 protocol"; a criterion that could not fail: issue 45);
-            it is evaluated closed-loop at update 0 (= the SFT policy), every 5 updates and at the
-            end: before/after and a curve. This recipe was chosen on fresh seeds 25-27, +17.5 points
-            (docs/results.md, Quickstart, "Eighteenth session"; 3 seeds, no sync pair); on fresh
-            seeds 200-204 it lifted +32.2 [+19.0, +45.5], its sync pair +23.2 [+11.6, +34.9]
-            (results/runs/quickstart-seeds-c/summary.md; experiments/quickstart_seeds.py); with MJX
-            in the RL rollout, the default before 'auto', +12.5 and +21.5 (.../quickstart-seeds45/).
-            (Without temperature and KL it lifted +7.1; at temperature 0.5 alone +12.1 on fresh seeds
-            19-21; with the KL estimated on whole decisions, which exploded, +7.1 on 22-24. Per-token
-            ratios with 40 updates lifted +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8:
-            docs/results.md, Quickstart, "Twelfth session". The binary success reward,
-            `--rl.reward success`, under which GRPO's zero-variance filter drops saturated groups,
-            was not kept: +7.5 / +20.0 / -8.8 on fresh seeds 13 / 14 / 15, mean +6.2 < 15:
-            "Thirteenth session". Positive-sample reinforcement, `--rl.negative-advantage-weight 0
-            --rl.normalize-advantages none`, was not kept either: -8.8 / +15.0 / +18.8 on fresh seeds 16 / 17 / 18,
-            mean +8.3 < 15: results/runs/quickstart-s14/README.md.)
+            truncated). It is evaluated closed-loop at update 0 (= the SFT policy), every 5 updates
+            and at the end: before/after and a curve. Why this recipe, and what it lifts over fresh
+            seeds against its synchronous pair: experiments/quickstart/README.md.
   4. report `report/README.md` (success per task before and after RL with 95% intervals, the
             evaluation curve, the commands to go further), `curves.png` (evaluation success at
             updates 0 / 5 / 10 / 15 / 20 with intervals, per-task before/after, training success,
@@ -58,27 +43,20 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart")
 
 SIZES = {
     # episodes per task, SFT steps, RL iterations, RL evaluations every N updates (and at 0), eval episodes per task.
-    # The default's evaluations at 5, 10 and 15 are 3 more than before-and-after (each ~15-25 s for 80 episodes at
-    # load ~2, the issue-21 protocol's eval_s: ~1 min of a 25-30 min run; measured in docs/results.md, "Quickstart")
+    # The default evaluates at 5, 10 and 15 besides before and after: a curve for ~15-25 s of work per evaluation
     "default": dict(episodes=5, sft_steps=500, rl_iterations=20, eval_every=5, eval_episodes=20),
     "smoke": dict(episodes=2, sft_steps=4, rl_iterations=2, eval_every=1, eval_episodes=1),
 }
 
 
 PIPELINE_FLAGS = [
-    # train-async: staleness 1, decoupled PPO -- EQUIVALENT to sync within 10 points in issue 45's pre-registered
-    # test (16 seed pairs of this recipe's SFT start with per-token ratios, T 1, no KL: docs/async.md, "Issue 45");
-    # staleness 2 was NOT EQUIVALENT there (-8 points at update 15). This recipe's own sync pair
-    # (experiments/quickstart_seeds.py, results/runs/quickstart-seeds-c/, seeds 200-204, C rollout): train-async
-    # lifted +32.2 [+19.0, +45.5] points, sync +23.2 [+11.6, +34.9]; paired async - sync +9.0 [-7.0, +25.0] (MJX
-    # rollout, results/runs/quickstart-seeds45/: -9.0 [-32.1, +14.1]; no difference shown either way, none excluded:
-    # five pairs); the main job stays train-async, what it costs is in the README
+    # train-async at staleness 1 with decoupled PPO: the staleness that learns as much as sync
+    # (experiments/async-equivalence/README.md); the main job shows the asynchronous pipeline
     "--pipeline.enabled", "--pipeline.staleness-threshold", "1", "--pipeline.no-use-rollout-log-probs",
 ]
 RL_FLAGS = [
     # rollouts at temperature 0.5 (closer to the greedy policy the report evaluates) and a KL penalty to the SFT
-    # policy (DeepSeekMath's beta 0.04, estimated per token): +10.0 / +13.7 / +28.7 points on fresh seeds 25-27,
-    # mean +17.5 against the >= 15 fixed before the runs (docs/results.md, Quickstart, "Eighteenth session")
+    # policy (DeepSeekMath's beta 0.04, estimated per token) that anchors the visited states to the SFT policy
     "--rl.temperature", "0.5", "--rl.kl-coef", "0.04",
 ]
 # The RL phase's flags on top of the preset `rl-grpo-tokens` (the sync pair, experiments/quickstart_seeds.py: RL_FLAGS)

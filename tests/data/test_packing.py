@@ -278,7 +278,7 @@ def test_compact_windows_never_reach_into_the_next_row():
 
 
 def test_rows_sized_by_samples_and_tokens_carry_every_slot_in_fewer_tokens():
-    """Issue 44.4: with every prefix ~138 of 200 tokens (our demos), rows sized by the mean tokens alone
+    """With every prefix ~138 of 200 tokens (our demos), rows sized by the mean tokens alone
     (12 rows of 400) hold 2 samples each -- 24 of 32 per batch in 4,800 tokens, fixed padding's 200 per
     sample; first-fit sizing gives 16 rows of ~280: all 32 samples in ~4,500 tokens (~140 per sample)."""
     from vlajax.data.build import auto_packed_layout, first_fit_rows, fit_packed_layout

@@ -1,5 +1,5 @@
 """Every experiments/ entry point speaks the tools' CLI convention (`vlajax.cli`: a frozen dataclass read by
-tyro): `--help` exits 0 with tyro's usage line, and no script goes back to argparse (issue 43: three had)."""
+tyro): `--help` exits 0 with tyro's usage line, and no script goes back to argparse."""
 
 from __future__ import annotations
 

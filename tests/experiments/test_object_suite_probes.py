@@ -1,5 +1,5 @@
 """experiments/object_suite_probes.py: the instruction-length probe from the packaged tokenizer (fast)
-and the command's argument check; the probes of a checkpoint run in docs/results.md's commands."""
+and the command's argument check; the probes of a checkpoint run in experiments/object-suite/README.md's study."""
 
 import importlib
 import pathlib

@@ -1,4 +1,4 @@
-"""experiments/physics_default.py (issue 44.3): the pre-registered test of the physics default, on synthetic
+"""experiments/physics_default.py: the pre-registered test of the physics default, on synthetic
 per-episode records -- the same episodes pass, a 10-point shift fails, an MJX arm that does not reproduce the
 quickstart's update-0 evaluation voids it, and a missing seed leaves it incomplete."""
 

@@ -24,7 +24,7 @@ CASES = [  # (command and flags, words the error line must contain)
     (("rl", "--preset", "rl-debug", "--rl.temperature", "0"), "rl.temperature must be > 0"),
     (("rl", "--preset", "rl-debug", "--rl.temperature", "0.5"), "state MLP's Gaussian policy"),
     (("smoke", "--mesh.dp", "3"), "is not divisible by mesh.dp=3"),  # a contradiction found by tyro's parse
-    # issue 43: these ended in a traceback, or were refused only after 8-10 compiles, or were ignored
+    # each of these could end in a traceback, be refused only after 8-10 compiles, or be ignored
     (("sft", "--preset", "sft-tiny", "--model.attention", "cudnn"), "needs an NVIDIA GPU"),
     (("rl", "--preset", "rl-debug", "--rl.algo", "grpo", "--rl.advantage", "gae"), "bootstraps from a critic"),
     (("rl", "--preset", "rl-async-debug", "--rl.algo", "grpo"), "GRPO's episodic groups run through collect"),

@@ -1,4 +1,4 @@
-"""`model.aux_grasp_bins` (issue 22.4): the grasp xy as a K x K classification. Labels, decoding
+"""`model.aux_grasp_bins`: the grasp xy as a K x K classification. Labels, decoding
 (a mode, not the middle of two), the loss against its regression branch, the model's shapes, the
 SFT loss with it (packed = padded), and the config refusals."""
 

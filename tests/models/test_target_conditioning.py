@@ -1,4 +1,4 @@
-"""`model.target_conditioning` (issue 22.4): the action head reads a target [B, D]; inference (the heads'
+"""`model.target_conditioning`: the action head reads a target [B, D]; inference (the heads'
 sample / log-prob / value functions) feeds it the model's own aux prediction; off = unchanged."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_conv_stem_shapes_and_params():
 def test_conv_stem_tokens_start_at_the_patch_stems_scale():
     """At init the stem's tokens (before the position embedding) vary across images about as much as the
     linear patch embedding's; without the stem's LayerNorms they were ~7x smaller, under the position
-    embedding's scale, and a grounding run did not learn (docs/results.md, twelfth attempt)."""
+    embedding's scale, and a grounding run did not learn."""
     images = jax.random.uniform(jax.random.key(0), (8, IMAGE, IMAGE, 3))
     spread = {}
     for stem in ("patch", "conv"):

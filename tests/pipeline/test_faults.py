@@ -1,6 +1,6 @@
 """Interruptions and faults of an asynchronous run.
 
-Interruption (issue 17, acceptance 1): a trainer that donates its state to a jitted update and
+Interruption: a trainer that donates its state to a jitted update and
 then blocks `block_s` per update runs in a subprocess; SIGTERM / Ctrl-C during update 2 (or
 during an evaluation after it) must end the process within the runner's derived bound with one
 checkpoint whose counters and params are of the same update; resuming from it must end on the

@@ -1,6 +1,6 @@
 """The real RL workload through the pipeline: the async loop reduces to the synchronous loop.
 
-Acceptance 1 of issue 7 with the real pieces (tabletop MJX envs, MLP actor, PPO learner):
+With the real pieces (tabletop MJX envs, MLP actor, PPO learner):
 staleness 0, trigger 1, one slot, no streaming -> the same parameters as `vlajax.rl.loop.train`
 after several updates, bit for bit; an interrupted async run resumes to the same parameters.
 """

@@ -1,4 +1,4 @@
-"""experiments/async_sample_efficiency.py: configs, the band comparison (MLP), issue 21's protocol and its
+"""experiments/async_sample_efficiency.py: configs, the band comparison (MLP), the paired protocol and its
 statistics (experiments/async_protocol.py, async_stats.py), and a real debug-size run."""
 
 import dataclasses
@@ -48,7 +48,7 @@ def _protocol():
 @pytest.mark.parametrize("debug", [False, True])
 @pytest.mark.parametrize("name", ["grpo-tokens", "ppo-flow", "eq45-grpo-tokens-factor", "eq45-ppo-flow"])
 def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
-    """Issue 21: every arm trains the preset from one checkpoint on the same eval episodes; a seed is a pair."""
+    """Every arm trains the preset from one checkpoint on the same eval episodes; a seed is a pair."""
     proto, _ = _protocol()
     p = proto.get_protocol(name, debug, "some/sft-dir")
     assert p.arms[0] == "sync" and "async-s1" in p.arms and p.iterations % p.eval_every == 0
@@ -71,19 +71,19 @@ def test_protocol_arms_differ_only_in_the_pipeline(name, debug, tmp_path):
     assert proto.config_fingerprint(proto.train_config(p, "sync", 3, "elsewhere"))[0] == fp["sync"]
     # interleaved: sync and async-s1 seed by seed first, so a partial set is still paired
     plan = p.plan()
-    if p.delta:  # issue 45: every arm seed by seed (the pilot's seeds complete first)
+    if p.delta:  # equivalence protocols: every arm seed by seed (the pilot's seeds complete first)
         assert plan[:len(p.arms)] == [(a, p.seeds[0]) for a in p.arms]
     else:
         assert plan[:4] == [("sync", p.seeds[0]), ("async-s1", p.seeds[0]), ("sync", p.seeds[1]),
                             ("async-s1", p.seeds[1])]
     assert sorted(plan) == sorted((a, s) for a in p.arms for s in p.seeds)
-    if not debug and name == "grpo-tokens":  # the workload as defined before issue 21: 15 updates, eval every 5
+    if not debug and name == "grpo-tokens":  # the workload as first defined: 15 updates, eval every 5
         assert (p.num_envs, p.episode_length, p.iterations, p.eval_every, p.eval_episodes) == (32, 200, 15, 5, 20)
         assert p.arms == ("sync", "async-s1", "async-s2") and len(p.seeds) == p.min_pairs == 5
         assert sync.rl.algo == "grpo" and sync.model.action_head == "tokens" and p.steps_per_update == 6400
     if not debug and name == "ppo-flow":
         assert sync.rl.algo == "ppo" and sync.rl.critic == "privileged" and len(p.seeds) == p.min_pairs == 3
-    if not debug and name.startswith("eq45"):  # issue 45 as pre-registered (results/async/preregistration_45.md)
+    if not debug and name.startswith("eq45"):  # as pre-registered (results/async/preregistration_45.md)
         assert (p.delta, p.pilot_pairs, p.max_pairs, p.seeds) == (0.1, 6, 16, tuple(range(100, 116)))
         assert p.eval_episodes == 20 and p.eval_seed == 0 and p.iterations // p.eval_every == 3
         if name == "eq45-grpo-tokens-factor":
@@ -312,7 +312,7 @@ def test_debug_run_measures_both_modes_on_the_same_env_step_grid(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 45: the equivalence test, recomputed from per-seed JSONs (synthetic runs)
+# The equivalence test, recomputed from per-seed JSONs (synthetic runs)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -431,7 +431,7 @@ def test_protocol_report_of_an_issue45_workload_gives_the_equivalence_verdicts(t
 
 
 def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp_path):
-    """Issue 45 item 2 (results/async/preregistration_45b.md): async-s2-kl is async-s2 plus rl.target_kl and
+    """eq45b (results/async/preregistration_45b.md): async-s2-kl is async-s2 plus rl.target_kl and
     nothing else; sync is the first workload's sync; fresh seeds, disjoint from eq45's."""
     import dataclasses
 
@@ -452,7 +452,7 @@ def test_eq45b_arms_differ_only_in_the_pipeline_and_their_declared_rl_fields(tmp
 
 
 def test_eq45d_arms_differ_only_in_the_pipeline_and_the_learning_rate(tmp_path):
-    """Issue 45 item 2, the next candidate (results/async/preregistration_45d.md): async-s2-lr is async-s2 with the
+    """The workload after eq45b (results/async/preregistration_45d.md): async-s2-lr is async-s2 with the
     preset's learning rate divided by the staleness (2) and nothing else; sync and async-s2 are eq45b's configs;
     fresh seeds, disjoint from eq45's and eq45b's."""
     import dataclasses

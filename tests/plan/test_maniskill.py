@@ -1,4 +1,4 @@
-"""The pi0 ManiSkill pod-scale preset (docs/planner.md, "Pod scale: pi0 on ManiSkill")."""
+"""The pi0 ManiSkill pod-scale preset (experiments/planner/README.md, "Pod scale: pi0 on ManiSkill")."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ RL_CELLS = [
      [1, 2], r"during the evaluation at (iteration|update) 2: abandoned it; nothing new to save; newest checkpoint: "
      r"(iteration|update) 2", ABANDON_S),
 ]
-ASYNC_ONLY = [  # the trainer waits for its first micro-batch while rollout is busy (issue 43's 121.7 s case)
+ASYNC_ONLY = [  # the trainer waits for its first micro-batch while rollout is busy (a 121.7 s stop once seen)
     ("trainer-waits-for-rollout", "rollout", LONG_S, "PHASE rollout 3",
      ("--rl.eval-every", "-1", "--checkpoint.every-steps", "1000"), [1, 2],
      r"during the async run at update 2: stopped at the boundary after update 2, saved checkpoint 2, dropped the "

@@ -1,4 +1,4 @@
-"""The physics lever (issue 44.3): the RL rollout runs on MJX or C MuJoCo (`env.physics_impl` 'jax' / 'c')
+"""The physics lever: the RL rollout runs on MJX or C MuJoCo (`env.physics_impl` 'jax' / 'c')
 through the same jitted `rl.rollout.rollout`, and `bench rollout --physics` times both side by side."""
 
 import functools
@@ -61,7 +61,7 @@ def test_auto_physics_is_c_on_a_one_device_cpu_host_unless_mjx_is_needed(monkeyp
     assert ro.rollout_physics(auto) == "c" and _base(ro.make_env(auto, H)).c_physics is not None
     assert ro.rollout_physics(EnvConfig(physics_impl="auto", randomize="dynamics=0:1")) == "jax"
     assert ro.rollout_physics(EnvConfig(physics_impl="auto", robustness="all")) == "jax"  # all has dynamics
-    # the default is 'auto' (issue 44.3's pre-registered test): C here, MJX when asked for
+    # the default is 'auto' (experiments/physics-default/README.md): C here, MJX when asked for
     assert EnvConfig().physics_impl == "auto"
     assert _base(ro.make_env(EnvConfig(task="goal/stack", obs_mode="state", num_envs=2), H)).c_physics is not None
     mjx = EnvConfig(task="goal/stack", obs_mode="state", num_envs=2, physics_impl="jax")

@@ -1,8 +1,8 @@
-"""Issue #8 acceptance 3: `python -m vlajax.train rl` as 2 processes on localhost completes and
+"""`python -m vlajax.train rl` as 2 processes on localhost completes and
 writes one checkpoint (the plain launch of docs/multihost.md: same command per process,
 JAX_* variables tell who is who; 2 virtual CPU devices per process form one 4-device mesh).
 
-The synchronous loop and the asynchronous pipeline (`--pipeline.enabled`, issue #7:
+The synchronous loop and the asynchronous pipeline (`--pipeline.enabled`:
 rollout host-local, training global) are both covered; the async runs also resume from their
 multi-process checkpoint."""
 
@@ -117,7 +117,7 @@ def _async_done(outs) -> list[tuple]:
 @pytest.mark.entry
 @pytest.mark.parametrize("mode", ["colocated", "disaggregated-slots"])
 def test_two_process_rl_async_pipeline_trains_globally_and_resumes(tmp_path, mode):
-    """Issue #7: the async RL loop as 2 processes. Each process rolls out its own 4 envs on its
+    """The async RL loop as 2 processes. Each process rolls out its own 4 envs on its
     own devices; every update is one global step over both processes' batches; both processes
     take the same updates, install the same published weights on their own rollout mesh, and
     write one checkpoint together, from which a second launch resumes (colocated)."""

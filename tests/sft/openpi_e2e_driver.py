@@ -62,7 +62,8 @@ def main() -> int:
                               "--env.episode-length", "10", "--model.trainable", "expert",
                               "--rl.eval-every", "-1", *SMALL])  # the eval phase below evaluates it
     _phase("eval", train.main, ["eval", "--preset", "pi05-dummy", "--checkpoint", os.path.join(rl, "checkpoints"),
-                                "--output-dir", rl, "--episodes-per-task", "1", "--env.episode-length", "10", *EVAL_SMALL])
+                                "--output-dir", rl, "--episodes-per-task", "1", "--env.episode-length", "10",
+                                *EVAL_SMALL])
     if client:
         _phase("serve", serve, os.path.join(rl, "checkpoints"), client)
     return 0

@@ -1,4 +1,4 @@
-"""`model.aux_target='grasp_place'` (issue 22.4): the targets derived from the demos, the loss term
+"""`model.aux_target='grasp_place'`: the targets derived from the demos, the loss term
 (packed = padded, reaches the vision tower), and the refusals (one `error:` line)."""
 
 from __future__ import annotations

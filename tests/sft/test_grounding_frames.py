@@ -1,4 +1,4 @@
-"""`data.grounding_fraction` (issue 22.4): rendered first frames mixed into the SFT records as
+"""`data.grounding_fraction`: rendered first frames mixed into the SFT records as
 aux-only samples -- their share of an epoch, their records, their targets in the demos'
 normalization, no effect on the action loss, the refusals; and (slow) the rendered frames'
 targets are exactly where the scripted expert grasps and places."""

@@ -114,7 +114,7 @@ def test_sft_stops_after_the_current_step_with_its_checkpoint_and_resumes(synthe
 
 @pytest.mark.timeout(600)
 def test_a_signal_mid_compile_after_a_resume_abandons_at_once_keeping_the_last_checkpoint(synthetic_dataset, tmp_path):
-    """Issue 43: the first step after a resume (it compiles) has nothing unsaved before it, so a signal abandons it
+    """The first step after a resume (it compiles) has nothing unsaved before it, so a signal abandons it
     at once (exit 0, one line). (A second signal exiting 130: tests/reliability/test_stop_anywhere.py.)"""
     out_dir = tmp_path / "run"
     args = _sft_args(synthetic_dataset, str(out_dir), 4)

@@ -1,4 +1,4 @@
-"""`model.target_conditioning` in SFT (issue 22.4): the action head is teacher-forced with the demo's own
+"""`model.target_conditioning` in SFT: the action head is teacher-forced with the demo's own
 target (+ `sft.target_noise`), the aux head is trained only by its own loss; refusals are one `error:` line."""
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ module keeps the earlier per-decision path -- `run_one` drives `SlotRollout.samp
 behind the `Workload` interface -- because other code still uses it: `vlajax.bench.soak`
 (`StandIn`, `mode_config`, `rl_workload`), `vlajax.plan.profile` (`rl_workload`) and the async
 experiments (`experiments/async_common.py`: `rl_workload`, `run_one`). It has no command line;
-the JSONs it wrote (`results/bench/async*.json` up to the sixth session) are marked superseded in
-`docs/async.md`.
+the JSONs it wrote (the older `results/bench/async*.json`) are superseded by the production loops' grids.
 
 The modes (`MODES`, `mode_config`):
 
@@ -224,7 +223,7 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int, update_epoc
     compile_cache.enable(cfg.compilation_cache_dir)
     cfg = dataclasses.replace(
         # MJX unless a caller passes `physics_impl` to the workload's `env` (bench async's regimes do); the
-        # published figures ran on it (the config default became 'auto' in issue 44.3)
+        # published figures ran on it (before the config default became 'auto')
         cfg, env=dataclasses.replace(cfg.env, num_envs=envs, physics_impl="jax"),
         model=dataclasses.replace(cfg.model, width=width),
         rl=dataclasses.replace(cfg.rl, rollout_length=horizon, update_epochs=update_epochs,

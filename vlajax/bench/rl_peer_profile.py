@@ -1,4 +1,4 @@
-"""Where one PPO iteration's time goes, vlajax vs brax, on the peer bench's setting (issue 44.6).
+"""Where one PPO iteration's time goes, vlajax vs brax, on the peer bench's setting.
 
     python -m vlajax.bench.rl_peer_profile --json results/bench/rl_peer_profile.json [--rounds 3] [--reps 3] [--debug]
 
@@ -27,7 +27,7 @@ brax's full iteration is not split (it is one fused program): with `--peer-itera
 also runs the bench's two whole trainings (`rl_peer.run_vlajax`, `rl_peer.run_brax`: N iterations,
 the first dropped) and records their iteration seconds (`peer_vlajax`, `peer_brax`).
 `compiled_programs`: the jits' dispatch-cache entries (`_cache_size`) after the rounds; an entry
-is not necessarily an XLA compile (an equivalent sharding object adds one: docs/results.md, brax peer).
+is not necessarily an XLA compile (an equivalent sharding object adds one: experiments/brax-peer/README.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ the same cores as the server.
 
 Per server setting, every client count's requests/s over the single client's and its p95 over
 the single client's p50 are ratios within one repeat, reported as median [min, max] over
-repeats; the targets of issue 19 (and 44: against the adaptive single client) are those at 16
+repeats; the targets (against the adaptive single client) are those at 16
 clients, not tuned for: >= 6x the requests/s of 1 client; p95 <= 3x the single-client p50. The
 machine load (`/proc/loadavg`) before, after and before each row is recorded.
 
@@ -259,7 +259,7 @@ def summarize(rows: list[dict[str, Any]], replicas: tuple[int, ...],
               codes: tuple[str, ...] = ("current",), waits: tuple[str, ...] = ("adaptive",)) -> list[dict[str, Any]]:
     """Per server setting (code, replicas, wait rule): per client count median/min/max over repeats,
     each count's requests/s over the single client's and p95 over the single client's p50 (ratios of
-    rows measured in the same repeat), and issue 19's targets (16 clients) from those ratios."""
+    rows measured in the same repeat), and the targets (16 clients) from those ratios."""
     out = []
     for code, setting, wait in [(c, r, w) for c in codes for r in replicas for w in waits]:
         mine = [r for r in rows if r["replicas_flag"] == setting and r.get("code", "current") == code

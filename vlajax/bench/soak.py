@@ -8,7 +8,7 @@ resident memory (VmRSS from /proc/self/status), the updates done, and the entrie
 every per-event structure of the pipeline (timeline records per kind, running-total keys,
 inference batch sizes, weight transfer times, buffer versions / items, runner history).
 
-Verdict (issue 17's acceptance): RSS growth between the sample at `--settle-min` (5) and the
+Verdict: RSS growth between the sample at `--settle-min` (5) and the
 last sample <= 5 %, and every structure's size at the last sample <= its cap (bounded: it
 stopped growing, or is a recent-records window below its fixed length). Writes the samples +
 verdict as JSON and, with `--plot`, a PNG of RSS and structure sizes over time.

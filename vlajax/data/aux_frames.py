@@ -1,4 +1,4 @@
-"""Aux-only samples mixed into the demonstrations: `data.grounding_fraction` (issue 22.4).
+"""Aux-only samples mixed into the demonstrations: `data.grounding_fraction`.
 
     frames = vlajax.demos.grounding_frames(cfg)          # rendered first frames, no actions
     extra = AuxFrameSource(frames["images"], frames["state"], frames["instructions"], target, weight,

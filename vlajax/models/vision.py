@@ -95,7 +95,7 @@ class ViT(nn.Module):
         convolutions, channels width / 2^(k-1), ..., width, each followed by a LayerNorm over its channels
         and GELU (the kernels are small and replicated: no logical axis). Without the norms the stem's
         tokens start ~7x smaller than the linear patch embedding's, below the position embedding's scale,
-        and a grounding run stayed at chance for the 1250 steps it ran (docs/results.md, twelfth attempt)."""
+        and a grounding run stayed at chance for the 1250 steps it ran."""
         k = self.patch_size.bit_length() - 1
         if self.patch_size != 1 << k:
             raise ValueError(f"vision stem 'conv' needs a power-of-2 patch_size, got {self.patch_size}")

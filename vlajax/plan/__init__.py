@@ -2,5 +2,5 @@
 
 `costs` (what components cost), `sim` (the SimPy model), `profile` (measuring the costs of the
 bench's RL workload on this machine), `presets` (costs from the seed papers for pods),
-`validate` (predictions vs the bench's measured rows). See `docs/planner.md`.
+`validate` (predictions vs the bench's measured rows). See `experiments/planner`.
 """

@@ -103,7 +103,7 @@ class Args:
     """The command line (`--help` lists every option with its comment); exactly one cost source."""
 
     # costs from the seed papers (vlajax.plan.presets): -comm with the communication model (vlajax.plan.comm),
-    # -nocomm with the constants (publication 1.0 s, all-reduce 0); pi05-libero = -comm (docs/planner.md, issue 44.5)
+    # -nocomm with the constants (publication 1.0 s, all-reduce 0); pi05-libero = -comm (experiments/planner)
     # pi0-maniskill: GPU simulation on the rollout GPUs (vlajax.plan.presets_maniskill)
     preset: Literal["pi05-libero", "pi05-libero-comm", "pi05-libero-nocomm", "pi0-maniskill"] | None = None
     profile_from: str | None = None  # run directory with profile.json (python -m vlajax.plan profile)

@@ -22,7 +22,7 @@ nodes runs at its slowest link.
   all-reduce each train GPU holds the full weights).
 
 Bandwidths are GB/s (1e9 bytes/s) per GPU and direction. Where each default comes from:
-`vlajax/plan/presets.py` and docs/planner.md ("communication cost and the pod-scale table").
+`vlajax/plan/presets.py` and experiments/planner ("communication cost and the pod-scale table").
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ waiting for the GIL waits up to that interval while another holds it, so if Pyth
 lane is what serializes the others, the concurrent times move with the interval. (The C MuJoCo
 callback steps its envs natively without the GIL since commit 34456ff.) On a shared machine these
 ratios follow the CPU this process is offered while they run: repeat them, and compare runs made
-back to back (docs/planner.md). The model of `vlajax.plan.sim` caps concurrent slot steps at
+back to back (experiments/planner). The model of `vlajax.plan.sim` caps concurrent slot steps at
 the concurrency `plan profile` measures for them (the slot steps above, from the profile itself);
 between lanes (the update beside a collect) it assumes no GIL or lock: this measures how far that holds.
 """

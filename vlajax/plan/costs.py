@@ -127,7 +127,7 @@ class Costs:
     def threaded_steps(self) -> Costs:
         """These costs with the slot steps' factors taken from the steps timed beside each other (component
         `step_threaded`: the profile's concurrency rounds, every slot at once) instead of one after another: the
-        spread concurrent steps have among themselves, which the serially timed calls lack (docs/planner.md,
+        spread concurrent steps have among themselves, which the serially timed calls lack (experiments/planner,
         "ninth"). Raises ValueError for a profile without those timings (taken before the option existed)."""
         f = self.jitter_factors("step_threaded")
         if not f:
@@ -140,7 +140,7 @@ class Costs:
         profile's order), then scaled to mean 1: only how a call differs from the calls timed beside it. The
         profile times a decision's slot steps one after another; their factors drift together (lag-1
         autocorrelation 0.37-0.75 in prod7-prod9's profiles), and what moves all concurrent calls alike does
-        not spread the slots apart -- the drift is in the median costs already (docs/planner.md "seventh")."""
+        not spread the slots apart -- the drift is in the median costs already (experiments/planner "seventh")."""
         half = window // 2
         out = []
         for name, f in self.jitter:

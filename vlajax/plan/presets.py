@@ -100,7 +100,7 @@ REFERENCE["pi05-libero-nocomm"] = REFERENCE["pi05-libero-comm"] = REFERENCE["pi0
 
 _INFER_S_PER_ROW = 9.0 / 640  # RL-VLA3 Section 1
 _CALIBRATION = {"colocated": 289.23, "disaggregated": 162.75}  # seed 000 Table 3, 8 GPUs
-# pi0.5's size and the pod's links (sources: the module docstring, docs/planner.md); every field explicit here
+# pi0.5's size and the pod's links (sources: the module docstring, experiments/planner); every field explicit here
 PI05_COMM = Comm(params=3.3e9, param_bytes=2.0, grad_bytes=2.0, global_batch=1024, micro_batch=32, update_epochs=2,
                  gpus_per_node=8, intra_gbs=450.0, inter_gbs=50.0, latency_s=5e-6)
 
@@ -146,7 +146,7 @@ CALIBRATED_COMM = (0.057281494140625, 0.00536956787109375)  # = calibrate_pi05_l
 
 
 PRESETS = {
-    # the default since the criterion of docs/planner.md (issue 44.5, communication) held: 13 predicted cells 9.0%
+    # the default since the criterion of experiments/planner (issue 44.5, communication) held: 13 predicted cells 9.0%
     "pi05-libero": lambda: _pi05_libero(*CALIBRATED_COMM, comm=PI05_COMM),
     "pi05-libero-nocomm": lambda: _pi05_libero(*CALIBRATED, name="pi05-libero-nocomm"),
     "pi05-libero-comm": lambda: _pi05_libero(*CALIBRATED_COMM, comm=PI05_COMM, name="pi05-libero-comm"),

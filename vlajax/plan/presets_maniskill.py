@@ -7,7 +7,7 @@
 ManiSkill steps its envs on the GPU, so the simulator is on-device compute (`Costs.env_on_device`,
 `env_compute_s`): each rollout GPU time-shares its simulator calls and its inference calls, and a
 call of n envs costs a + b x n, so splitting a GPU's envs into k slots costs (k - 1) x a more per
-decision. Where each number comes from (seed files in /work/shared/seeds/; docs/planner.md,
+decision. Where each number comes from (seed files in /work/shared/seeds/; experiments/planner,
 "Pod scale: pi0 on ManiSkill", written before any of this ran):
 
 - workload (RL-VLA3 appendix A.1, Table 2, ManiSkill + pi0.5, colocated: seed 000 gives no

@@ -454,7 +454,7 @@ class Args:
     physics: tuple[Literal["jax", "c"], ...] = ("jax", "c")  # simulators to time (jax = the mjx regime, c = cpu-sim)
     repeats: int = 7  # timed rounds after the compiling one
     # timed rounds of the slot steps' concurrency (0: --repeats); C MuJoCo's ratio is noisy per round: three
-    # 28-round profiles agreed within 0.03 where 7-round blocks spread 1.08-1.38 (docs/planner.md, "fifth")
+    # 28-round profiles agreed within 0.03 where 7-round blocks spread 1.08-1.38 (experiments/planner, "fifth")
     concurrency_repeats: int = 0
     statistic: Literal["median", "min"] = "median"  # of the calls, for the printed costs (validate re-reads raw)
     seed: int = 0

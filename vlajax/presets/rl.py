@@ -8,15 +8,16 @@
   reach every action: `auto` = `min_max` for tokens); no critic; 32 envs in 8 groups of 4;
   `make quickstart` runs it asynchronously.
 - `rl-grpo-flow`: the same GRPO with the flow head (`flow_sde`), at a lower learning rate
-  (the flow policy moves ~17x more in KL per update at the same rate; docs/results.md).
+  (the flow policy moves ~17x more in KL per update at the same rate;
+  experiments/rl-from-pixels/README.md).
 - `rl-ppo-flow`: PPO with the flow head and the privileged critic (an MLP on the simulator
   state, its own learning rate, 5 critic-only warm-up iterations), from an SFT checkpoint;
   48 decisions per env per iteration (about one episode).
 Both flow presets start the sampler at x_1 = 0 and make only its last denoising step
 stochastic (`flow_sde_steps='last'`): every bit of the chunk's randomness is then scored by the
-log-prob, exactly (docs/results.md, "the flow head").
+log-prob, exactly.
 All three use the potential-based `progress` reward (success bonus + change of the shaped terms);
-docs/results.md has the runs and what they reached.
+docs/results.md, "RL from pixels", has what they reached.
 The pixel presets take the model architecture from the SFT checkpoint (`sft-small`: H = 8, of
 which `rl.chunk_steps = 4` are executed per decision, as in its evaluation); their `model`
 section only sets the RL-specific head fields (sampler, noise level, value head).
@@ -86,25 +87,20 @@ def _grpo_pixels(output_dir: str, model: ModelConfig, learning_rate: float) -> T
 @register("rl-grpo-tokens", "GRPO, token head, pixels, progress reward, from an SFT checkpoint (--rl.init-from)")
 def _rl_grpo_tokens() -> TrainConfig:
     cfg = _grpo_pixels("runs/rl-grpo-tokens", ModelConfig(action_head="tokens", value_head="none"), 5e-5)
-    # the sync loop by default; `--pipeline.enabled` runs the issue-21 protocol's tested async arm
+    # the sync loop by default; `--pipeline.enabled` runs async at staleness 1, which learns as much as sync
+    # (experiments/async-equivalence/README.md); staleness 2 learns less
     pipeline = AsyncConfig(
-        # 1: the pre-registered equivalence test of issue 45 (docs/async.md, "Issue 45"; this preset with
-        # per-token ratios, 16 seed pairs): staleness 1 EQUIVALENT to sync within 10 points (update 15: +0.002
-        # [-0.053, +0.056]); staleness 2 NOT EQUIVALENT (-0.080 [-0.143, -0.018]: it costs learning)
         staleness_threshold=1.0,
-        # False (decoupled PPO, recomputed proximal): what every async arm of that protocol table ran
+        # False: decoupled PPO, the proximal log-probs recomputed by the learner
         use_rollout_log_probs=False)
-    # 'decision' (one ratio per chunk): the ratio level of that table; 'factor' (per token) with 40 updates lifted
-    # the quickstart +22.5 points on seeds 0-2 but -5.4 on held-out seeds 6-8 (docs/results.md, Quickstart).
-    # temperature 1 and kl_coef 0: what that protocol table ran; the quickstart adds T 0.5 + kl_coef 0.04 (+17.5 over
-    # seeds 25-27, docs/results.md, Quickstart, "Eighteenth session"; +32.2 [+19.0, +45.5] over fresh seeds 200-204,
-    # sync pair +23.2 [+11.6, +34.9]: results/runs/quickstart-seeds-c/summary.md), not run on the protocol's pairs
+    # 'decision': one ratio per chunk. The quickstart adds temperature 0.5 and kl_coef 0.04 on top of this preset
+    # (experiments/quickstart/README.md)
     return dataclasses.replace(cfg, pipeline=pipeline, rl=dataclasses.replace(cfg.rl, ratio_level="decision"))
 
 
 @register("rl-grpo-flow", "GRPO, flow head (flow_sde), pixels, progress reward, from an SFT checkpoint")
 def _rl_grpo_flow() -> TrainConfig:
-    # pipeline: the AsyncConfig defaults (staleness 0) -- no issue-21 protocol table covers GRPO with the flow head
+    # pipeline: the AsyncConfig defaults (staleness 0): async GRPO with the flow head has no equivalence test
     return _grpo_pixels("runs/rl-grpo-flow", _flow_rl_model("none"), 1.5e-5)
 
 
@@ -120,15 +116,14 @@ def _rl_ppo_flow() -> TrainConfig:
         output_dir="runs/rl-ppo-flow",
         model=_flow_rl_model("none"),
         env=_pixels_env(32),
-        # ratio_level 'decision' (the default): the ppo-flow protocol table's (docs/async.md); 'factor' is not measured
+        # ratio_level 'decision' (the default): one ratio per chunk
         rl=RLConfig(algo="ppo", num_iterations=300, rollout_length=48, num_minibatches=4, update_epochs=1,
                     learning_rate=1e-5, value_learning_rate=1e-3, critic_warmup_iterations=5, gamma=0.99,
                     critic="privileged", normalize_advantages="batch", eval_every=5, eval_episodes_per_task=20,
                     chunk_steps=4, reward="progress"),
         checkpoint=CheckpointConfig(every_steps=5),
         logging=LoggingConfig(every_steps=1),
-        # the sync loop by default; `--pipeline.enabled` runs the protocol's tested async arm: staleness 1 and
-        # decoupled PPO: EQUIVALENT to sync within 10 points at iterations 40 and 60 in issue 45's pre-registered test
-        # (eq45c-ppo-flow-c, C MuJoCo, 6 pairs: +0.023 [+0.009, +0.037] at 60; docs/async.md, "Issue 45")
+        # the sync loop by default; `--pipeline.enabled` runs staleness 1 with decoupled PPO, which learns as much
+        # as sync on this preset (experiments/async-equivalence/README.md)
         pipeline=AsyncConfig(staleness_threshold=1.0, use_rollout_log_probs=False),
     )

@@ -3,7 +3,7 @@
     sft-tiny    the `tiny` model (action_dim 4) on a few short demos: tests and smoke runs
     sft-small   the CPU learning preset: ~1.5M params, 32x32 pixels, the `goal` suite; reaches
                 >= 50% closed-loop success within 30 minutes of SFT on a 2-core CPU
-                (docs/results.md). The issue's `small` model (25M params, 64x64) cannot train
+                (docs/results.md). The `small` model (25M params, 64x64) cannot train
                 that far in 30 minutes on 2 cores (~23 s per step), so this preset keeps
                 DESIGN.md's CPU sizing.
 
