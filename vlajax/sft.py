@@ -259,7 +259,6 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             # are not read, so none of their refusals (a mask too wide, openpi's ALOHA space) applies
             openpi = None if cfg.sft.delta_actions == "off" else init_from.openpi_transforms(
                 cfg, own if resuming else None)
-            log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
             # ---- Data first: bad data fails before anything compiles ------------------------------
             frames = None
@@ -278,6 +277,8 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                 log.info("sft: %s has openpi's transforms (%s): norm stats as its compute_norm_stats, "
                          "DeltaActions on mask %s", cfg.sft.init_from, openpi.train_config or "custom",
                          [int(b) for b in openpi.delta_mask])
+            # (logged after the data opened: a dataset error stays the command's only line)
+            log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
             log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
                      cfg.data.batching, info.slots, info.rows, info.row_len)
 
