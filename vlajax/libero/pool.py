@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import json
 import logging
 import os
 import queue
@@ -160,12 +159,7 @@ class _LocalProc(_Proc):
         return self.popen.poll() is None
 
     def send(self, obj: dict[str, Any]) -> bool:
-        try:
-            self.popen.stdin.write((json.dumps(obj) + "\n").encode())
-            self.popen.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
+        return P.send_line(self.popen.stdin, obj)
 
     def kill(self) -> None:
         if self.alive():

@@ -44,8 +44,8 @@ import numpy as np
 from vlajax.resize_pad import resize_with_pad
 
 __all__ = ["DEMO_INITS", "DUMMY_ACTION", "EVAL_INITS", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle",
-           "convert_image", "make_request",
-           "max_steps_for", "read_line", "resize_with_pad", "state_vector", "write_atomic_npy", "write_line"]
+           "convert_image", "make_request", "max_steps_for", "read_line", "resize_with_pad", "send_line",
+           "state_vector", "write_atomic_npy", "write_line"]
 
 DUMMY_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)
 ACTION_DIM = 7
@@ -167,6 +167,16 @@ def write_line(stream, obj: dict[str, Any]) -> None:
     """One JSON line, flushed (the channel's unit)."""
     stream.write(json.dumps(obj, separators=(",", ":")) + "\n")
     stream.flush()
+
+
+def send_line(pipe, obj: dict[str, Any]) -> bool:
+    """`write_line` on a binary pipe (a worker's stdin); False when the other end is gone."""
+    try:
+        pipe.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        pipe.flush()
+        return True
+    except (BrokenPipeError, OSError, ValueError):
+        return False
 
 
 def read_line(line: str | bytes) -> dict[str, Any] | None:

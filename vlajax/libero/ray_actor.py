@@ -83,14 +83,7 @@ class WorkerActor:
 
     def send(self, obj: dict[str, Any]) -> bool:
         """One command to the worker's stdin; False when it is gone."""
-        import json  # noqa: PLC0415
-
-        try:
-            self.popen.stdin.write((json.dumps(obj) + "\n").encode())
-            self.popen.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
+        return P.send_line(self.popen.stdin, obj)
 
     def _ship(self, msg: dict[str, Any]) -> None:
         """A result's frame files -> their bytes in msg['_npy'] (removed here; the driver writes them)."""
