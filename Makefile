@@ -24,14 +24,14 @@ $(LIBERO_STAMP): scripts/setup_libero.sh
 
 # the tests start with the linter (seconds): an error it finds fails `make test` and so CI
 test: venv libero
-	$(PY) -m ruff check vlajax tests experiments scripts
+	$(PY) -m ruff check vlajax tests experiments scripts research
 	VLAJAX_LIBERO_REQUIRED=1 bash scripts/run_tests.sh $(PY) -m "not slow and not gpu"
 
 test-all: venv libero
 	VLAJAX_LIBERO_REQUIRED=1 bash scripts/run_tests.sh $(PY) -m "not gpu"
 
 lint: venv
-	$(PY) -m ruff check vlajax tests experiments scripts
+	$(PY) -m ruff check vlajax tests experiments scripts research
 
 quickstart: venv
 	$(PY) -m vlajax.quickstart

@@ -1,5 +1,5 @@
 """Shared driver of the async-pipeline experiments: run (regime, placement, mode, overrides) cells
-of `vlajax.bench.async_` on the RL workload, repeat them, keep the median, write JSON + markdown."""
+of `research.bench.async_` on the RL workload, repeat them, keep the median, write JSON + markdown."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run_sweep(sweep: Sweep, json_path: str) -> list[dict]:
     """Every cell `repeats` times (repeats outermost); a row is the median run by env steps/s."""
     with contextlib.suppress(RuntimeError):
         jax.config.update("jax_num_cpu_devices", 8)
-    from vlajax.bench.async_ import rl_workload, run_one
+    from research.bench.async_ import rl_workload, run_one
     from vlajax.pipeline.latency import LatencyModel
 
     w, spec = rl_workload(sweep.preset, envs=sweep.envs, horizon=sweep.horizon, width=sweep.width)

@@ -47,7 +47,7 @@ ARMS = {"sync": None, "async-s1": 1.0, "async-s2": 2.0,  # arm -> pipeline.stale
 ARM_RL: dict[str, tuple[tuple[str, object], ...]] = {"async-s2-kl": (("target_kl", 0.0034),),
                                                      "async-s2-lr": (("learning_rate", 2.5e-5),)}
 
-QUICKSTART_RECIPE = (  # `make quickstart`'s demos + SFT phases (vlajax/quickstart.py, default size, seed 0)
+QUICKSTART_RECIPE = (  # `make quickstart`'s demos + SFT phases (vlajax/quickstart/run.py, default size, seed 0)
     "python -m vlajax.train demos --preset sft-small --suite goal --episodes-per-task 5 --out runs/quickstart/demos",
     "python -m vlajax.train sft --preset sft-small --data.dataset-dir runs/quickstart/demos "
     "--output-dir runs/quickstart/sft --model.action-head tokens --model.num-bins 64 --sft.num-steps 500 "
@@ -95,7 +95,7 @@ class Protocol:
         """The update's env-step budget (GRPO: one episode per env, fewer steps when one succeeds early)."""
         if self.preset.startswith("rl-grpo"):
             return self.num_envs * self.episode_length
-        from vlajax.config import get_config as preset
+        from vlajax.config.schema import get_config as preset
 
         cfg = preset(self.preset)
         return self.num_envs * (self.rollout_length or cfg.rl.rollout_length) * cfg.rl.chunk_steps
@@ -169,8 +169,8 @@ def get_protocol(name: str, debug: bool = False, init_from: str | None = None) -
 
 def train_config(p: Protocol, arm: str, seed: int, output_dir: str):
     """The `TrainConfig` of one run: the preset, the protocol's sizes, the arm's pipeline."""
-    from vlajax.config import AsyncConfig, CheckpointConfig, LoggingConfig
-    from vlajax.config import get_config as preset
+    from vlajax.config.schema import AsyncConfig, CheckpointConfig, LoggingConfig
+    from vlajax.config.schema import get_config as preset
 
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
@@ -226,7 +226,7 @@ def config_changes(saved: dict, now: dict, prefix: str = "") -> tuple[list[str],
     (or that the saved run had and the config no longer has), and of fields added since it was saved.
 
     A saved run stays valid when only fields were added: a new config field must default to the
-    behaviour from before it existed (the rule for every field added to `vlajax.config`), so the
+    behaviour from before it existed (the rule for every field added to `vlajax.config.schema`), so the
     run's config is the one it would have now."""
     changed, added = [], []
     for k in sorted(set(saved) | set(now)):
@@ -270,8 +270,8 @@ def bridge_sha256(bridge_json: dict, drop_model_fields: tuple[str, ...] | list[s
 
 def init_fingerprint(cfg) -> dict:
     """The starting checkpoint's fingerprint: sha256 of its (eval) params and of its bridge (norm stats, model)."""
-    from vlajax import sharding
     from vlajax.rl.setup import load_sft
+    from vlajax.training import sharding
 
     _, bridge, params = load_sft(cfg, sharding.make_mesh(cfg.mesh))
     bridge_json = bridge.to_json()
@@ -305,9 +305,9 @@ def run_one(p: Protocol, arm: str, seed: int, work_dir: str, runs_dir: str) -> d
     """Train one (arm, seed) run and write its JSON (`run_path`); -> the record."""
     import jax
 
-    from vlajax import sharding
     from vlajax.rl import async_loop, loop
     from vlajax.rl.setup import build
+    from vlajax.training import sharding
 
     out = os.path.join(work_dir, p.name, f"{arm}-seed{seed}")
     if os.path.isdir(out):  # an earlier run's (cut off, or --replace): its checkpoints would collide with these saves

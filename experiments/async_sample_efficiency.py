@@ -98,7 +98,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
-from vlajax import cli  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +140,8 @@ def get_config(debug: bool = False) -> Experiment:
 
 def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
     """The `TrainConfig` of one run (`mode` 'sync' or 'async')."""
-    from vlajax.config import CheckpointConfig, LoggingConfig
-    from vlajax.config import get_config as preset
+    from vlajax.config.schema import CheckpointConfig, LoggingConfig
+    from vlajax.config.schema import get_config as preset
 
     cfg = preset(exp.preset)
     cfg = dataclasses.replace(
@@ -161,7 +161,7 @@ def train_config(exp: Experiment, mode: str, seed: int, output_dir: str):
 def _with_mode(cfg, exp, mode: str, *, queue_timeout_s: float, watchdog_s: float):
     """`cfg` for `mode`: sync as is; async through the pipeline with the experiment's slots,
     staleness and partial rollout, no streaming, decoupled PPO (recomputed proximal log-probs)."""
-    from vlajax.config import AsyncConfig
+    from vlajax.config.schema import AsyncConfig
 
     if mode == "async":
         return dataclasses.replace(cfg, pipeline=AsyncConfig(
@@ -455,7 +455,7 @@ class Args:
 
 if __name__ == "__main__":
     a = cli.parse(Args, None, description=__doc__.split("\n")[0])
-    from vlajax import compile_cache
+    from vlajax.shared import compile_cache
 
     compile_cache.enable()
     if a.workload != "mlp":

@@ -25,14 +25,14 @@ import dataclasses
 import numpy as np
 import tyro
 
-from vlajax.stats import percentile_bootstrap
+from vlajax.shared.stats import percentile_bootstrap
 
 BOOT_SEED = 2126  # the bootstrap generator's seed (fixed)
 
 
 def bootstrap_mean(values) -> tuple[float, float, float]:
     """(mean, low, high): the mean of `values` [n] and its 95% percentile-bootstrap interval
-    (`vlajax.stats.percentile_bootstrap`: its 10,000 resamples, this protocol's generator seed)."""
+    (`vlajax.shared.stats.percentile_bootstrap`: its 10,000 resamples, this protocol's generator seed)."""
     return percentile_bootstrap(values, np.mean, seed=BOOT_SEED)
 
 
@@ -345,7 +345,7 @@ def main(argv=None) -> dict:
     """`python -m experiments.async_stats DIR [--json OUT]`: the equivalence verdicts from DIR's per-seed JSONs."""
     import json
 
-    from vlajax import cli
+    from vlajax.shared import cli
 
     a = cli.parse(Args, argv, description="the equivalence verdicts from per-seed run JSONs")
     try:

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.async_common import Sweep, run_sweep  # noqa: E402
-from vlajax import cli  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 
 def get_config(debug: bool = False) -> Sweep:

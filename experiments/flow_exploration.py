@@ -32,12 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vlajax import cli, compile_cache, sharding  # noqa: E402
-from vlajax.config import get_config  # noqa: E402
+from vlajax.config.schema import get_config  # noqa: E402
 from vlajax.models import heads  # noqa: E402
 from vlajax.models.vla import VLA  # noqa: E402
 from vlajax.rl import rollout as ro  # noqa: E402
 from vlajax.rl import setup as rl_setup  # noqa: E402
+from vlajax.shared import cli, compile_cache  # noqa: E402
+from vlajax.training import sharding  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import tempfile
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.outputs import write_results  # noqa: E402
-from vlajax import cli  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 SFT_CHECKPOINT = "runs/sft-small/checkpoints"
 
@@ -85,8 +85,8 @@ def markdown(rows: list[dict]) -> str:
 
 def run(cfg: Config, json_path: str) -> dict:
     """Every cell once; write `json_path` and the markdown table next to it. -> the JSON dict."""
-    from vlajax import compile_cache
     from vlajax.bench import fp8 as bench
+    from vlajax.shared import compile_cache
 
     compile_cache.enable()
     results, rows = [], []

@@ -2,7 +2,7 @@
 
 Data: first frames of object-suite scenes (gripper at home: nothing but the scene and the
 instruction says where the target is), each scene three times, once with each of its cubes as
-the target (`vlajax.demos.swap_target`: same picture, the instruction names another colour).
+the target (`vlajax.data.demos.swap_target`: same picture, the instruction names another colour).
 So the picture alone cannot give the target; a model that ignores the instruction can at best
 predict the mean of the scene's three cubes (`scene_mean` baseline, printed).
 
@@ -37,10 +37,10 @@ import numpy as np
 
 
 def first_frames(num_scenes: int, seed: int, image_size: int, batch: int = 48) -> dict[str, np.ndarray]:
-    """num_scenes x 3 first frames (`vlajax.demos.first_frames`, scene s from `fold_in(key(seed), s)`):
+    """num_scenes x 3 first frames (`vlajax.data.demos.first_frames`, scene s from `fold_in(key(seed), s)`):
     images {camera: uint8 [M, H, W, 3]} as top-level keys, texts [M], target xy [M, 2], cube xy [M, 3, 2]
     (cube 0 = the target), square xy [M, 2], scene index [M]; M = 3 * num_scenes."""
-    from vlajax.demos import first_frames as render
+    from vlajax.data.demos import first_frames as render
     from vlajax.envs import registry
 
     env = registry.load("object/pick_red", {"image_size": image_size, "cameras": ("agentview", "wrist")})
@@ -78,18 +78,18 @@ class Args:
 
 
 def main(argv=None) -> int:
-    from vlajax import cli
+    from vlajax.shared import cli
 
     a = cli.parse(Args, argv, prog="experiments/object_suite_binding.py", description=__doc__.split("\n")[0])
     if a.debug:
         a = dataclasses.replace(a, scenes=12, heldout_scenes=12, steps=4, every=2)
     import optax
 
-    from vlajax.config import ConfigError
+    from vlajax.config.presets.sft import SMALL_CPU_MODEL
+    from vlajax.config.schema import ConfigError
     from vlajax.models.observation import Observation
     from vlajax.models.tokenizer import encode_batch
     from vlajax.models.vla import VLA, aux_loss
-    from vlajax.presets.sft import SMALL_CPU_MODEL
 
     try:  # ModelConfig's own checks (e.g. --aux-grasp-bins 1), before any data is made
         mcfg = dataclasses.replace(SMALL_CPU_MODEL, image_size=a.image_size, patch_size=a.patch_size,
@@ -196,11 +196,11 @@ def save_init(directory: str, mcfg, params, step: int, seed: int) -> None:
 
     import flax.linen as nn
 
-    from vlajax import checkpoint
-    from vlajax.config import get_config
+    from vlajax.config.schema import get_config
     from vlajax.data.normalize import NormStats
-    from vlajax.policy import Bridge
-    from vlajax.run_files import init_fn, write_policy
+    from vlajax.policies.bridge import Bridge
+    from vlajax.policies.run_files import init_fn, write_policy
+    from vlajax.training import checkpoint
 
     cfg = get_config("sft-small")
     cfg = cfg.replace(model=mcfg, env=dataclasses.replace(cfg.env, suite="object"), seed=seed)

@@ -1,6 +1,6 @@
 """Why does an SFT policy fail on the `object` suite? Probes of a trained checkpoint and of the cameras.
 
-1. inputs   Which inputs does the policy read? The training loss (`vlajax.sft.loss_fn`, same
+1. inputs   Which inputs does the policy read? The training loss (`vlajax.sft.loop.loss_fn`, same
             flow-matching noise) on batches of its dataset, real and with one input taken from
             another sample of the batch (a cyclic shift): both images, one camera, the
             instruction tokens, the whole proprio state, or one group of its dims (ee xyz,
@@ -11,7 +11,7 @@
             `--aux-frames pregrasp|start`: that error on the frames before the episode's grasp only,
             or on its first frames (fingertips within 2 cm of the start), where the gripper does
             not yet show where the target is.
-2. descent  Where does the gripper go? Closed loop as `vlajax.evaluation` runs it (deterministic,
+2. descent  Where does the gripper go? Closed loop as `vlajax.evaluation.closed_loop` runs it (deterministic,
             replan 4; its episode seeds), on a chosen eval seed: the fingertips' xy the first
             time they go below 4 cm (a grasp attempt), the nearest cube there (the target, a
             distractor, none within 3 cm), the correlation of that xy with the target's initial
@@ -46,12 +46,12 @@ STATE_GROUPS = {"ee_xyz": [0, 1, 2], "fingers": [3, 4], "ee_velocity": [5, 6, 7]
 
 
 def input_probe(ckpt: str, dataset: str, batches: int, aux_frames: str = "") -> dict:
-    from vlajax.config import TrainConfig
+    from vlajax.config.schema import TrainConfig
     from vlajax.data.build import make_loader
     from vlajax.models.build import build_model
     from vlajax.models.vla import VLA
-    from vlajax.run_files import load_policy
-    from vlajax.sft import loss_fn, sample_cache
+    from vlajax.policies.run_files import load_policy
+    from vlajax.sft.loop import loss_fn, sample_cache
 
     _, _, params, tcfg, step = load_policy(ckpt, TrainConfig())
     if aux_frames and tcfg.model.aux_target != "none":  # the aux error on those frames only
@@ -106,11 +106,11 @@ def input_probe(ckpt: str, dataset: str, batches: int, aux_frames: str = "") -> 
 
 
 def descent_probe(ckpt: str, seed: int, episodes: int, replan: int) -> dict:
-    from vlajax.config import TrainConfig
-    from vlajax.demos import make_env
+    from vlajax.config.schema import TrainConfig
+    from vlajax.data.demos import make_env
     from vlajax.envs import registry
-    from vlajax.evaluation import episode_keys
-    from vlajax.run_files import load_policy
+    from vlajax.evaluation.closed_loop import episode_keys
+    from vlajax.policies.run_files import load_policy
 
     bridge, model, params, tcfg, step = load_policy(ckpt, TrainConfig())
     cfg = dataclasses.replace(tcfg, env=dataclasses.replace(tcfg.env, suite="object", task=""))
@@ -218,7 +218,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlajax import cli
+    from vlajax.shared import cli
 
     a = cli.parse(Args, argv, prog="experiments/object_suite_probes.py", description=__doc__.splitlines()[0])
     if a.debug:

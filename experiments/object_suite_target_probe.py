@@ -1,6 +1,6 @@
 """A probe of a `model.target_conditioning` policy in closed loop on the object suite.
 
-For each episode (as `vlajax.evaluation` runs it: deterministic ODE, `--replan` actions per chunk)
+For each episode (as `vlajax.evaluation.closed_loop` runs it: deterministic ODE, `--replan` actions per chunk)
 it records the model's predicted target (grasp xy, place xy; de-normalized with the training
 demos' statistics) at the first chunk against the scene (cube 0 is the named target; the zone
 centre), which cube the predicted grasp is nearest to, and success. `--oracle` runs the same
@@ -40,12 +40,12 @@ def raw_targets(cfg) -> tuple[np.ndarray, np.ndarray]:
 
 def probe(ckpt: str, seed: int, episodes: int, replan: int, oracle: bool, hold_first: bool = False,
           target_from: str = "") -> dict:
-    from vlajax.config import TrainConfig
-    from vlajax.demos import make_env
+    from vlajax.config.schema import TrainConfig
+    from vlajax.data.demos import make_env
     from vlajax.envs import registry
-    from vlajax.evaluation import episode_keys
+    from vlajax.evaluation.closed_loop import episode_keys
     from vlajax.models.vla import VLA
-    from vlajax.run_files import load_policy
+    from vlajax.policies.run_files import load_policy
 
     bridge, model, params, tcfg, step = load_policy(ckpt, TrainConfig())
     if not model.cfg.target_conditioning:
@@ -152,7 +152,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlajax import cli
+    from vlajax.shared import cli
 
     a = cli.parse(Args, argv, prog="experiments/object_suite_target_probe.py", description=__doc__.split("\n")[0])
     out = probe(a.checkpoint, a.eval_seed, a.episodes_per_task, a.replan, a.oracle, a.hold_first, a.target_from)

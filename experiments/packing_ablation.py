@@ -22,7 +22,7 @@ from unittest import mock
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 from experiments.outputs import write_results  # noqa: E402
-from vlajax import cli  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 MODES = ("fixed", "dynamic", "packed")
 
@@ -85,8 +85,8 @@ def markdown(result: dict) -> str:
 
 def run(cfg: Config, json_path: str) -> dict:
     """Measure once; write `json_path` and the markdown table next to it. -> the JSON dict."""
-    from vlajax import compile_cache
     from vlajax.bench import packing as bench
+    from vlajax.shared import compile_cache
 
     compile_cache.enable()
     with _sized(bench, cfg):

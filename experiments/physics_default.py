@@ -48,7 +48,7 @@ import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.outputs import git_state, loadavg, write_results  # noqa: E402
-from vlajax import cli  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)
 PHYSICS = ("jax", "c")

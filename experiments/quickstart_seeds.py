@@ -11,7 +11,7 @@ Per seed k, in order (a seed's JSON that exists is kept; `--replace` runs it aga
    python -m vlajax.quickstart` (demos, SFT, then RL through the pipeline at staleness 1) ->
    `<out>/async-seed{k}.json`: its report's `summary.json` (every evaluation with per-task Wilson intervals,
    the lift) plus the command, minutes, load, git commit.
-2. `sync`: the same RL phase without the pipeline (`vlajax.quickstart.rl_command(..., sync=True)`: the same
+2. `sync`: the same RL phase without the pipeline (`vlajax.quickstart.run.rl_command(..., sync=True)`: the same
    preset, flags, seed, iterations and evaluations) from that run's SFT checkpoint, into `<work>/seed-k/rl-sync`
    -> `<out>/sync-seed{k}.json`. Both arms start from one checkpoint and are scored on the same evaluation
    episodes (`rl.eval_seed` -1: the run's seed, k in both), so `async` k and `sync` k are a pair; their update-0
@@ -38,7 +38,9 @@ import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.outputs import git_state, loadavg, write_results  # noqa: E402
-from vlajax import cli, quickstart, quickstart_report  # noqa: E402
+from vlajax.quickstart import report as quickstart_report
+from vlajax.quickstart import run as quickstart  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 SEEDS = (200, 201, 202, 203, 204)  # fresh: never used by a quickstart or a protocol before
 
@@ -63,7 +65,7 @@ def commands(a: Args, seed: int) -> dict[str, tuple[dict, list[str]]]:
     env = {"VLAJAX_QUICKSTART_SEED": str(seed), "VLAJAX_QUICKSTART_DIR": run_dir, "VLAJAX_QUICKSTART_SIZE": a.size}
     sync = quickstart.rl_command(os.path.join(run_dir, "sft", "checkpoints"), os.path.join(run_dir, "rl-sync"),
                                  a.size, seed, sync=True)
-    return {"async": (env, [sys.executable, "-m", "vlajax.quickstart"]),
+    return {"async": (env, [sys.executable, "-m", "vlajax.quickstart.run"]),
             "sync": ({}, [sys.executable, "-m", "vlajax.train", *sync])}
 
 

@@ -26,7 +26,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vlajax import cli, train  # noqa: E402
+from vlajax import train  # noqa: E402
+from vlajax.shared import cli  # noqa: E402
 
 ARMS = ("plain", "randomized")
 AXES = ("camera", "lighting")

@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 
-from vlajax import compile_cache  # noqa: E402
+from vlajax.shared import compile_cache  # noqa: E402
 
 compile_cache.enable()
 

@@ -76,7 +76,7 @@ def test_notebook_code_parses_and_names_what_exists(path):
     resolves; every `get_config('<preset>')` is registered; every `dataclasses.replace(<config>, field=...)`
     and `dataclasses.replace(<config>.<section>, field=...)` names a field of that config / section."""
     import vlajax
-    from vlajax.config import TrainConfig
+    from vlajax.config.schema import TrainConfig
 
     default = TrainConfig()
     sections = {name: type(getattr(default, name)) for name in _config_fields(TrainConfig)

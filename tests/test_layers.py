@@ -17,15 +17,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (importer prefix, imported prefixes it must not reach): lower layers never import upper ones
 RULES = (
-    ("vlajax.pipeline", ("vlajax.rl", "vlajax.sft", "vlajax.evaluation", "vlajax.train", "vlajax.bench")),
-    ("vlajax.models", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluation", "vlajax.train",
-                       "vlajax.bench")),
-    ("vlajax.envs", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluation", "vlajax.train",
-                     "vlajax.models", "vlajax.bench")),
-    ("vlajax.data", ("vlajax.rl", "vlajax.pipeline", "vlajax.sft", "vlajax.evaluation", "vlajax.train",
-                     "vlajax.bench")),
-    ("vlajax.run_files", ("vlajax.sft", "vlajax.evaluation", "vlajax.rl", "vlajax.train")),
-    ("vlajax.evaluation", ("vlajax.sft", "vlajax.rl", "vlajax.train")),
+    ("vlajax.shared", ("vlajax.config", "vlajax.training", "vlajax.models", "vlajax.data", "vlajax.envs",
+                       "vlajax.policies", "vlajax.pipeline", "vlajax.sft", "vlajax.rl", "vlajax.evaluation",
+                       "vlajax.serve", "vlajax.libero", "vlajax.bench", "vlajax.quickstart", "vlajax.train")),
+    ("vlajax.envs", ("vlajax.config", "vlajax.training", "vlajax.models", "vlajax.data", "vlajax.policies",
+                     "vlajax.pipeline", "vlajax.sft", "vlajax.rl", "vlajax.evaluation", "vlajax.serve",
+                     "vlajax.libero", "vlajax.bench", "vlajax.train")),
+    ("vlajax.config", ("vlajax.training", "vlajax.models", "vlajax.data", "vlajax.policies", "vlajax.pipeline",
+                       "vlajax.sft", "vlajax.rl", "vlajax.evaluation", "vlajax.serve", "vlajax.libero",
+                       "vlajax.bench", "vlajax.train")),
+    ("vlajax.training", ("vlajax.models", "vlajax.data", "vlajax.policies", "vlajax.pipeline", "vlajax.sft",
+                         "vlajax.rl", "vlajax.evaluation", "vlajax.serve", "vlajax.libero", "vlajax.bench",
+                         "vlajax.train")),
+    # models may reach policies (not data): `python -m vlajax.models.presets --preset` prints the SFT memory plan
+    ("vlajax.models", ("vlajax.data", "vlajax.pipeline", "vlajax.sft", "vlajax.rl", "vlajax.evaluation",
+                       "vlajax.serve", "vlajax.libero", "vlajax.bench", "vlajax.train")),
+    ("vlajax.data", ("vlajax.policies", "vlajax.pipeline", "vlajax.sft", "vlajax.rl", "vlajax.evaluation",
+                     "vlajax.serve", "vlajax.libero", "vlajax.bench", "vlajax.train")),
+    ("vlajax.pipeline", ("vlajax.policies", "vlajax.sft", "vlajax.rl", "vlajax.evaluation", "vlajax.serve",
+                         "vlajax.libero", "vlajax.bench", "vlajax.train")),
+    ("vlajax.policies", ("vlajax.sft", "vlajax.rl", "vlajax.evaluation", "vlajax.serve", "vlajax.libero",
+                         "vlajax.bench", "vlajax.train")),
+    ("vlajax.serve", ("vlajax.sft", "vlajax.rl", "vlajax.evaluation", "vlajax.libero", "vlajax.bench",
+                      "vlajax.train")),
+    ("vlajax.evaluation", ("vlajax.sft", "vlajax.rl", "vlajax.libero", "vlajax.bench", "vlajax.train")),
+    ("vlajax.sft", ("vlajax.rl", "vlajax.libero", "vlajax.bench", "vlajax.train")),
     ("vlajax.rl.setup", ("vlajax.rl.loop", "vlajax.rl.async_loop", "vlajax.rl.async_workload", "vlajax.rl.command")),
     ("vlajax.rl.loop", ("vlajax.rl.async_loop", "vlajax.rl.async_workload", "vlajax.rl.command")),
     ("vlajax.rl.async_loop", ("vlajax.rl.loop", "vlajax.rl.command")),
@@ -154,33 +170,38 @@ def test_layer_rules(graph):
 
 def test_the_checks_catch_a_loop_and_a_rule_break():
     """The detector on small graphs: the two loops this package used to have, and a clean one."""
-    mods = {"vlajax.sft", "vlajax.evaluation", "vlajax.run_files", "vlajax", "vlajax.pipeline.w", "vlajax.rl.loop",
+    mods = {"vlajax.sft.loop", "vlajax.evaluation.closed_loop", "vlajax.policies.run_files", "vlajax",
+            "vlajax.pipeline.w", "vlajax.rl.loop",
             "vlajax.rl"}
-    sft = module_imports("vlajax.sft", "def f():\n    from vlajax.evaluation import evaluate\n", mods)
-    ev = module_imports("vlajax.evaluation", "from vlajax import sft\nfrom vlajax.run_files import x\n", mods)
-    assert sft == {"vlajax.evaluation"} and ev == {"vlajax.sft", "vlajax.run_files"}
-    assert import_loops({"vlajax.sft": sft, "vlajax.evaluation": ev, "vlajax.run_files": set()}) == [
-        ["vlajax.evaluation", "vlajax.sft"]]
+    sft = module_imports("vlajax.sft.loop", "def f():\n    from vlajax.evaluation.closed_loop import evaluate\n", mods)
+    ev = module_imports("vlajax.evaluation.closed_loop", "from vlajax.sft import loop\nfrom vlajax.policies.run_files "
+                                                         "import x\n", mods)
+    assert sft == {"vlajax.evaluation.closed_loop"} and ev == {"vlajax.sft.loop", "vlajax.policies.run_files"}
+    assert import_loops({"vlajax.sft.loop": sft, "vlajax.evaluation.closed_loop": ev,
+                         "vlajax.policies.run_files": set()}) == [
+        ["vlajax.evaluation.closed_loop", "vlajax.sft.loop"]]
     three = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_loops(three) == [["a", "b", "c"]]
     assert import_loops({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     w = module_imports("vlajax.pipeline.w", "from ..rl.loop import Setup\n", mods)
     assert w == {"vlajax.rl.loop"}
     assert rule_breaks({"vlajax.pipeline.w": w}) == ["vlajax.pipeline.w imports vlajax.rl.loop"]
-    typed = module_imports("vlajax", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vlajax.sft\n",
+    typed = module_imports("vlajax",
+                           "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vlajax.sft.loop\n",
                            mods, is_package=True)
     assert typed == set()
 
 
 def test_public_names_survive_importing_the_modules():
     """Importing a module binds its name on the package: no public function (e.g. `vlajax.evaluate`, the
-    function of the module `vlajax.evaluation`) may share its name with a module, or it would stop working
+    function of the module `vlajax.evaluation.closed_loop`) may share its name with a module, or it would stop working
     once that module is imported."""
     import subprocess
     import sys
 
-    modules = ("vlajax.sft", "vlajax.run_files", "vlajax.rl.command", "vlajax.rl.async_loop", "vlajax.train",
-               "vlajax.evaluation", "vlajax.robustness", "vlajax.serve.remote")
+    modules = ("vlajax.sft.loop", "vlajax.policies.run_files", "vlajax.rl.command", "vlajax.rl.async_loop",
+               "vlajax.train",
+               "vlajax.evaluation.closed_loop", "vlajax.evaluation.robustness", "vlajax.evaluation.remote")
     code = ("import importlib, types, vlajax\n"
             f"for m in {modules!r}:\n"
             "    importlib.import_module(m)\n"
@@ -188,3 +209,17 @@ def test_public_names_survive_importing_the_modules():
             "assert not bad, bad\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_library_imports_no_research():
+    """`pip install .` ships `vlajax/` only: no module of it may import `research` (the planner, research
+    benchmarks), not even lazily."""
+    bad = []
+    for name, path in sorted(package_modules(ROOT).items()):
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{name} imports {m}" for m in mods if m == "research" or m.startswith("research.")]
+    assert bad == []

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_quickstart_smoke_writes_the_report(tmp_path):
     out = str(tmp_path / "qs")
     env = dict(os.environ, VLAJAX_QUICKSTART_SIZE="smoke", VLAJAX_QUICKSTART_DIR=out)
-    proc = subprocess.run([sys.executable, "-m", "vlajax.quickstart"], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "vlajax.quickstart.run"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=3000)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = os.path.join(out, "report")
@@ -42,7 +42,7 @@ def test_quickstart_smoke_writes_the_report(tmp_path):
 def test_quickstart_settings_parse_and_refuse():
     """`VLAJAX_QUICKSTART_SEED` / `_SIZE`: defaults, a valid seed, and one `error:` line for an
     invalid one (raised before any phase runs: `main` calls this first)."""
-    from vlajax.quickstart import _settings
+    from vlajax.quickstart.run import _settings
 
     assert _settings({}) == ("default", 0)
     assert _settings({"VLAJAX_QUICKSTART_SEED": "2", "VLAJAX_QUICKSTART_SIZE": "smoke"}) == ("smoke", 2)
@@ -57,7 +57,7 @@ def test_quickstart_refuses_a_bad_seed_before_running(tmp_path):
     """The process exits 1 with one `error:` line and creates no output folder."""
     out = tmp_path / "qs"
     env = dict(os.environ, VLAJAX_QUICKSTART_SEED="-3", VLAJAX_QUICKSTART_DIR=str(out))
-    proc = subprocess.run([sys.executable, "-m", "vlajax.quickstart"], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "vlajax.quickstart.run"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: VLAJAX_QUICKSTART_SEED must be an integer in [0, 2**31), "
@@ -68,7 +68,7 @@ def test_quickstart_refuses_a_bad_seed_before_running(tmp_path):
 def test_quickstart_rl_recipe_parses():
     """The RL phase's flags give train-async GRPO at staleness 1 with decoupled PPO, the preset's progress
     reward, the zero-variance filter and clip-higher, rollouts at temperature 0.5 and a KL penalty to the SFT policy."""
-    from vlajax.quickstart import RL_RECIPE
+    from vlajax.quickstart.run import RL_RECIPE
     from vlajax.train import parse
 
     cfg = parse("rl", ["--preset", "rl-grpo-tokens", *RL_RECIPE])
@@ -99,7 +99,7 @@ def _fake_run(root, evals, n=20, metrics=True):
 def test_quickstart_report_reads_the_run_and_writes_intervals(tmp_path):
     """The report from a run folder: the before/after table with per-task Wilson intervals, the evaluation curve,
     summary.json and an 8-panel figure; it refuses a run without two evaluations."""
-    from vlajax import quickstart_report as qr
+    from vlajax.quickstart import report as qr
 
     assert qr.wilson(0, 20)[0] == 0.0 and qr.wilson(0, 20)[1] == pytest.approx(0.1611, abs=1e-4)
     assert qr.wilson(20, 20)[1] == 1.0 and qr.wilson(10, 20) == pytest.approx((0.2993, 0.7007), abs=1e-4)
@@ -135,8 +135,8 @@ def test_quickstart_seeds_sync_pair_differs_only_in_the_pipeline(tmp_path):
     a = qs.Args(mode="run", seeds=(201,), out=str(tmp_path / "o"), work=str(tmp_path / "w"))
     cmds = qs.commands(a, 201)
     env, argv = cmds["async"]
-    assert env["VLAJAX_QUICKSTART_SEED"] == "201" and argv[1:] == ["-m", "vlajax.quickstart"]
-    from vlajax.quickstart import rl_command
+    assert env["VLAJAX_QUICKSTART_SEED"] == "201" and argv[1:] == ["-m", "vlajax.quickstart.run"]
+    from vlajax.quickstart.run import rl_command
 
     ckpt = os.path.join(env["VLAJAX_QUICKSTART_DIR"], "sft", "checkpoints")
     asyn = parse("rl", rl_command(ckpt, "x", "default", 201)[1:])  # what the quickstart runs for seed 201

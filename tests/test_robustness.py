@@ -10,12 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax import robustness, train
-from vlajax.config import ConfigError, get_config
+from vlajax import train
+from vlajax.config.schema import ConfigError, get_config
 from vlajax.data.normalize import NormStats
 from vlajax.envs import perturb
+from vlajax.evaluation import robustness
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 
 
 def _stats(d):

@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING
 # name -> module that defines it
 _API: dict[str, str] = {
     # Configuration
-    "TrainConfig": "vlajax.config",
-    "ConfigError": "vlajax.config",
-    "get_config": "vlajax.config",
-    "register": "vlajax.config",
-    "preset_names": "vlajax.config",
+    "TrainConfig": "vlajax.config.schema",
+    "ConfigError": "vlajax.config.schema",
+    "get_config": "vlajax.config.schema",
+    "register": "vlajax.config.schema",
+    "preset_names": "vlajax.config.schema",
     # Devices, meshes, processes
-    "make_mesh": "vlajax.sharding",
-    "use_mesh": "vlajax.sharding",
-    "init_sharded": "vlajax.sharding",
-    "initialize_distributed": "vlajax.distributed",
+    "make_mesh": "vlajax.training.sharding",
+    "use_mesh": "vlajax.training.sharding",
+    "init_sharded": "vlajax.training.sharding",
+    "initialize_distributed": "vlajax.training.distributed",
     # Training state, checkpoints, logging
-    "TrainState": "vlajax.train_state",
-    "Checkpointer": "vlajax.checkpoint",
-    "MetricsLogger": "vlajax.logging",
-    "Progress": "vlajax.logging",
-    "write_gif": "vlajax.logging",
+    "TrainState": "vlajax.training.train_state",
+    "Checkpointer": "vlajax.training.checkpoint",
+    "MetricsLogger": "vlajax.training.logging",
+    "Progress": "vlajax.training.logging",
+    "write_gif": "vlajax.training.logging",
     # Simulation: make an env, step it, render it
     "load_env": "vlajax.envs",
     "SUITES": "vlajax.envs",
@@ -40,15 +40,15 @@ _API: dict[str, str] = {
     "log_prob": "vlajax.models",
     "sft_loss": "vlajax.models",
     "quantize_params": "vlajax.models",
-    "Bridge": "vlajax.policy",
-    "Policy": "vlajax.inference",
+    "Bridge": "vlajax.policies.bridge",
+    "Policy": "vlajax.policies.policy",
     # Data and SFT
     "LeRobotWriter": "vlajax.data",
     "LeRobotData": "vlajax.data",
     "make_loader": "vlajax.data",
-    "generate_demos": "vlajax.demos",
-    "sft_train": "vlajax.sft",
-    "sft_train_step": "vlajax.sft",
+    "generate_demos": "vlajax.data.demos",
+    "sft_train": "vlajax.sft.loop",
+    "sft_train_step": "vlajax.sft.loop",
     # RL: rollouts, advantages, losses, the learner step
     "gae": "vlajax.rl",
     "group_relative": "vlajax.rl",
@@ -65,8 +65,8 @@ _API: dict[str, str] = {
     "run_async": "vlajax.rl.async_loop",
     "rl_train_async": "vlajax.rl.async_loop",
     # Evaluation
-    "evaluate": "vlajax.evaluation",
-    "load_policy": "vlajax.run_files",
+    "evaluate": "vlajax.evaluation.closed_loop",
+    "load_policy": "vlajax.policies.run_files",
 }
 _RENAMES = {
     "initialize_distributed": "initialize",
@@ -96,9 +96,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vlajax.checkpoint import Checkpointer
-    from vlajax.config import ConfigError, TrainConfig, get_config, preset_names, register
-    from vlajax.distributed import initialize as initialize_distributed
-    from vlajax.logging import MetricsLogger, Progress, write_gif
-    from vlajax.sharding import init_sharded, make_mesh, use_mesh
-    from vlajax.train_state import TrainState
+    from vlajax.config.schema import ConfigError, TrainConfig, get_config, preset_names, register
+    from vlajax.training.checkpoint import Checkpointer
+    from vlajax.training.distributed import initialize as initialize_distributed
+    from vlajax.training.logging import MetricsLogger, Progress, write_gif
+    from vlajax.training.sharding import init_sharded, make_mesh, use_mesh
+    from vlajax.training.train_state import TrainState

@@ -8,7 +8,7 @@ import dataclasses
 import os
 import typing
 
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 
 
 def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flags: list[str] | None = None) -> None:
@@ -40,8 +40,8 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
                           "use model.fp8='none' for rl")
     wants = [f for f, v in (("model.attention", cfg.model.attention), ("model.fp8", cfg.model.fp8)) if v == "te"]
     if wants:
-        from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
         from vlajax.models.attention import te_available  # noqa: PLC0415
+        from vlajax.training import distributed  # noqa: PLC0415 (jax only when needed)
 
         distributed.initialize(cfg.distributed)
         if not te_available():
@@ -62,7 +62,7 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
     if cfg.env.physics_impl == "warp" and evaluates:
         _check_warp_physics(cfg, command)
     if cfg.model.attention == "cudnn":
-        from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+        from vlajax.training import distributed  # noqa: PLC0415 (jax only when needed)
 
         distributed.initialize(cfg.distributed)
         import jax  # noqa: PLC0415
@@ -75,7 +75,7 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
 def _check_warp_physics(cfg: TrainConfig, command: str) -> None:
     """MJX-Warp (GPU pods, docs/envs.md) off a GPU: the episodes' done / reset merges of its Data fail there (a
     traceback after the first compile), so refuse it first."""
-    from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+    from vlajax.training import distributed  # noqa: PLC0415 (jax only when needed)
 
     distributed.initialize(cfg.distributed)
     import jax  # noqa: PLC0415
@@ -102,7 +102,7 @@ def _check_placement(cfg: TrainConfig) -> None:
     """A disaggregated / hybrid placement must split this host's devices rollout:train (`vlajax.pipeline.placement`,
     which the async loop builds only after its imports and set-up)."""
     p = cfg.pipeline
-    from vlajax import distributed  # noqa: PLC0415 (jax only when needed)
+    from vlajax.training import distributed  # noqa: PLC0415 (jax only when needed)
 
     distributed.initialize(cfg.distributed)
     import jax  # noqa: PLC0415
@@ -164,7 +164,7 @@ READS: dict[str, tuple[str, ...]] = {
               "data.batch_size", "sft.num_steps", "sft.learning_rate", "sft.warmup_steps", "sft.end_lr_fraction",
               "sft.weight_decay", "sft.grad_clip", "checkpoint.", "logging.tensorboard", "logging.every_steps",
               "logging.progress", "logging.verbose", "distributed."),
-    # scripted episodes of the env into a dataset (vlajax.demos)
+    # scripted episodes of the env into a dataset (vlajax.data.demos)
     "demos": ("seed", "output_dir", "compilation_cache_dir", "env.", "data.dataset_dir", "data.episodes_per_task",
               "data.demo_", "data.video", "logging.progress", "logging.verbose", "logging.heartbeat_s"),
     "sft": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "data.", "sft.",
@@ -173,7 +173,7 @@ READS: dict[str, tuple[str, ...]] = {
     "rl": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.", "rl.", "pipeline.",
            "checkpoint.", "logging.", "distributed.", "data.camera_map"),
     # a checkpoint's policy (its model from policy.json; the sampling fields may be changed:
-    # vlajax.evaluation.SAMPLING_FIELDS) on the env, or a policy server
+    # vlajax.evaluation.closed_loop.SAMPLING_FIELDS) on the env, or a policy server
     "eval": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.flow_x1", "model.num_denoise_steps",
              "env.", "sft.eval_", "checkpoint.dir", "logging.verbose", "logging.eval_out", "logging.overwrite"),
 }
@@ -262,7 +262,7 @@ def _import_hint(ident) -> str:
     fam = ident.openpi_family or "pi05"
     robots = [r for r in ("libero", "droid", "aloha") if any(r in a for a in ident.asset_ids)]
     config = f"{fam}_{robots[0]}" if robots else f"<openpi config, e.g. {fam}_libero>"
-    return (f"import it first: python -m vlajax.models.import_openpi --checkpoint {ident.directory} --config "
+    return (f"import it first: python -m vlajax.policies.import_openpi --checkpoint {ident.directory} --config "
             f"{config} --out <new dir> (the size is read from its shapes), then pass <new dir>")
 
 
@@ -287,7 +287,7 @@ def _same_state(saved: TrainConfig, cfg: TrainConfig, cameras: tuple[str, ...]) 
     """Whether the train states of `saved` and `cfg` have the same leaves and shapes (traced, not compiled)."""
     import jax  # noqa: PLC0415
 
-    from vlajax.run_files import init_fn  # noqa: PLC0415
+    from vlajax.policies.run_files import init_fn  # noqa: PLC0415
 
     def shapes(c):  # by path: the state's static fields (its optimizer's functions) never compare equal
         tree = jax.eval_shape(init_fn(c, cameras), jax.random.key(0))
@@ -301,7 +301,7 @@ def _same_state(saved: TrainConfig, cfg: TrainConfig, cameras: tuple[str, ...]) 
 
 def _check_sft_resume(cfg: TrainConfig, own: str) -> None:
     """sft resuming into `own`: it must hold an SFT run whose train state this model restores into."""
-    from vlajax.run_files import config_from_dict, identify  # noqa: PLC0415
+    from vlajax.policies.run_files import config_from_dict, identify  # noqa: PLC0415
 
     ident = identify(own)
     new = "pass a new --output-dir (or --checkpoint.dir) for a new run"
@@ -332,7 +332,7 @@ def _check_sft_resume(cfg: TrainConfig, own: str) -> None:
 
 def _check_sft_source(cfg: TrainConfig) -> None:
     """sft.init_from: an SFT run or an imported openpi checkpoint of this model's head and family."""
-    from vlajax.run_files import identify  # noqa: PLC0415
+    from vlajax.policies.run_files import identify  # noqa: PLC0415
 
     ident = identify(cfg.sft.init_from)
     _not_a_policy("sft.init_from", ident, "an SFT run's checkpoints or an imported openpi checkpoint")
@@ -350,7 +350,7 @@ def _check_sft_source(cfg: TrainConfig) -> None:
 
 def _check_rl_resume(cfg: TrainConfig, own: str) -> None:
     """rl resuming into `own`: it must hold a run of this loop (sync / async)."""
-    from vlajax.run_files import identify  # noqa: PLC0415
+    from vlajax.policies.run_files import identify  # noqa: PLC0415
 
     ident = identify(own)
     want = "async-rl" if cfg.pipeline.enabled else "rl"
@@ -367,7 +367,7 @@ def _check_rl_resume(cfg: TrainConfig, own: str) -> None:
 
 def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
     """rl.init_from: an SFT run (or an imported openpi policy) whose head this preset's RL samples."""
-    from vlajax.run_files import identify  # noqa: PLC0415
+    from vlajax.policies.run_files import identify  # noqa: PLC0415
 
     ident = identify(cfg.rl.init_from)
     if libero:  # LIBERO's loop takes any policy on LIBERO's keys and checks it itself (vlajax.libero.rl_train)
@@ -380,7 +380,7 @@ def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
         raise ConfigError(f"rl.init_from={d}: {what}; rl.init_from takes an SFT run's checkpoints: to continue "
                           "that run, rerun its command with its --output-dir (it resumes)")
     if ident.robot:
-        from vlajax.policy_openpi import ROBOTS  # noqa: PLC0415
+        from vlajax.config.openpi import ROBOTS  # noqa: PLC0415
 
         dims = ROBOTS[ident.robot].action_dims if ident.robot in ROBOTS else "its"
         raise ConfigError(f"rl.init_from={d}: {what}: it answers in the {ident.robot} robot's {dims}-dim actions, not "
@@ -399,7 +399,7 @@ def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
 
 def _check_eval_checkpoint(cfg: TrainConfig) -> None:
     """eval --checkpoint: a policy (any run's checkpoints or an imported one) whose robot keys the suite has."""
-    from vlajax.run_files import identify  # noqa: PLC0415
+    from vlajax.policies.run_files import identify  # noqa: PLC0415
 
     directory = cfg.checkpoint.directory(cfg.output_dir)
     parent = os.path.dirname(directory)
@@ -408,7 +408,7 @@ def _check_eval_checkpoint(cfg: TrainConfig) -> None:
     ident = identify(directory)
     _not_a_policy("--checkpoint", ident, "a run's checkpoints (<run>/checkpoints) or an imported openpi checkpoint")
     if ident.robot:  # this route runs the tabletop suites (LIBERO's are dispatched before: vlajax.libero.evaluate)
-        from vlajax.policy_openpi import ROBOTS  # noqa: PLC0415
+        from vlajax.config.openpi import ROBOTS  # noqa: PLC0415
 
         dims = ROBOTS[ident.robot].action_dims if ident.robot in ROBOTS else "its"
         where = ("evaluate it on LIBERO: eval --checkpoint {d} --suite libero_spatial (docs/libero.md)"
@@ -420,10 +420,10 @@ def _check_eval_checkpoint(cfg: TrainConfig) -> None:
 
 
 def check_checkpoints(cfg: TrainConfig, command: str, *, libero: bool = False) -> None:
-    """The checkpoint directories `command` reads are what it needs (`vlajax.run_files.identify`: the kind of
+    """The checkpoint directories `command` reads are what it needs (`vlajax.policies.run_files.identify`: the kind of
     run that wrote one, its head, its robot keys), before anything is built: one ConfigError naming the
     directory, what it holds and the command or preset that fits."""
-    from vlajax.run_config import checkpoint_steps  # noqa: PLC0415
+    from vlajax.config.run import checkpoint_steps  # noqa: PLC0415
 
     own = cfg.checkpoint.directory(cfg.output_dir)
     resuming = command in ("sft", "rl") and cfg.checkpoint.resume and bool(checkpoint_steps(own))

@@ -7,7 +7,7 @@ preset name or a mesh that does not fit the devices exits non-zero with a one-li
 
 Multi-host: run the same command on every host; set `--distributed.coordinator-address`,
 `--distributed.num-processes`, `--distributed.process-id` (or rely on SLURM / `JAX_COORDINATOR_ADDRESS`
-auto-detection, see `vlajax.distributed`).
+auto-detection, see `vlajax.training.distributed`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 import tyro
 
-from vlajax.config import ConfigError, TrainConfig, get_config, parse_errors, preset_descriptions
+from vlajax.config.schema import ConfigError, TrainConfig, get_config, parse_errors, preset_descriptions
 from vlajax.preflight import preflight
 
 PROG = "python -m vlajax.train"
-# Booleans are flags, as in every vlajax tool (`vlajax.cli`): `--pipeline.enabled` / `--pipeline.no-enabled`.
+# Booleans are flags, as in every vlajax tool (`vlajax.shared.cli`): `--pipeline.enabled` / `--pipeline.no-enabled`.
 # The old value spelling (`--pipeline.enabled true`, `--checkpoint.resume=false`) is still accepted with a
 # deprecation warning (`_legacy_bools`); docs, tests and notebooks use the flags.
 _TYRO_CONFIG = ()
@@ -40,20 +40,21 @@ class Command:
     target: str  # "module:function" taking a TrainConfig and returning an exit code
     aliases: tuple[tuple[str, str], ...] = ()  # short flags rewritten to config fields before tyro
     bare: tuple[tuple[str, str], ...] = ()  # short flags that may stand alone: (flag, the value they then take)
+    libero_target: str = ""  # "module:function" run instead when env.suite is a LIBERO suite (its worker processes)
 
 
 COMMANDS: dict[str, Command] = {
     "smoke": Command(
-        "foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs", "vlajax.smoke:run"
+        "foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs", "vlajax.sft.smoke:run"
     ),
-    "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.demos:run",
+    "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.data.demos:run",
                      (("--suite", "--env.suite"), ("--episodes-per-task", "--data.episodes-per-task"),
-                      ("--out", "--data.dataset-dir"))),
-    "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft:run"),
+                      ("--out", "--data.dataset-dir")), libero_target="vlajax.libero.demos:command"),
+    "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft.loop:run"),
     "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.command:run"),
     "eval": Command("closed-loop evaluation in the simulator (a checkpoint, or --policy-server ws://HOST:PORT; "
                     "--robustness [SPEC]: per perturbation axis and level)",
-                    "vlajax.robustness:eval_command",
+                    "vlajax.evaluation.robustness:eval_command",
                     (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
                      ("--episodes-per-task", "--sft.eval-episodes-per-task"),
                      ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness"),
@@ -172,8 +173,11 @@ def overrides(command: str, args: list[str]) -> list[str]:
     return _apply_aliases(_fill_bare(_split_preset(args)[1], COMMANDS[command].bare), COMMANDS[command].aliases)
 
 
-def _resolve(command: str) -> Callable[[TrainConfig], int]:
-    module, fn = COMMANDS[command].target.split(":")
+def _resolve(command: str, cfg: TrainConfig) -> Callable[[TrainConfig], int]:
+    """The command's function: its LIBERO one when `cfg.env.suite` is a LIBERO suite and the command has one."""
+    c = COMMANDS[command]
+    libero = cfg.env.suite.startswith("libero_") and c.libero_target
+    module, fn = (c.libero_target if libero else c.target).split(":")
     try:
         return getattr(importlib.import_module(module), fn)
     except ModuleNotFoundError as e:
@@ -196,10 +200,11 @@ def _libero_suite(args: list[str]) -> bool:
 
 
 def _stop_request(command: str) -> contextlib.AbstractContextManager:
-    """`sft` and `rl` own SIGTERM / Ctrl-C from before their imports (`vlajax.preemption`); others keep the default."""
+    """`sft` and `rl` own SIGTERM / Ctrl-C from before their imports (`vlajax.training.preemption`); others keep the
+    default."""
     if command not in ("sft", "rl"):
         return contextlib.nullcontext()
-    from vlajax.preemption import stop_request  # noqa: PLC0415 (jax only when needed)
+    from vlajax.training.preemption import stop_request  # noqa: PLC0415 (jax only when needed)
 
     return stop_request(command)
 
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    from vlajax.logging import setup_console  # noqa: PLC0415 (it imports jax: not for --help or a typo)
+    from vlajax.training.logging import setup_console  # noqa: PLC0415 (it imports jax: not for --help or a typo)
 
     setup_console(verbose=_verbose(rest))  # before anything starts JAX: its backend probing lines stay off
     if command == "eval" and _libero_suite(rest):  # LIBERO runs in worker processes (vlajax.libero, docs/libero.md)
@@ -239,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse(command, rest)
         preflight(cfg, command, flags=overrides(command, rest))  # flags the command does not read are refused
         with _stop_request(command):  # a signal from here on stops the run cleanly (docs/reliability.md)
-            run = _resolve(command)
+            run = _resolve(command, cfg)
             return int(run(cfg) or 0)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

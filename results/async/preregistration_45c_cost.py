@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from experiments import async_protocol as ap  # noqa: E402
 from experiments.outputs import loadavg  # noqa: E402
-from vlajax import compile_cache  # noqa: E402
+from vlajax.shared import compile_cache  # noqa: E402
 
 compile_cache.enable()
 for phys in sys.argv[1:]:

@@ -16,7 +16,7 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
-from vlajax.bench import async_ as B  # noqa: E402
+from research.bench import async_ as B  # noqa: E402
 
 
 def main():

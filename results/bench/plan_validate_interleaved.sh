@@ -24,5 +24,5 @@ FROM_BENCH=${FROM_BENCH:-results/bench/async_production.json}  # the workload th
 echo "grid $GRID; profiles of $FROM_BENCH's workload" >> $U
 echo "bench start $(date -u +%T) $(uptime)" >> $U
 $PY -m vlajax.bench async $GRID --updates 20 --repeats $REPEATS --json results/bench/async_production_planval$N.json \
-  --between-repeats "[ \$((VLAJAX_BENCH_REPEAT % $EVERY)) -ne 0 ] && [ \$VLAJAX_BENCH_REPEAT -ne $REPEATS ] && exit 0; echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m vlajax.plan profile --from-bench $FROM_BENCH --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
+  --between-repeats "[ \$((VLAJAX_BENCH_REPEAT % $EVERY)) -ne 0 ] && [ \$VLAJAX_BENCH_REPEAT -ne $REPEATS ] && exit 0; echo \"profile p\$VLAJAX_BENCH_REPEAT start \$(date -u +%T) \$(uptime)\" >> $U && $PY -m research.planner profile --from-bench $FROM_BENCH --out $P/p\$VLAJAX_BENCH_REPEAT --concurrency-repeats 28"
 echo "end $(date -u +%T) $(uptime)" >> $U

@@ -16,12 +16,12 @@ echo "HEAD $(git rev-parse --short HEAD)" >> $U
 [ $# -gt 0 ] && echo "profile flags $*" >> $U
 for i in b1 b2 b3; do
   echo "profile $i start $(date -u +%T) $(uptime)" >> $U
-  $PY -m vlajax.plan profile --from-bench results/bench/async_production.json --out $P/$i "$@"
+  $PY -m research.planner profile --from-bench results/bench/async_production.json --out $P/$i "$@"
 done
 echo "bench start $(date -u +%T) $(uptime)" >> $U
 $PY -m vlajax.bench async --preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --updates 20 --repeats 3 --farm-scale 20 --json results/bench/async_production_planval$N.json
 for i in a1 a2 a3; do
   echo "profile $i start $(date -u +%T) $(uptime)" >> $U
-  $PY -m vlajax.plan profile --from-bench results/bench/async_production.json --out $P/$i "$@"
+  $PY -m research.planner profile --from-bench results/bench/async_production.json --out $P/$i "$@"
 done
 echo "end $(date -u +%T) $(uptime)" >> $U

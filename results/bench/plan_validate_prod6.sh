@@ -10,9 +10,9 @@ U=results/bench/plan_validate_prod6_uptimes.txt
 : > $U
 echo "HEAD $(git rev-parse --short HEAD)" >> $U
 echo "profile-before start $(date -u +%T) $(uptime)" >> $U
-$PY -m vlajax.plan profile --from-bench results/bench/async_production.json --out results/bench/plan_profile_prod6
+$PY -m research.planner profile --from-bench results/bench/async_production.json --out results/bench/plan_profile_prod6
 echo "bench start $(date -u +%T) $(uptime)" >> $U
 $PY -m vlajax.bench async --preset rl-debug --envs 16 --slots 4 --horizon 8 --width 256 --updates 20 --repeats 3 --farm-scale 20 --json results/bench/async_production_planval6.json
 echo "profile-after start $(date -u +%T) $(uptime)" >> $U
-$PY -m vlajax.plan profile --from-bench results/bench/async_production.json --out results/bench/plan_profile_prod6_after
+$PY -m research.planner profile --from-bench results/bench/async_production.json --out results/bench/plan_profile_prod6_after
 echo "end $(date -u +%T) $(uptime)" >> $U

@@ -12,8 +12,8 @@ U=results/bench/plan_validate_vla_uptimes.txt
 : > $U
 echo "HEAD $(git rev-parse --short HEAD)" >> $U
 echo "profile start $(date -u +%T) $(uptime)" >> $U
-.venv/bin/python -m vlajax.plan profile --from-bench results/bench/async_production_vla.json --out results/bench/plan_profile_vla
+.venv/bin/python -m research.planner profile --from-bench results/bench/async_production_vla.json --out results/bench/plan_profile_vla
 echo "profile end $(date -u +%T) $(uptime)" >> $U
-.venv/bin/python -m vlajax.plan validate --profile-from results/bench/plan_profile_vla --runs results/bench/async_production_vla.json --json results/bench/plan_validate_vla.json --plot results/planner/planner_validation_vla.png
-.venv/bin/python -m vlajax.plan validate --profile-from results/bench/plan_profile_vla --runs results/bench/async_production_vla.json --host affinity --json results/bench/plan_validate_vla_affinity.json
+.venv/bin/python -m research.planner validate --profile-from results/bench/plan_profile_vla --runs results/bench/async_production_vla.json --json results/bench/plan_validate_vla.json --plot results/planner/planner_validation_vla.png
+.venv/bin/python -m research.planner validate --profile-from results/bench/plan_profile_vla --runs results/bench/async_production_vla.json --host affinity --json results/bench/plan_validate_vla_affinity.json
 echo "end $(date -u +%T) $(uptime)" >> $U

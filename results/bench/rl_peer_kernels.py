@@ -3,7 +3,7 @@
     JAX_PLATFORMS=cpu python results/bench/rl_peer_kernels.py
 
 Compiles (for `rl-mlp-state` at the bench's sizes) vlajax's jitted collect and brax's rollout, as
-`vlajax.bench.rl_peer_profile` builds them, and counts in the compiled HLO the top-level
+`research.bench.rl_peer_profile` builds them, and counts in the compiled HLO the top-level
 instructions one decision step executes (each fusion, copy, dot, custom call... counted once;
 parameters, constants, tuples, get-tuple-element and bitcasts not counted): the step's own
 kernels, the physics substep loop (`n_substeps` x its body; the solver's while loop, whose trip
@@ -138,10 +138,11 @@ def step_kernels(text: str, trip: int) -> dict:
 
 
 def main() -> int:
-    from vlajax import compile_cache, sharding
-    from vlajax.bench import rl_peer_profile as rp
-    from vlajax.bench.rl_peer import _config
+    from research.bench import rl_peer_profile as rp
+    from research.bench.rl_peer import _config
     from vlajax.rl.setup import iteration_keys
+    from vlajax.shared import compile_cache
+    from vlajax.training import sharding
 
     cfg, envs, unroll = _config(2, False)
     compile_cache.enable(cfg.compilation_cache_dir)

@@ -10,16 +10,16 @@ import sys
 import jax
 import numpy as np
 
-from vlajax import distributed
-from vlajax.config import DistributedConfig, MeshConfig, get_config
+from vlajax.config.schema import DistributedConfig, MeshConfig, get_config
+from vlajax.training import distributed
 
 
 def main(pid: int, port: int, root: str, ckpt: str) -> None:
     distributed.initialize(DistributedConfig(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                                              process_id=pid, local_device_count=4, initialization_timeout_s=120))
-    from vlajax.checkpoint import Checkpointer
     from vlajax.data.build import make_loader
-    from vlajax.sharding import make_mesh, replicated
+    from vlajax.training.checkpoint import Checkpointer
+    from vlajax.training.sharding import make_mesh, replicated
 
     cfg = get_config("debug")
     cfg = cfg.replace(mesh=MeshConfig(dp=8), data=dataclasses.replace(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vlajax.bench import packing as bench
-from vlajax.config import GEMMA_VARIANTS
+from vlajax.config.schema import GEMMA_VARIANTS
 
 TINY = dict(width=32, depth=1, num_heads=2, num_kv_heads=1, head_dim=16, mlp_dim=64, expert_width=16,
             expert_mlp_dim=32)

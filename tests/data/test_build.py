@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from vlajax.config import MeshConfig, ModelConfig, get_config
+from vlajax.config.schema import MeshConfig, ModelConfig, get_config
 from vlajax.data.build import make_loader, packed_rows
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.normalize import unnormalize
@@ -27,7 +27,7 @@ def _cfg(root, **data):
 
 
 def _mesh():
-    from vlajax.sharding import make_mesh
+    from vlajax.training.sharding import make_mesh
 
     return make_mesh(MeshConfig(dp=4), jax.devices()[:4])
 

@@ -9,11 +9,11 @@ import dataclasses
 
 import numpy as np
 
-from vlajax.config import get_config
+from vlajax.config.presets.libero import LIBERO_IMAGE_SIZE
+from vlajax.config.schema import get_config
 from vlajax.data.build import make_loader
 from vlajax.data.writer import LeRobotWriter, image_feature
 from vlajax.models.tokenizer import encode
-from vlajax.presets.libero import LIBERO_IMAGE_SIZE
 
 # libero_spatial's longest instructions (LIBERO's BDDL language)
 INSTRUCTIONS = ("pick up the black bowl in the top drawer of the wooden cabinet and place it on the plate",

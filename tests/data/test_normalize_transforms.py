@@ -160,7 +160,7 @@ def test_group_outputs_undo_inputs(root):
 
 
 def test_action_norm_auto_follows_the_head():
-    from vlajax.config import DataConfig, ModelConfig, TrainConfig, action_norm
+    from vlajax.config.schema import DataConfig, ModelConfig, TrainConfig, action_norm
 
     assert action_norm(TrainConfig(model=ModelConfig(action_head="flow"))) == "quantile"
     assert action_norm(TrainConfig(model=ModelConfig(action_head="tokens"))) == "min_max"

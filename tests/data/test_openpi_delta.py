@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, DataConfig, ModelConfig, SFTConfig, TrainConfig
+from vlajax.config.openpi import OPENPI_CONFIGS, OpenpiTransforms, make_bool_mask
+from vlajax.config.schema import ConfigError, DataConfig, ModelConfig, SFTConfig, TrainConfig
 from vlajax.data import openpi
 from vlajax.data.build import make_loader, make_source
 from vlajax.data.lerobot import LeRobotData
@@ -29,8 +30,7 @@ from vlajax.data.source import ActionChunkSource
 from vlajax.data.transforms import Compose
 from vlajax.envs.tabletop import tasks
 from vlajax.models import sp_tokenizer
-from vlajax.policy import Bridge
-from vlajax.policy_openpi import OPENPI_CONFIGS, OpenpiTransforms, make_bool_mask
+from vlajax.policies.bridge import Bridge
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATASET = os.path.join(REPO, "tests", "fixtures", "lerobot-v3.0-images")
@@ -160,7 +160,7 @@ def test_a_mask_the_dataset_cannot_take_is_refused(tokenizer):
 
 def _source_dir(path, cfg: TrainConfig, transforms: OpenpiTransforms | None) -> str:
     """A run directory's two json files as `import_openpi` writes them (no weights: not read here)."""
-    from vlajax.run_files import CONFIG_FILE, config_to_dict
+    from vlajax.policies.run_files import CONFIG_FILE, config_to_dict
 
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, CONFIG_FILE), "w") as f:
@@ -173,7 +173,7 @@ def _source_dir(path, cfg: TrainConfig, transforms: OpenpiTransforms | None) -> 
 
 
 def test_init_from_reads_the_sources_delta_mask(tokenizer, tmp_path):
-    from vlajax import init_from
+    from vlajax.sft import init_from
 
     cfg = pi0_cfg(tokenizer)
     libero = OPENPI_CONFIGS["pi0_libero"].transforms
@@ -222,8 +222,8 @@ def _source_run(tmp_path, cfg, transforms):
     a one-step SFT config from it (synchronous saves, no logs). -> (source dir, TrainConfig)."""
     import jax
 
-    from vlajax import checkpoint, sharding
-    from vlajax.run_files import init_fn
+    from vlajax.policies.run_files import init_fn
+    from vlajax.training import checkpoint, sharding
 
     d = _source_dir(tmp_path / "src", cfg, transforms)
     mesh = sharding.make_mesh(cfg.mesh)
@@ -241,7 +241,7 @@ def test_sft_from_a_delta_policy_trains_on_deltas_and_keeps_the_mask(tokenizer, 
     """`sft.train` from a source whose policy.json carries pi0_libero's transforms (weights: a fresh
     tiny π0 state, saved as a run step): one step; the run's policy.json keeps the transforms and the
     delta actions' statistics, and its Bridge turns a training target back into the dataset's actions."""
-    from vlajax.sft import train
+    from vlajax.sft.loop import train
 
     cfg = pi0_cfg(tokenizer)
     libero = OPENPI_CONFIGS["pi0_libero"].transforms
@@ -276,7 +276,7 @@ def test_sft_delta_actions_off_trains_on_the_datasets_actions(tokenizer, tmp_pat
     cannot take (9 dims > its 7 actions), or openpi's ALOHA space (adapt_to_pi) -- trains (no refusal)
     on the dataset's actions and saves our own bridge (no openpi transforms): 'off' applies no delta, so
     the source's transforms are not read at all."""
-    from vlajax.sft import train
+    from vlajax.sft.loop import train
 
     cfg = pi0_cfg(tokenizer)
     if source == "aloha":

@@ -21,7 +21,8 @@ import os
 import numpy as np
 import pytest
 
-from vlajax.config import get_config
+from vlajax.config.openpi import OPENPI_CONFIGS
+from vlajax.config.schema import get_config
 from vlajax.data import openpi
 from vlajax.data.build import make_loader
 from vlajax.data.lerobot import LeRobotData
@@ -30,7 +31,6 @@ from vlajax.data.source import ActionChunkSource
 from vlajax.data.stats import RunningStats
 from vlajax.data.transforms import Compose
 from vlajax.data.writer import LeRobotWriter, image_feature
-from vlajax.policy_openpi import OPENPI_CONFIGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "lerobot-v3.0-images")
@@ -200,7 +200,7 @@ def test_presets_normalize_as_openpi_on_its_own_states(config):
     family uses (pi0-dummy: z-score, pi05-dummy: quantiles, state and actions): every case's state
     normalized equals openpi's own model input (`inter/state`), and the other mode does not."""
     _need_policies()
-    from vlajax.models.import_openpi import read_norm_stats
+    from vlajax.policies.import_openpi import read_norm_stats
 
     oc = OPENPI_CONFIGS[config]
     preset = get_config("pi05-dummy" if oc.pi05 else "pi0-dummy")
@@ -264,7 +264,7 @@ def test_a_policy_fine_tuned_on_the_libero_layout_reads_raw_openpi_requests():
     _need_policies()
     import jax.numpy as jnp
 
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     oc = OPENPI_CONFIGS["pi0_libero"]
     preset = get_config("pi0-dummy")

@@ -139,7 +139,7 @@ def _observation(b):
 
 
 def test_packed_and_dynamic_prefix_equal_padded_per_sample_through_the_model():
-    from vlajax.config import ModelConfig
+    from vlajax.config.schema import ModelConfig
     from vlajax.models.tokenizer import encode
     from vlajax.models.vla import VLA
 
@@ -204,7 +204,7 @@ def test_groups_keep_rows_on_their_own_samples():
 def test_packed_flow_velocity_equals_padded_per_sample_through_the_model():
     """Prefix packed in rows, then each sample's action suffix attends to its own row segment:
     the flow expert's velocity equals the unpacked model's, sample by sample."""
-    from vlajax.config import ModelConfig
+    from vlajax.config.schema import ModelConfig
     from vlajax.data.packing import rows_to_samples
     from vlajax.models.tokenizer import encode
     from vlajax.models.transformer import KVCache

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from vlajax.config import MeshConfig
+from vlajax.config.schema import MeshConfig
 from vlajax.data.lerobot import DatasetError, LeRobotData
 from vlajax.data.loader import Loader, make_dataset
 from vlajax.data.packing import PrefixSpec
@@ -58,7 +58,7 @@ def test_process_shards_are_disjoint_and_cover_the_data(data):
 
 
 def _mesh():
-    from vlajax.sharding import make_mesh
+    from vlajax.training.sharding import make_mesh
 
     return make_mesh(MeshConfig(dp=4), jax.devices()[:4])
 
@@ -76,7 +76,7 @@ def test_loader_gives_global_arrays(data, mode):
 
 
 def test_resume_through_checkpointer_continues_at_the_next_batch(data, tmp_path):
-    from vlajax.checkpoint import Checkpointer
+    from vlajax.training.checkpoint import Checkpointer
 
     src = ActionChunkSource(data, 4)
     make = lambda: Loader(make_dataset(src, TF, SPEC, "packed", 6, rows=3, row_len=96, seed=3,

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.config import MeshConfig, get_config
+from vlajax.config.schema import MeshConfig, get_config
 from vlajax.data.build import make_loader
 from vlajax.data.packing import gather_prefix, rows_to_samples
 
@@ -33,7 +33,7 @@ def _velocities(model, variables, batch, groups):
 
 def test_packed_global_batch_matches_fixed_per_sample(tmp_path):
     from vlajax.models.vla import VLA
-    from vlajax.sharding import make_mesh, replicated
+    from vlajax.training.sharding import make_mesh, replicated
 
     root = write_dataset(str(tmp_path / "ds"), lengths=(9, 10, 11, 12))
     base = get_config("debug")
@@ -73,7 +73,7 @@ def test_grouped_gathers_have_no_collectives_when_groups_match_the_shards():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from vlajax.sharding import make_mesh
+    from vlajax.training.sharding import make_mesh
 
     mesh = make_mesh(MeshConfig(dp=4), jax.devices()[:4])
     dp = NamedSharding(mesh, P("dp"))

@@ -8,7 +8,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, EnvConfig
+from vlajax.config.schema import ConfigError, EnvConfig
 from vlajax.envs import registry
 from vlajax.envs.tabletop import c_physics
 from vlajax.envs.tabletop.env import TabletopConfig
@@ -131,8 +131,8 @@ def test_rl_workload_slots_step_with_c_physics():
     MuJoCo: same sample, and rewards / next observations as the MJX slot to within 2e-3."""
     import dataclasses
 
-    import vlajax.presets  # noqa: F401
-    from vlajax.config import get_config
+    import vlajax.config.presets  # noqa: F401
+    from vlajax.config.schema import get_config
     from vlajax.rl.async_workload import RLWorkload
     from vlajax.rl.setup import build
 

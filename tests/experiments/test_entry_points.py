@@ -1,4 +1,4 @@
-"""Every experiments/ entry point speaks the tools' CLI convention (`vlajax.cli`: a frozen dataclass read by
+"""Every experiments/ entry point speaks the tools' CLI convention (`vlajax.shared.cli`: a frozen dataclass read by
 tyro): `--help` exits 0 with tyro's usage line, and no script goes back to argparse."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_there_are_entry_points_and_none_imports_argparse():
     for path in EXPERIMENTS.glob("*.py"):
         imported = {a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
-        assert "argparse" not in imported, f"{path.name} imports argparse; use vlajax.cli.parse (tyro)"
+        assert "argparse" not in imported, f"{path.name} imports argparse; use vlajax.shared.cli.parse (tyro)"
 
 
 @pytest.mark.parametrize("script", _entry_points())

@@ -35,7 +35,7 @@ def test_input_probe_reports_the_aux_error_per_dim_of_an_aux_checkpoint(tmp_path
     """The input probe on a (2-step) SFT checkpoint with `model.aux_target='grasp_place'`: every swap variant has
     a loss and an aux error, and the per-dim aux errors of the real batch average to its aux MSE."""
     from tests.sft.test_aux_target import _aux_config, _write
-    from vlajax.sft import train
+    from vlajax.sft.loop import train
 
     root, _, _ = _write(str(tmp_path / "demos"), [3, 5, 2, 7, 4, 6, 1, 8])
     train(_aux_config(root, str(tmp_path / "run"), num_steps=2))

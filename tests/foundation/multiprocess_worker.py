@@ -8,8 +8,8 @@ import sys
 
 import jax
 
-from vlajax import checkpoint, distributed, sharding
-from vlajax.config import DistributedConfig, MeshConfig
+from vlajax.config.schema import DistributedConfig, MeshConfig
+from vlajax.training import checkpoint, distributed, sharding
 
 
 def main(pid: int, port: int, ckpt_dir: str) -> None:
@@ -27,7 +27,7 @@ def main(pid: int, port: int, ckpt_dir: str) -> None:
     import numpy as np
     import optax
 
-    from vlajax.train_state import TrainState
+    from vlajax.training.train_state import TrainState
 
     assert jax.process_count() == 2 and jax.device_count() == 8 and jax.local_device_count() == 4
 

@@ -1,4 +1,4 @@
-"""vlajax.atomic_files: a file is written whole or not at all."""
+"""vlajax.shared.atomic_files: a file is written whole or not at all."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from vlajax import atomic_files
+from vlajax.shared import atomic_files
 
 
 def test_write_json_replaces_the_file_and_leaves_no_temporary(tmp_path):

@@ -14,9 +14,9 @@ import numpy as np
 import optax
 import pytest
 
-from vlajax import checkpoint, sharding
-from vlajax.config import MeshConfig
-from vlajax.train_state import TrainState
+from vlajax.config.schema import MeshConfig
+from vlajax.training import checkpoint, sharding
+from vlajax.training.train_state import TrainState
 
 
 class _Block(nn.Module):
@@ -133,7 +133,7 @@ _KILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys, time
     import jax, jax.numpy as jnp
-    from vlajax import checkpoint
+    from vlajax.training import checkpoint
     d = sys.argv[1]
     ckpt = checkpoint.Checkpointer(d, async_save=True)
     ckpt.save(1, {"w": jnp.full((1024, 1024), 1.0)}, extra={"step": 1})

@@ -9,7 +9,7 @@ written. Through `vlajax.train.main` (the CLI in-process) on real tiny checkpoin
 - RL runs: the same state saved as the RL loops save theirs (`run_files.write_policy` with source 'rl' /
   'async-rl', a step holding `{'train': ..., 'env': ...}`);
 - openpi: the reference checkpoint `../shared/fixtures/openpi/policies/pi05_libero/ckpt` as it is (a raw
-  openpi checkpoint) and imported by `python -m vlajax.models.import_openpi` without `--size` (read from
+  openpi checkpoint) and imported by `python -m vlajax.policies.import_openpi` without `--size` (read from
   its shapes); those cases skip when ../shared is absent.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from vlajax import train
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "openpi" / "policies"
 needs_openpi = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"openpi reference data not present ({FIXTURES})")
@@ -42,7 +42,7 @@ def _zero_state(cfg):
     import jax
     import numpy as np
 
-    from vlajax import run_files
+    from vlajax.policies import run_files
 
     shapes = nn.unbox(jax.eval_shape(run_files.init_fn(cfg, tuple(sorted(cfg.env.cameras))), jax.random.key(0)))
     return jax.tree.map(lambda x: jax.random.key(0) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
@@ -54,9 +54,10 @@ def _write_run(run: str, cfg, source: str) -> str:
     `{'train': ..., 'env': ...}` at step 1) writes it. -> the checkpoint directory."""
     import numpy as np
 
-    from vlajax import checkpoint, run_files
     from vlajax.data.normalize import NormStats
-    from vlajax.policy import Bridge
+    from vlajax.policies import run_files
+    from vlajax.policies.bridge import Bridge
+    from vlajax.training import checkpoint
 
     z = lambda n: NormStats(mean=np.zeros(n, np.float32), std=np.ones(n, np.float32),  # noqa: E731
                             q01=-np.ones(n, np.float32), q99=np.ones(n, np.float32))
@@ -88,7 +89,7 @@ def imported(tmp_path_factory) -> str:
     """pi05_libero's reference checkpoint imported as a user runs it, without --size (read from its shapes)."""
     if not FIXTURES.is_dir():
         pytest.skip(f"openpi reference data not present ({FIXTURES})")
-    from vlajax.models.import_openpi import main
+    from vlajax.policies.import_openpi import main
 
     out = str(tmp_path_factory.mktemp("imported") / "pi05_libero")
     assert main(["--checkpoint", str(FIXTURES / "pi05_libero" / "ckpt"), "--config", "pi05_libero", "--tokenizer",
@@ -181,7 +182,7 @@ def test_eval_of_a_run_directory_and_of_nothing(runs, capsys, tmp_path):
 @needs_openpi
 def test_a_raw_openpi_checkpoint_gets_the_import_command(capsys, tmp_path):
     raw = str(FIXTURES / "pi05_libero" / "ckpt")
-    hint = f"python -m vlajax.models.import_openpi --checkpoint {raw} --config pi05_libero"
+    hint = f"python -m vlajax.policies.import_openpi --checkpoint {raw} --config pi05_libero"
     refused(capsys, ["eval", "--preset", "pi05-dummy", "--checkpoint", raw, "--output-dir", str(tmp_path / "e")],
             f"--checkpoint {raw}", "a raw pi05 openpi checkpoint", hint, dirs=(raw,))
     refused(capsys, ["sft", "--preset", "pi05-dummy", "--sft.init-from", raw, "--output-dir", str(tmp_path / "s")],

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from vlajax import config as C
+from vlajax.config import schema as C
 
 
 def test_presets_build_and_carry_their_name():
@@ -60,7 +60,7 @@ def test_registry_rejects_duplicates():
 
 
 def test_cluster_detection_from_environment():
-    from vlajax.distributed import cluster_detected
+    from vlajax.training.distributed import cluster_detected
 
     assert not cluster_detected({})
     assert cluster_detected({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
@@ -77,7 +77,7 @@ def test_public_api_resolves_every_name():
 
 
 def test_every_config_field_has_a_comment():
-    from vlajax.config_reference import field_comments, sections
+    from vlajax.config.reference import field_comments, sections
 
     for cls in [C.TrainConfig] + [cls for _, cls in sections()]:
         comments = field_comments(cls)
@@ -87,6 +87,6 @@ def test_every_config_field_has_a_comment():
 
 
 def test_config_reference_doc_is_up_to_date():
-    from vlajax.config_reference import DOC_PATH, render
+    from vlajax.config.reference import DOC_PATH, render
 
-    assert DOC_PATH.read_text() == render(), "run: python -m vlajax.config_reference"
+    assert DOC_PATH.read_text() == render(), "run: python -m vlajax.config.reference"

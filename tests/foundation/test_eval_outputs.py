@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from tests.sft.conftest import write_dataset
-from vlajax import evaluation
 from vlajax import train as train_cli
 from vlajax.envs.video import FAILURE_RGB, SUCCESS_RGB, outcome_clip
+from vlajax.evaluation import closed_loop as evaluation
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

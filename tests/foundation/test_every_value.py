@@ -17,7 +17,7 @@ import typing
 
 import pytest
 
-from vlajax.config import ConfigError, TrainConfig, preset_descriptions
+from vlajax.config.schema import ConfigError, TrainConfig, preset_descriptions
 from vlajax.train import COMMANDS, parse, preflight
 
 CHEAPEST = {"smoke": "debug", "demos": "debug", "sft": "sft-tiny", "rl": "rl-debug", "eval": "sft-tiny"}

@@ -1,4 +1,4 @@
-"""Event files written by vlajax.logging, read back with TensorBoard's own reader."""
+"""Event files written by vlajax.training.logging, read back with TensorBoard's own reader."""
 
 import io
 
@@ -7,7 +7,7 @@ import numpy as np
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vlajax.logging import MetricsLogger, Progress, write_gif
+from vlajax.training.logging import MetricsLogger, Progress, write_gif
 
 
 def test_scalars_images_and_videos_round_trip(tmp_path):

@@ -1,4 +1,4 @@
-"""`vlajax.logging.print_line`: a progress line and its newline in one write, so lines printed at once
+"""`vlajax.training.logging.print_line`: a progress line and its newline in one write, so lines printed at once
 from two threads (the async loop's heartbeat, a test driver's phase markers) never join into one."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 CHILD = r"""
 import threading
-from vlajax.logging import print_line
+from vlajax.training.logging import print_line
 def spam(tag):
     for i in range(3000):
         print_line(f"{tag} {i} " + "x" * 60)

@@ -17,9 +17,9 @@ import pytest
 
 from tests.rl import rollout_toy as toy
 from tests.sft.conftest import tiny_config, write_dataset
-from vlajax import logging as vlogging
-from vlajax.config import CheckpointConfig, EnvConfig, LoggingConfig, RLConfig, TrainConfig
-from vlajax.logging import Progress, format_rate
+from vlajax.config.schema import CheckpointConfig, EnvConfig, LoggingConfig, RLConfig, TrainConfig
+from vlajax.training import logging as vlogging
+from vlajax.training.logging import Progress, format_rate
 
 SLOW_S = 12.0  # the slowed compile phase
 MAX_GAP_S = 8.0  # the widest gap allowed between console lines with a 1 s heartbeat
@@ -92,7 +92,7 @@ def _gaps(lines: list[tuple[float, str]]) -> list[float]:
 
 @pytest.mark.slow  # ~2.5 min cold on 2 cores: SFT's first compile on 8 virtual devices
 def test_first_sft_compile_prints_a_line_at_least_every_heartbeat(tmp_path, monkeypatch):
-    from vlajax import sft
+    from vlajax.sft import loop as sft
 
     cfg = tiny_config(write_dataset(str(tmp_path / "demos")), str(tmp_path / "run"), num_steps=2)
     cfg = cfg.replace(logging=dataclasses.replace(cfg.logging, progress="plain", heartbeat_s=1.0))

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.sft.conftest import write_dataset
-from vlajax.logging import setup_console
+from vlajax.training.logging import setup_console
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,7 +26,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def restore_logging():
     root = logging.getLogger()
     saved = root.level, list(root.handlers), {n: logging.getLogger(n).level for n in
-                                              ("vlajax", "vlajax.checkpoint", "vlajax.preemption", "absl")}
+                                              ("vlajax", "vlajax.training.checkpoint", "vlajax.training.preemption",
+                                               "absl")}
     yield
     root.setLevel(saved[0])
     root.handlers[:] = saved[1]
@@ -39,10 +40,10 @@ def test_setup_console_levels(restore_logging):
     assert not logging.getLogger("jax._src.xla_bridge").isEnabledFor(logging.INFO)  # the backend probing
     assert not logging.getLogger("absl").isEnabledFor(logging.INFO)  # Orbax's per-file lines
     assert logging.getLogger("absl").isEnabledFor(logging.WARNING)  # a library's warning still shows
-    assert logging.getLogger("vlajax.sft").isEnabledFor(logging.INFO)  # our own lines
-    assert not logging.getLogger("vlajax.checkpoint").isEnabledFor(logging.INFO)  # per-save detail
+    assert logging.getLogger("vlajax.sft.loop").isEnabledFor(logging.INFO)  # our own lines
+    assert not logging.getLogger("vlajax.training.checkpoint").isEnabledFor(logging.INFO)  # per-save detail
     setup_console(verbose=True)
-    for name in ("jax._src.xla_bridge", "absl", "vlajax.sft", "vlajax.checkpoint"):
+    for name in ("jax._src.xla_bridge", "absl", "vlajax.sft.loop", "vlajax.training.checkpoint"):
         assert logging.getLogger(name).isEnabledFor(logging.INFO), name
 
 

@@ -9,8 +9,8 @@ import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
-from vlajax import sharding
-from vlajax.config import ConfigError, MeshConfig
+from vlajax.config.schema import ConfigError, MeshConfig
+from vlajax.training import sharding
 
 
 def test_resolve_mesh_shape():

@@ -1,9 +1,9 @@
-"""vlajax.stats.percentile_bootstrap: the interval of a statistic over a few runs."""
+"""vlajax.shared.stats.percentile_bootstrap: the interval of a statistic over a few runs."""
 
 import numpy as np
 import pytest
 
-from vlajax.stats import percentile_bootstrap
+from vlajax.shared.stats import percentile_bootstrap
 
 
 def test_median_interval_spans_observed_values_and_widens_with_spread():

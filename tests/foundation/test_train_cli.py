@@ -107,8 +107,8 @@ def test_smoke_trains_checkpoints_and_resumes(tmp_path):
 def test_a_library_fresh_run_over_saved_steps_is_refused_at_its_checkpointer(tmp_path):
     """Callers that skip the CLI's preflight (a notebook calling `vlajax.rl.loop.train`) meet the same refusal where
     every training loop opens its checkpoints, before it trains; with resume (the default) the same directory opens."""
-    from vlajax import run_files
-    from vlajax.config import CheckpointConfig, ConfigError
+    from vlajax.config.schema import CheckpointConfig, ConfigError
+    from vlajax.policies import run_files
 
     (tmp_path / "checkpoints" / "7").mkdir(parents=True)
     cfg = train.parse("rl", ["--preset", "rl-debug"]).replace(output_dir=str(tmp_path))

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from vlajax import preflight, train
-from vlajax.config import ConfigError, get_config
+from vlajax.config.schema import ConfigError, get_config
 
 CHEAPEST = {"smoke": "debug", "demos": "sft-tiny", "sft": "sft-tiny", "rl": "rl-debug", "eval": "sft-tiny"}
 FIELDS = preflight.config_fields()
@@ -54,7 +54,7 @@ def test_the_table_names_real_fields_and_every_command():
             assert any(f == e or (e[-1] in "._" and f.startswith(e)) for f in FIELDS), (command, e)
     for (command, prefix), cond in preflight.READ_WHEN.items():
         assert prefix in preflight.READS[command] and cond in FIELDS
-    from vlajax.evaluation import SAMPLING_FIELDS  # what eval may change on a loaded policy: read by eval
+    from vlajax.evaluation.closed_loop import SAMPLING_FIELDS  # what eval may change on a loaded policy: read by eval
 
     assert all(preflight.reads("eval", f"model.{f}") for f in SAMPLING_FIELDS)
 

@@ -16,7 +16,7 @@ from typing import Literal
 import pytest
 
 from vlajax.bench import values
-from vlajax.config import RLConfig, TrainConfig
+from vlajax.config.schema import RLConfig, TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -252,7 +252,7 @@ def test_imported_pi05_libero_runs_closed_loop_in_process(tmp_path):
     _venv_or_skip()
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     ckpt = str(tmp_path / "pi05_libero")
-    imp = subprocess.run([sys.executable, "-m", "vlajax.models.import_openpi", "--checkpoint",
+    imp = subprocess.run([sys.executable, "-m", "vlajax.policies.import_openpi", "--checkpoint",
                           os.path.join(FIXTURE, "pi05_libero", "ckpt"), "--config", "pi05_libero", "--size", "dummy",
                           "--tokenizer", os.path.join(FIXTURE, "tokenizer.model"), "--out", ckpt],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -72,7 +72,7 @@ def recorded(tmp_path_factory):
     """`demos` on task 0, 2 episodes, 32 x 32, capped at 12 steps (too short to succeed) with failures
     kept; the workers' own records kept beside it."""
     _venv_or_skip()
-    from vlajax.config import DataConfig, EnvConfig, TrainConfig
+    from vlajax.config.schema import DataConfig, EnvConfig, TrainConfig
 
     root = tmp_path_factory.mktemp("libero_demos")
     cfg = TrainConfig(env=EnvConfig(suite="libero_spatial", task="0"),
@@ -122,7 +122,7 @@ def test_the_dataset_holds_what_the_workers_recorded(recorded):
 def test_our_sft_loader_builds_a_batch_from_it(recorded):
     import dataclasses
 
-    from vlajax.config import get_config
+    from vlajax.config.schema import get_config
     from vlajax.data.build import make_loader
 
     out, _, _ = recorded

@@ -121,7 +121,7 @@ def imported(tmp_path_factory):
     venv_or_skip()
     if not os.path.isdir(FIXTURES):
         pytest.skip("../shared (the openpi reference fixtures) is absent")
-    from vlajax.models import import_openpi
+    from vlajax.policies import import_openpi
 
     out = str(tmp_path_factory.mktemp("libero-rl") / "imported")
     assert import_openpi.main(["--checkpoint", os.path.join(FIXTURES, "pi05_libero", "ckpt"), "--config",
@@ -249,7 +249,7 @@ def test_async_rl_on_libero_workers_resumes(imported, tmp_path):
 def test_bench_libero_prediction_from_a_sync_row():
     """The planner's prediction of the libero rows from a sync row's measurements (no LIBERO needed):
     overlapping a group's rollout with the previous update cannot be slower than running them in turn."""
-    from vlajax.bench.async_libero import Args, predict
+    from research.bench.async_libero import Args, predict
 
     a = Args(updates=3, group=2, max_steps=20, replan=5)
     sync_row = {"infer_times": [(2, 0.5)] * 20, "update_s": [30.0, 8.0, 8.0, 8.0], "step_s_p50": 0.05,

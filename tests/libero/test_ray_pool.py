@@ -206,7 +206,7 @@ def test_async_rl_through_ray_trains_3_updates_with_an_actor_killed_mid_episode(
     from test_libero_rl import FIXTURES, LARGS, _cfg, _eef_height
 
     from vlajax.libero import rl_train
-    from vlajax.models import import_openpi
+    from vlajax.policies import import_openpi
 
     if not os.path.isdir(FIXTURES):
         pytest.skip("../shared (the openpi reference fixtures) is absent")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.sft.test_aux_target import _aux_config, grasp_dataset  # noqa: F401  (module fixture)
 from tests.sft.test_sft import _batches
-from vlajax.config import ConfigError, ModelConfig
+from vlajax.config.schema import ConfigError, ModelConfig
 from vlajax.models.vla import (
     AUX_GRASP_RANGE,
     VLA,
@@ -24,8 +24,8 @@ from vlajax.models.vla import (
     grasp_bin_labels,
     weighted_mse,
 )
-from vlajax.run_files import init_fn
-from vlajax.sft import loss_fn
+from vlajax.policies.run_files import init_fn
+from vlajax.sft.loop import loss_fn
 
 K = 10
 WIDTH = 2 * AUX_GRASP_RANGE / K
@@ -111,7 +111,7 @@ def test_sft_loss_with_bins_packed_equals_padded(grasp_dataset, tmp_path):  # no
 
 
 def _obs(batch):
-    from vlajax.sft import batch_observation
+    from vlajax.sft.loop import batch_observation
     return batch_observation(batch)
 
 

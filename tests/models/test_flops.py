@@ -17,14 +17,14 @@ import jax.numpy as jnp
 import pytest
 from flax import linen as nn
 
-import vlajax.presets  # noqa: F401  (registers the presets)
-from vlajax import sft
+import vlajax.config.presets  # noqa: F401  (registers the presets)
 from vlajax.bench.gpu_check_rows import synthetic_batch
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 from vlajax.data.openpi import is_pi, model_slots
 from vlajax.models import build_model, flops
-from vlajax.models.memory import reduced_depth
-from vlajax.run_files import init_fn
+from vlajax.policies.memory import reduced_depth
+from vlajax.policies.run_files import init_fn
+from vlajax.sft import loop as sft
 
 B = 2
 

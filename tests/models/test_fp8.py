@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models import fp8, heads, quantize
 from vlajax.models.attention import te_available
 from vlajax.models.observation import fake_observation

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models import heads
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA

@@ -1,4 +1,4 @@
-"""`python -m vlajax.models.import_openpi` reads `--size` from the checkpoint's parameter shapes: the reference
+"""`python -m vlajax.policies.import_openpi` reads `--size` from the checkpoint's parameter shapes: the reference
 checkpoints (openpi's layout at the dummy size) infer 'dummy'; a `--size` their shapes do not fit is one short
 `error:` line naming three leaves and the flag, exit 2, nothing written; a checkpoint of another family is one
 short line too (3 leaves per kind, not every leaf). Metadata only: nothing here builds a model. Data:
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not POLICIES.is_dir(), reason=f"openpi reference
 
 
 def _error(capsys, args: list[str]) -> str:
-    from vlajax.models.import_openpi import main
+    from vlajax.policies.import_openpi import main
 
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -27,7 +27,7 @@ def _error(capsys, args: list[str]) -> str:
 
 
 def test_the_size_is_read_from_the_shapes():
-    from vlajax.models.import_openpi import SIZE_LEAVES, infer_size, read_shapes
+    from vlajax.policies.import_openpi import SIZE_LEAVES, infer_size, read_shapes
 
     for config in ("pi0_libero", "pi05_libero"):
         ckpt = str(POLICIES / config / "ckpt")

@@ -1,4 +1,4 @@
-"""The memory planner (vlajax.models.memory) against XLA, and golden partition specs for pi05.
+"""The memory planner (vlajax.policies.memory) against XLA, and golden partition specs for pi05.
 
 Compiled check: the SFT train step (`sft.make_train_step`: loss, grads, AdamW, EMA) of a reduced
 π0.5 (pi05-dummy widths, 1 SigLIP block, remat on and EMA on as the full `pi05` preset) compiled
@@ -18,11 +18,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from vlajax import sft, sharding
-from vlajax.config import GEMMA_VARIANTS, MeshConfig, get_config
+from vlajax.config.schema import GEMMA_VARIANTS, MeshConfig, get_config
 from vlajax.data.openpi import model_slots
-from vlajax.models import build_model, memory, presets
+from vlajax.models import build_model, presets
 from vlajax.models.observation import fake_observation
+from vlajax.policies import memory
+from vlajax.sft import loop as sft
+from vlajax.training import sharding
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 MESHES = [(8, 1, 1), (2, 2, 2), (2, 4, 1), (1, 8, 1)]

@@ -1,4 +1,4 @@
-"""`vlajax.models.import_openpi`: the shared openpi-layout trees become vlajax run directories;
+"""`vlajax.policies.import_openpi`: the shared openpi-layout trees become vlajax run directories;
 renamed, missing, reshaped and LoRA leaves are refused by name; openpi's norm stats are carried."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 
 from .test_openpi_parity import FIXTURES, fixture_config, load_fixture
 
@@ -51,12 +51,12 @@ def _write_tree(tmp_path, flat: dict) -> str:
 @pytest.mark.parametrize("family", ["pi0", "pi05"])
 def test_fixture_trees_import(family, tokenizer, tmp_path):
     """pi0 through the command line with the pi0-dummy preset, pi05 through the function with the
-    fixture's own config; both read back with `vlajax.run_files.load_policy`."""
-    from vlajax.config import get_config  # noqa: PLC0415
-    from vlajax.models.import_openpi import import_checkpoint, main  # noqa: PLC0415
+    fixture's own config; both read back with `vlajax.policies.run_files.load_policy`."""
+    from vlajax.config.schema import get_config  # noqa: PLC0415
     from vlajax.models.openpi import Pi0  # noqa: PLC0415
     from vlajax.models.openpi.openpi_params import path_table  # noqa: PLC0415
-    from vlajax.run_files import load_policy  # noqa: PLC0415
+    from vlajax.policies.import_openpi import import_checkpoint, main  # noqa: PLC0415
+    from vlajax.policies.run_files import load_policy  # noqa: PLC0415
 
     meta, _, tree = load_fixture(family)
     theirs = _flat(tree)
@@ -91,7 +91,7 @@ def test_fixture_trees_import(family, tokenizer, tmp_path):
 
 
 def _import_modified(tmp_path, tokenizer, edit):
-    from vlajax.models.import_openpi import import_checkpoint  # noqa: PLC0415
+    from vlajax.policies.import_openpi import import_checkpoint  # noqa: PLC0415
 
     meta, _, tree = load_fixture("pi0")
     flat = _flat(tree)
@@ -136,7 +136,7 @@ def test_lora_leaves_are_refused_by_name(tmp_path, tokenizer):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    from vlajax.models.import_openpi import main  # noqa: PLC0415
+    from vlajax.policies.import_openpi import main  # noqa: PLC0415
 
     assert main(["--checkpoint", str(tmp_path), "--config", "no-such-preset", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith("error: --config 'no-such-preset' is neither an openpi train config")

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, ModelConfig
+from vlajax.config.schema import ConfigError, ModelConfig
 from vlajax.models import build_model, fake_observation, heads
 from vlajax.models.openpi import Pi0
 
@@ -141,7 +141,7 @@ def test_config_refusals(kw, field):
 
 
 def test_param_logical_names_are_in_the_rules(setup):
-    from vlajax.config import LOGICAL_RULES  # noqa: PLC0415
+    from vlajax.config.schema import LOGICAL_RULES  # noqa: PLC0415
 
     cfg, model, obs, _ = setup
     boxed = jax.eval_shape(model.init, jax.random.key(0), obs)["params"]
@@ -261,7 +261,7 @@ def test_trainable_lora_freezes_the_adapted_experts_gemma_weights(ranks):
     """model.trainable='lora' (openpi's LoRA freeze filter): the Gemma weights of an expert with LoRA
     factors are frozen, its factors train, everything else trains."""
     from vlajax.models.openpi.openpi_params import flatten  # noqa: PLC0415
-    from vlajax.trainable import trainable_mask  # noqa: PLC0415
+    from vlajax.training.trainable import trainable_mask  # noqa: PLC0415
 
     cfg = tiny("pi05", lora_rank=ranks[0], expert_lora_rank=ranks[1], trainable="lora")
     obs = fake_observation(jax.random.key(0), B, cfg)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models import Observation, build_model
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "openpi"
@@ -45,7 +45,7 @@ def fixture_observation(io, keys) -> Observation:
 
 def load_fixture(family: str):
     """-> (meta, io, openpi params tree as host arrays) of one fixture folder."""
-    from vlajax.models.import_openpi import read_params  # noqa: PLC0415
+    from vlajax.policies.import_openpi import read_params  # noqa: PLC0415
 
     d = FIXTURES / family
     meta = json.loads((d / "meta.json").read_text())

@@ -4,8 +4,8 @@ Reference data: `../shared/fixtures/openpi/policies/<config>/` (README: `../shar
 openpi-layout checkpoints of its train configs `pi0_libero` / `pi05_libero` at reduced sizes, the
 SentencePiece model, raw observations, the flow's noise and openpi's actions. Every size (cases,
 horizon, image sizes, prompt lengths) is read from the files. The import runs as a user runs it
-(`python -m vlajax.models.import_openpi ... --size dummy`, in-process), then the policy answers
-through the Python API (`vlajax.inference.Policy`) and through the RL rollout's actor (batched).
+(`python -m vlajax.policies.import_openpi ... --size dummy`, in-process), then the policy answers
+through the Python API (`vlajax.policies.policy.Policy`) and through the RL rollout's actor (batched).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"openpi policy re
 @functools.cache
 def imported(config: str, *extra: str) -> str:
     """The fixture checkpoint of `config` imported once per process (the CLI, in-process). -> run dir."""
-    from vlajax.models.import_openpi import main
+    from vlajax.policies.import_openpi import main
 
     out = os.path.join(tempfile.mkdtemp(prefix=f"vlajax-{config}-"), "imported")
     args = ["--checkpoint", str(FIXTURES / config / "ckpt"), "--config", config, "--size", "dummy",
@@ -56,7 +56,7 @@ def cases(config: str) -> list[dict]:
 
 @functools.cache
 def policy(config: str):
-    from vlajax.inference import Policy
+    from vlajax.policies.policy import Policy
 
     return Policy.load(imported(config))
 
@@ -153,7 +153,7 @@ def test_gaussian_start_in_eval_and_python_api():
 def test_import_records_openpi_config():
     """The run directory holds the config's model fields and transforms; `--robot` / field flags name
     a user's own config (here: pi05_libero's params with the state in the prompt)."""
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     for config, horizon, tokens, delta in (("pi0_libero", 50, 48, [True] * 6 + [False]), ("pi05_libero", 10, 200, [])):
         d = json.loads(Path(imported(config), "policy.json").read_text())
@@ -173,7 +173,7 @@ def test_import_records_openpi_config():
 
 def test_openpi_config_table():
     """Each named config sets openpi's fields (openpi 15a9616 training/config.py)."""
-    from vlajax.models.import_openpi import openpi_train_config
+    from vlajax.policies.import_openpi import openpi_train_config
 
     want = {"pi0_libero": ("pi0", 50, 48, False, "libero", "mean_std"),
             "pi05_libero": ("pi05", 10, 200, False, "libero", "quantile"),
@@ -193,7 +193,7 @@ def test_openpi_config_table():
 
 
 def _run_main(args, capsys) -> str:
-    from vlajax.models.import_openpi import main
+    from vlajax.policies.import_openpi import main
 
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -231,7 +231,7 @@ def test_importer_bad_inputs_are_one_error_line(tmp_path, capsys):
 def test_eval_takes_sampling_flags():
     """`eval --model.flow-x1 zeros` (a sampling field the command line sets) replaces the checkpoint's:
     the closed loop's `Bridge.act` then starts from zeros and answers the same twice."""
-    from vlajax.evaluation import sampling_overrides
+    from vlajax.evaluation.closed_loop import sampling_overrides
     from vlajax.train import parse
 
     p = policy("pi05_libero")

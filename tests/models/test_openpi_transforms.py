@@ -1,4 +1,4 @@
-"""openpi's robot data transforms (`vlajax.policy_openpi`) on raw observations: LIBERO, DROID and
+"""openpi's robot data transforms (`vlajax.config.openpi`) on raw observations: LIBERO, DROID and
 ALOHA keys, states and actions, and a Bridge that reads DROID's raw keys. No reference data needed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.policy_openpi import OPENPI_CONFIGS, OpenpiTransforms, make_bool_mask
+from vlajax.config.openpi import OPENPI_CONFIGS, OpenpiTransforms, make_bool_mask
 
 
 def test_make_bool_mask_is_openpis():
@@ -82,10 +82,10 @@ def test_record_round_trips_and_refuses_unknown_robots():
 def test_bridge_reads_droid_raw_keys(tmp_path):
     """A Bridge with DROID's transforms: the raw keys go to openpi's slots (right wrist black, mask
     False), the concatenated state is normalized and padded, the prompt is π0's, actions 8-dim."""
-    from vlajax.config import ModelConfig
+    from vlajax.config.schema import ModelConfig
     from vlajax.data.normalize import NormStats
     from vlajax.models import sp_tokenizer
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     tok = sp_tokenizer.train_tiny_model(str(tmp_path / "t.model"), ["pick up the cup", "open the drawer"])
     m = ModelConfig(family="pi0", paligemma_variant="dummy", action_expert_variant="dummy", siglip_variant="mu/14",
@@ -129,7 +129,7 @@ def test_server_reads_droid_keys():
 
 
 def test_nested_observations_flatten_to_openpis_keys():
-    from vlajax.inference import _flatten
+    from vlajax.policies.policy import _flatten
 
     img = np.zeros((3, 4, 4), np.uint8)
     flat = _flatten({"images": {"cam_high": img, "cam_left_wrist": img}, "state": np.zeros(14), "prompt": "p"})

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models import policy
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vlajax import sharding
-from vlajax.config import DP, ConfigError, MeshConfig, ModelConfig, TrainConfig
+from vlajax.config.schema import DP, ConfigError, MeshConfig, ModelConfig, TrainConfig
 from vlajax.models import heads, presets
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA
+from vlajax.training import sharding
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 MESHES = [(8, 1, 1), (2, 2, 2), (2, 4, 1), (1, 8, 1)]

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, ModelConfig
+from vlajax.config.schema import ConfigError, ModelConfig
 from vlajax.models import heads, policy
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA

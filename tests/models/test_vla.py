@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, ModelConfig
+from vlajax.config.schema import ConfigError, ModelConfig
 from vlajax.models import presets, tokenizer
 from vlajax.models.observation import Observation, fake_observation
 from vlajax.models.vla import VLA

@@ -11,8 +11,8 @@ import sys
 
 import jax
 
-from vlajax import distributed
-from vlajax.config import AsyncConfig, DistributedConfig, MeshConfig
+from vlajax.config.schema import AsyncConfig, DistributedConfig, MeshConfig
+from vlajax.training import distributed
 
 
 def main(pid: int, port: int) -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from tests.pipeline import toy
 from tests.pipeline.test_slots import ENVS_PER_SLOT, _slots
-from vlajax.config import AsyncConfig
+from vlajax.config.schema import AsyncConfig
 from vlajax.pipeline.runner import AsyncRunner
 from vlajax.pipeline.scheduler import DynamicBatcher
 

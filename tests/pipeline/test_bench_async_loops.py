@@ -50,9 +50,9 @@ def test_mode_configs():
 def test_workload_policy_of_state_and_pixel_presets():
     """State presets time their MLP at --width; pixel PPO presets the sft-small VLA with their own head,
     the privileged critic replaced by the VLA's value head in every mode (the slots have no privileged obs)."""
-    import vlajax.presets  # noqa: F401
-    from vlajax.config import get_config
-    from vlajax.presets.sft import SMALL_CPU_MODEL
+    import vlajax.config.presets  # noqa: F401
+    from vlajax.config.presets.sft import SMALL_CPU_MODEL
+    from vlajax.config.schema import get_config
 
     state = get_config("rl-debug")
     assert async_loops.workload_model(state, None).width == 256 and async_loops.workload_model(state, 16).width == 16

@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from vlajax.config import AsyncConfig
+from vlajax.config.schema import AsyncConfig
 from vlajax.pipeline import runner as runner_mod
 from vlajax.pipeline import scheduler, weights
 from vlajax.pipeline.buffer import KEEP_VERSIONS, Trajectory, TrajectoryBuffer
@@ -120,7 +120,7 @@ def test_runner_history_is_windowed_and_on_update_sees_every_update(monkeypatch)
 
 
 def test_soak_verdict_flags_rss_growth_and_structures_over_their_cap():
-    from vlajax.bench.soak import verdict
+    from research.bench.soak import verdict
 
     def s(minute, rss, n):
         return {"minute": minute, "rss_mb": rss, "updates": 10 * minute, "sizes": {"timeline/produced": n, "hist": 3}}

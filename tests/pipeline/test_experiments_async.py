@@ -20,7 +20,7 @@ def _module(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_experiment_configs_are_well_formed(name):
-    from vlajax.bench.async_ import MODES
+    from research.bench.async_ import MODES
 
     for debug in (False, True):
         sweep = _module(name).get_config(debug)

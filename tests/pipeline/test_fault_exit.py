@@ -79,7 +79,7 @@ def _error_line(lines: list[str]) -> str:
 def _assert_restorable(ckpt_dir: str) -> int:
     """No step directory but complete ones; the newest restores; reopening the directory (as a resumed
     run does) removes what a cut-off write left (`N.orbax-checkpoint-tmp`). -> the newest step."""
-    from vlajax.checkpoint import Checkpointer
+    from vlajax.training.checkpoint import Checkpointer
 
     names = os.listdir(ckpt_dir)
     steps = sorted(int(d) for d in names if d.isdigit())

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import AsyncConfig
+from vlajax.config.schema import AsyncConfig
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import LaneStalled, RunAborted
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
@@ -46,7 +46,7 @@ def _update(state, x):
 def _toy(ckpt_dir: str, total: int, block_s: float = 0.0, eval_at: int = -1, eval_s: float = 0.0,
          save_every: int = 1000, say=lambda msg: None) -> dict:
     """Run (or resume) the toy async run; saves at the interrupt boundary and at the end."""
-    from vlajax.checkpoint import Checkpointer
+    from vlajax.training.checkpoint import Checkpointer
 
     ckpt = Checkpointer(ckpt_dir, save_every=save_every, async_save=True)
     state = {"w": jnp.zeros((D,), jnp.float32), "step": jnp.zeros((), jnp.int32)}
@@ -132,7 +132,7 @@ def _read_until(proc, marker: str, timeout: float = 120.0) -> list[str]:
 
 
 def _restore(path):
-    from vlajax.checkpoint import Checkpointer
+    from vlajax.training.checkpoint import Checkpointer
 
     ckpt = Checkpointer(str(path), async_save=False)
     steps = ckpt.all_steps()

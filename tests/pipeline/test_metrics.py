@@ -100,8 +100,8 @@ def test_window_reporter_logs_each_window_to_tensorboard_and_json(tmp_path):
     import glob
     import json
 
-    from vlajax.logging import MetricsLogger
     from vlajax.pipeline.metrics import WindowReporter
+    from vlajax.training.logging import MetricsLogger
 
     clock = FakeClock()
     tl = Timeline(clock)

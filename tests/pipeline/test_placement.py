@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vlajax.config import AsyncConfig, ConfigError, MeshConfig
+from vlajax.config.schema import AsyncConfig, ConfigError, MeshConfig
 from vlajax.pipeline.placement import make_placement, parse_ratio, rollout_share
 
 pytestmark = pytest.mark.devices(8)

@@ -12,8 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-import vlajax.presets  # noqa: F401  (registers the presets)
-from vlajax.config import AsyncConfig, get_config
+import vlajax.config.presets  # noqa: F401  (registers the presets)
+from vlajax.config.schema import AsyncConfig, get_config
 from vlajax.rl import loop
 from vlajax.rl.async_loop import train_async
 
@@ -131,9 +131,9 @@ def test_collect_keeps_each_unconsumed_calls_start_state_for_resume(tmp_path):
     value, and still readable (a donated buffer would raise), also while later calls have run."""
     import functools
 
-    from vlajax import sharding
     from vlajax.rl import setup as rl_setup
     from vlajax.rl.async_loop import _Collect
+    from vlajax.training import sharding
 
     cfg = _cfg(tmp_path, "collect", staleness_threshold=3.0)
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=4),

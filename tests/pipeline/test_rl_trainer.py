@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import vlajax.presets  # noqa: F401
-from vlajax.config import ConfigError, get_config
+import vlajax.config.presets  # noqa: F401
+from vlajax.config.schema import ConfigError, get_config
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.rl import actors, learner, mlp_policy
 from vlajax.rl.async_workload import Trainer
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 N, H, A, OBS = 16, 2, 4, 32
 

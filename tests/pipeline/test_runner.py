@@ -11,10 +11,10 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tests.pipeline import toy
-from vlajax import checkpoint
-from vlajax.config import AsyncConfig, ConfigError, MeshConfig
+from vlajax.config.schema import AsyncConfig, ConfigError, MeshConfig
 from vlajax.pipeline.placement import make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters, run_sync
+from vlajax.training import checkpoint
 
 B = toy.B
 

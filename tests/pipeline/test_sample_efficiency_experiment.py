@@ -236,7 +236,7 @@ def test_a_saved_run_survives_a_model_field_added_later_in_the_checkpoint_bridge
 def test_slot_rollout_pays_the_same_reward_as_the_sync_loop():
     """The experiment trains on `rl.reward='success'`: the async slot path (`RLWorkload`) must build its envs
     with it, as the sync loop's `collect` does (it used to build them with the shaped reward)."""
-    from vlajax.config import get_config
+    from vlajax.config.schema import get_config
     from vlajax.rl.async_workload import RLWorkload
     from vlajax.rl.setup import build
 
@@ -482,7 +482,7 @@ def test_every_protocol_is_a_workload_the_command_line_accepts():
     proto, _ = _protocol()
     choices = set(typing.get_args(typing.get_type_hints(mod.Args)["workload"]))
     assert choices == {"mlp", *proto.PROTOCOLS}
-    from vlajax import cli
+    from vlajax.shared import cli
 
     a = cli.parse(mod.Args, ["--workload", "eq45b-grpo-s2-kl", "--runs", "async-s2-kl:116", "--reuse"])
     assert a.workload == "eq45b-grpo-s2-kl" and proto.parse_runs(a.runs, proto.get_protocol(a.workload)) == \

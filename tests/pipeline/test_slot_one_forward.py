@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import EnvConfig, ModelConfig, RLConfig, TrainConfig
+from vlajax.config.schema import EnvConfig, ModelConfig, RLConfig, TrainConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 from vlajax.rl import actors
 from vlajax.rl import rollout as ro
 from vlajax.rl.async_workload import RLWorkload

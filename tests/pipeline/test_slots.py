@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.pipeline import toy
-from vlajax.config import AsyncConfig
+from vlajax.config.schema import AsyncConfig
 from vlajax.pipeline.runner import AsyncRunner, run_sync
 from vlajax.pipeline.slots import SlotRollout
 

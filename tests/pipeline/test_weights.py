@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vlajax.config import AsyncConfig, MeshConfig
+from vlajax.config.schema import AsyncConfig, MeshConfig
 from vlajax.pipeline.lanes import LaneGroup
 from vlajax.pipeline.placement import make_placement
 from vlajax.pipeline.weights import ParamServer

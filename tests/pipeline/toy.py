@@ -15,7 +15,7 @@ import numpy as np
 import optax
 
 from vlajax.pipeline.buffer import Trajectory
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 B, OBS, ACT, T = 8, 4, 2, 4
 STD = 0.5

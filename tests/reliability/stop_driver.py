@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.logging import print_line
+from vlajax.training.logging import print_line
 
 _slow = {"phase": "none", "seconds": 0.0, "from": 1}
 _counts: dict[str, int] = {}
@@ -129,8 +129,8 @@ def _mark_first(set_attr, module, name: str, phase: str) -> None:
 
 
 def _patch_sft(set_attr) -> None:
-    from vlajax import sft
     from vlajax.data import build as data_build
+    from vlajax.sft import loop as sft
 
     _mark_first(set_attr, data_build, "make_loader", "setup")
     make_step = sft.make_train_step
@@ -158,7 +158,7 @@ def _patch_sft(set_attr) -> None:
 def _patch_eval(set_attr) -> None:
     """`eval` of a checkpoint: the policy loads for real; the episodes are a marker and a small stand-in
     result (the MJX tabletop's closed loop compiles for minutes cold); the report is written for real."""
-    from vlajax import evaluation
+    from vlajax.evaluation import closed_loop as evaluation
 
     def episodes(cfg, bridge, model, params, episodes_per_task=None):
         if hasattr(bridge, "policy"):  # eval --policy-server: the real server answers requests all phase long
@@ -193,7 +193,7 @@ def _remote_requests(bridge) -> None:
 def _patch_robustness(set_attr) -> None:
     """`eval --robustness`: the policy loads for real; the levels' episodes are a marker and a stand-in
     table of two tasks and one camera level; the files are written for real (`write` phase)."""
-    from vlajax import robustness
+    from vlajax.evaluation import robustness
 
     def levels(cfg, bridge, model, params, spec=None, episodes_per_task=None, gifs=True):
         mark("eval")

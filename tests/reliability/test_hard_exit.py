@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CHILD = """
 import subprocess
 import time
-from vlajax import preemption
+from vlajax.training import preemption
 from vlajax.libero import pool
 with preemption.stop_request("demo"):
     worker = pool._start(["sleep", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax.rl import mlp_policy
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 OBS_DIM, H, ACT_DIM = 5, 3, 2
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, RLConfig
+from vlajax.config.schema import ConfigError, RLConfig
 from vlajax.rl import advantages as A
 
 

@@ -11,9 +11,9 @@ import optax
 import pytest
 
 from tests.rl.common import collect, make_policy, make_state
-from vlajax import sharding
-from vlajax.config import MeshConfig, RLConfig
+from vlajax.config.schema import MeshConfig, RLConfig
 from vlajax.rl import learner, mlp_policy
+from vlajax.training import sharding
 
 
 def _setup(cfg, n=64, seed=0):

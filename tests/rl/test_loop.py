@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from tests.rl import rollout_toy as toy
-from vlajax import checkpoint
-from vlajax.config import (
+from vlajax.config.schema import (
     CheckpointConfig,
     ConfigError,
     EnvConfig,
@@ -26,6 +25,7 @@ from vlajax.config import (
 from vlajax.rl import actors, command, learner, loop, mlp_policy
 from vlajax.rl import rollout as ro
 from vlajax.rl import setup as rl_setup
+from vlajax.training import checkpoint
 
 B, H, EP = 8, 2, 12
 
@@ -167,7 +167,7 @@ def test_privileged_critic_needs_pixels():
 
 
 def test_rl_presets_validate():
-    from vlajax.config import get_config, preset_names
+    from vlajax.config.schema import get_config, preset_names
 
     names = [n for n in preset_names() if n.startswith("rl-")]
     assert {"rl-debug", "rl-mlp-state"} <= set(names)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import RLConfig
+from vlajax.config.schema import RLConfig
 from vlajax.rl import losses as L
 
 CLIP = dict(clip_low=0.2, clip_high=0.28)  # ratio clipped into [0.8, 1.28]

@@ -10,7 +10,7 @@ import optax
 
 from tests.rl import float_tolerance
 from tests.rl.common import ACT_DIM, OBS_DIM, H, collect, make_policy, make_state
-from vlajax.config import RLConfig
+from vlajax.config.schema import RLConfig
 from vlajax.rl import learner, mlp_policy
 
 

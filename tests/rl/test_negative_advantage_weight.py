@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vlajax import train
-from vlajax.config import ConfigError, RLConfig
+from vlajax.config.schema import ConfigError, RLConfig
 from vlajax.rl import losses as L
 
 

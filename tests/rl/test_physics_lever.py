@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import EnvConfig
+from vlajax.config.schema import EnvConfig
 from vlajax.rl import actors, mlp_policy
 from vlajax.rl import rollout as ro
 
@@ -75,7 +75,7 @@ def test_rl_says_which_simulator_its_rollout_steps(monkeypatch, caplog):
     import dataclasses
     import logging
 
-    from vlajax.config import get_config
+    from vlajax.config.schema import get_config
     from vlajax.rl import setup
 
     cfg = get_config("rl-debug")

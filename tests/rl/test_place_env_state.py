@@ -13,10 +13,10 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-import vlajax.presets  # noqa: F401  (registers the presets)
-from vlajax import sharding
-from vlajax.config import MeshConfig, get_config
+import vlajax.config.presets  # noqa: F401  (registers the presets)
+from vlajax.config.schema import MeshConfig, get_config
 from vlajax.rl import setup as rl_setup
+from vlajax.training import sharding
 
 
 def test_collect_compiles_once_on_a_dp_mesh():

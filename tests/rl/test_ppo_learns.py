@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.config import RLConfig
+from vlajax.config.schema import RLConfig
 from vlajax.rl import advantages, learner, mlp_policy
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 B, T, H, G = 64, 8, 2, 8
 

@@ -13,16 +13,16 @@ import pytest
 
 from tests.rl import float_tolerance
 from tests.rl import rollout_toy as toy
-from vlajax.config import ConfigError, EnvConfig, ModelConfig, RLConfig, TrainConfig
+from vlajax.config.schema import ConfigError, EnvConfig, ModelConfig, RLConfig, TrainConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models import heads
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 from vlajax.rl import actors, learner, mlp_policy
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl import rollout as ro
 from vlajax.rl import setup as rl_setup
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 B, H = 8, 2
 
@@ -446,7 +446,7 @@ def test_vla_value_loss_trains_only_the_value_head():
 
 
 def test_make_env_success_only_reward():
-    from vlajax.config import EnvConfig as E
+    from vlajax.config.schema import EnvConfig as E
 
     cfg = E(suite="goal", obs_mode="state", num_envs=2)
     shaped = ro.make_env(cfg, 2).unwrapped.config.reward_scales

@@ -171,7 +171,7 @@ def test_two_process_rl_async_pipeline_trains_globally_and_resumes(tmp_path, mod
 @pytest.mark.multiprocess
 def test_sigterm_to_one_process_stops_both_after_the_same_iteration(tmp_path):
     """A preemption notice that reaches one host only (SIGTERM to process 1): the processes agree on
-    it every iteration (`vlajax.preemption.StopRequest.requested`, one all-gather), so both stop after
+    it every iteration (`vlajax.training.preemption.StopRequest.requested`, one all-gather), so both stop after
     the same iteration, save that iteration's checkpoint together and exit 0 -- none is left
     waiting in a collective for a peer that has gone."""
     import time

@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ModelConfig, RLConfig
+from vlajax.config.schema import ModelConfig, RLConfig
 from vlajax.models import heads
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA
 from vlajax.rl import learner
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 N = 8  # decisions
 

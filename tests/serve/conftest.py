@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from vlajax.bench.serve import write_init_checkpoint
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 
 
 def tiny_policy_config(out: str):

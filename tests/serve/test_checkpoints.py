@@ -19,7 +19,7 @@ import pytest
 
 from tests.serve.test_openpi_client import REPO, Served, _env, check_openpi_client, openpi_client
 from tests.sft.conftest import tiny_config, write_dataset
-from vlajax.config import EnvConfig, get_config
+from vlajax.config.schema import EnvConfig, get_config
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def _sft(root: str) -> str:
     ds = write_dataset(os.path.join(root, "demos"))
     cfg = tiny_config(ds, os.path.join(root, "sft"), num_steps=2, eval_every=-1)
     cfg = cfg.replace(model=dataclasses.replace(cfg.model, action_head="tokens"), env=EVAL_ENV)
-    from vlajax import sft
+    from vlajax.sft import loop as sft
 
     return sft.train(cfg)["checkpoint_dir"]
 
@@ -68,8 +68,8 @@ def _eval_cfg(out: str, **sft):
 
 @pytest.mark.parametrize("kind", ["sft", "rl", "async-rl"])
 def test_eval_checkpoint_and_serve_to_openpi_client(checkpoints, tmp_path, kind):
-    from vlajax import evaluation as evaluate
-    from vlajax.policy import POLICY_FILE
+    from vlajax.evaluation import closed_loop as evaluate
+    from vlajax.policies.bridge import POLICY_FILE
 
     ckpt = checkpoints[kind]
     with open(os.path.join(ckpt, POLICY_FILE)) as f:
@@ -95,8 +95,8 @@ def test_eval_checkpoint_and_serve_to_openpi_client(checkpoints, tmp_path, kind)
 
 
 def test_remote_eval_equals_local_eval(checkpoints, tmp_path):
-    from vlajax import evaluation as evaluate
-    from vlajax.serve import remote
+    from vlajax.evaluation import closed_loop as evaluate
+    from vlajax.evaluation import remote
 
     ckpt = checkpoints["sft"]
     local_cfg = _eval_cfg(str(tmp_path / "local")).replace(

@@ -68,7 +68,7 @@ def test_pi05_prompt_and_state_change_the_answer():
     noise), and the tokens the server builds equal the tokenizer's for the normalized state."""
     from vlajax.data.normalize import normalize
     from vlajax.models.sp_tokenizer import PromptTokenizer
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     ckpt = imported("pi05_libero", "--discrete-state-input", "true")
     bridge = Bridge.load(ckpt)

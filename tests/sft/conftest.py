@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 from vlajax.data.writer import LeRobotWriter, policy_features
 
 TEXTS = ["press the button", "put the red cube in the blue square", "stack the green cube on the red cube",

@@ -2,7 +2,7 @@
 
     python tests/sft/openpi_e2e_driver.py OUT FIXTURES CLIENT_PYTHON
 
-import (`python -m vlajax.models.import_openpi`'s main) -> SFT -> async RL (staleness 1, VLM
+import (`python -m vlajax.policies.import_openpi`'s main) -> SFT -> async RL (staleness 1, VLM
 frozen, no eval of its own) -> `python -m vlajax.train eval` on the RL checkpoint -> `vlajax.serve`
 of that checkpoint, driven by the real openpi-client (`CLIENT_PYTHON`, its own venv; '' skips that
 phase). Each phase calls the same `main` a user's command line does; each prints one JSON line
@@ -46,7 +46,7 @@ def _phase(name: str, fn, *args) -> dict:
 def main() -> int:
     out, fixtures, client = sys.argv[1], sys.argv[2], sys.argv[3]
     from vlajax import train
-    from vlajax.models import import_openpi
+    from vlajax.policies import import_openpi
 
     tok = os.path.join(fixtures, "tokenizer.model")
     imported, sft, rl = (os.path.join(out, d) for d in ("imported", "sft", "rl"))

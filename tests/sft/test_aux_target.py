@@ -12,13 +12,13 @@ import pytest
 from tests.sft.conftest import TEXTS, tiny_config
 from tests.sft.test_sft import _batches
 from vlajax import train as train_cli
-from vlajax.config import ConfigError
+from vlajax.config.schema import ConfigError
 from vlajax.data.build import make_source
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.writer import LeRobotWriter, policy_features
 from vlajax.models.vla import VLA
-from vlajax.run_files import init_fn
-from vlajax.sft import loss_fn
+from vlajax.policies.run_files import init_fn
+from vlajax.sft.loop import loss_fn
 
 
 def _write(root: str, grasps, length: int = 12) -> tuple[str, list, list]:

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, DataConfig
-from vlajax.demos import expert_rollout, perturbed_actions
+from vlajax.config.schema import ConfigError, DataConfig
+from vlajax.data.demos import expert_rollout, perturbed_actions
 
 
 def test_perturbed_actions_start_run_and_stop():

@@ -22,7 +22,7 @@ import pytest
 
 from tests.sft.conftest import write_dataset
 from vlajax.models.fp8 import OWG
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -103,7 +103,7 @@ def test_fp8_te_sft_runs_inside_autocast_with_the_mesh_resource(tmp_path):
 
     from tests.sft.conftest import tiny_config
     from vlajax.models.attention import te_available
-    from vlajax.sft import train
+    from vlajax.sft.loop import train
 
     if not te_available():
         pytest.skip("needs Transformer Engine and a GPU")

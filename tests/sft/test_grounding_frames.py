@@ -18,8 +18,8 @@ from vlajax.data.aux_frames import AuxFrameSource, MixedSource
 from vlajax.data.build import make_loader, make_source
 from vlajax.data.lerobot import DatasetError
 from vlajax.models.vla import VLA
-from vlajax.run_files import init_fn
-from vlajax.sft import loss_fn
+from vlajax.policies.run_files import init_fn
+from vlajax.sft.loop import loss_fn
 
 GRASPS = [3, 5, 2, 7, 4, 6, 1, 8]  # 8 episodes x 12 frames = 96 records
 M = 6  # synthetic grounding frames
@@ -31,7 +31,7 @@ def grasp_dataset(tmp_path_factory):
 
 
 def _frames(m: int = M, seed: int = 0) -> dict:
-    """What `vlajax.demos.grounding_frames` returns, with made-up content."""
+    """What `vlajax.data.demos.grounding_frames` returns, with made-up content."""
     rng = np.random.default_rng(seed)
     return {"images": {c: rng.integers(0, 256, (m, 32, 32, 3), dtype=np.uint8) for c in ("agentview", "wrist")},
             "state": rng.standard_normal((m, 8)).astype(np.float32),
@@ -160,7 +160,7 @@ def test_rendered_targets_are_where_the_expert_grasps_and_places():
     """`first_frames`' target (cube 0's xy) and square xy are, to 1 mm, the fingertip xy at the scripted
     expert's first gripper-closing frame and at its success frame, run from the very states rendered:
     what `grasp_place_raw` reads from real demos, so the frames' targets share the demos' units."""
-    from vlajax.demos import first_frames, swap_target
+    from vlajax.data.demos import first_frames, swap_target
     from vlajax.envs import experts, registry
 
     env = registry.load("object/pick_red", {"image_size": 16, "cameras": ("agentview",)})
@@ -199,7 +199,7 @@ def test_rendered_targets_are_where_the_expert_grasps_and_places():
 def test_sft_renders_and_mixes_the_frames(grasp_dataset, tmp_path, capsys):
     """The command end to end: `train sft` on the object suite with `--data.grounding-fraction` renders
     the frames (a stream of its own: no demo or eval layout) and trains on the mix."""
-    from vlajax.demos import grounding_frames
+    from vlajax.data.demos import grounding_frames
 
     root = grasp_dataset[0]
     args = ["sft", "--preset", "sft-tiny", "--data.dataset-dir", root, "--output-dir", str(tmp_path / "run"),

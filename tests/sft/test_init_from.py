@@ -11,11 +11,12 @@ import jax
 import numpy as np
 import pytest
 
-from vlajax import checkpoint, init_from, sharding
-from vlajax.config import ConfigError, ModelConfig, SFTConfig, TrainConfig
+from vlajax.config.schema import ConfigError, ModelConfig, SFTConfig, TrainConfig
 from vlajax.data.normalize import NormStats
-from vlajax.policy import Bridge
-from vlajax.run_files import CONFIG_FILE, config_to_dict, init_fn
+from vlajax.policies.bridge import Bridge
+from vlajax.policies.run_files import CONFIG_FILE, config_to_dict, init_fn
+from vlajax.sft import init_from
+from vlajax.training import checkpoint, sharding
 
 CAMS = ("agentview", "wrist")
 

@@ -57,8 +57,8 @@ def test_openpi_import_sft_rl_eval_serve(tmp_path):
 
     import jax
 
-    from vlajax.config import get_config
-    from vlajax.run_files import load_policy
+    from vlajax.config.schema import get_config
+    from vlajax.policies.run_files import load_policy
 
     for d in ("imported", "sft/checkpoints", "rl/checkpoints"):  # every phase's directory is a policy
         bridge, model, params, _, _ = load_policy(str(tmp_path / d), get_config("pi05-dummy"))

@@ -1,4 +1,4 @@
-"""The π families' inputs: the data pipeline (vlajax.data.openpi) and the Bridge (vlajax.policy_pi)
+"""The π families' inputs: the data pipeline (vlajax.data.openpi) and the Bridge (vlajax.policies.pi)
 build the same observation from the same frame; camera slots, resize with pad, padded dims."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, DataConfig, ModelConfig, TrainConfig
+from vlajax.config.schema import ConfigError, DataConfig, ModelConfig, TrainConfig
 from vlajax.data import openpi
 from vlajax.data.build import make_source, make_transform
 from vlajax.data.normalize import NormStats, load_norm_stats, normalize
 from vlajax.data.transforms import resize_with_pad
 from vlajax.envs.tabletop import tasks
 from vlajax.models import sp_tokenizer as spt
-from vlajax.policy import Bridge
-from vlajax.policy_pi import resize_uint8_with_pad
-from vlajax.policy_pi import resize_with_pad as resize_with_pad_jax
+from vlajax.policies.bridge import Bridge
+from vlajax.policies.pi import resize_uint8_with_pad
+from vlajax.policies.pi import resize_with_pad as resize_with_pad_jax
 
 
 def pi_model(tokenizer: str, family: str = "pi05", **kw) -> ModelConfig:
@@ -39,7 +39,7 @@ def tokenizer(tmp_path_factory) -> str:
                                                  ((64, 40, 3), 28, (5, 6)), ((47, 30, 3), 56, (10, 11)),
                                                  ((32, 40, 3), 56, (6, 6))])
 def test_resize_with_pad_host_and_jax_agree(shape, size, border):
-    """The host path (`vlajax.resize_pad`, PIL), the jitted uint8 path (PIL's integer bilinear) and the jitted
+    """The host path (`vlajax.shared.resize_pad`, PIL), the jitted uint8 path (PIL's integer bilinear) and the jitted
     float path (jax bilinear) share one layout: the same black borders, the odd pixel bottom / right; the
     two PIL paths bit for bit."""
     img = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)

@@ -10,13 +10,13 @@ import optax
 import pytest
 
 from tests.sft.test_openpi_inputs import pi_model
-from vlajax import trainable
-from vlajax.config import ConfigError, ModelConfig, SFTConfig, TrainConfig
+from vlajax.config.schema import ConfigError, ModelConfig, SFTConfig, TrainConfig
 from vlajax.data.normalize import NormStats
 from vlajax.envs.tabletop import tasks
 from vlajax.models import build_model, heads, sp_tokenizer
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 from vlajax.rl import actors
+from vlajax.training import trainable
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_rl_gradients_reach_only_the_expert_and_value_head(setup):
 
 
 def test_sft_update_changes_only_expert_and_value_params(setup):
-    from vlajax.run_files import make_optimizer
+    from vlajax.policies.run_files import make_optimizer
 
     m, bridge, model, params, obs, task_id = setup
     cfg = TrainConfig(model=m, sft=SFTConfig(learning_rate=1e-2, warmup_steps=1, weight_decay=0.1))

@@ -6,12 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.data.normalize import NormStats, normalize
 from vlajax.envs.tabletop import tasks
 from vlajax.models.tokenizer import encode
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 
 
 def _stats(d, lo=-2.0, hi=3.0):

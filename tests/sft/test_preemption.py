@@ -134,7 +134,7 @@ def test_a_signal_mid_compile_after_a_resume_abandons_at_once_keeping_the_last_c
     newest = max(_steps(ckpt))
     assert newest >= 4  # (a step may have completed, and been saved, before the signal)
     _no_partial_checkpoints(ckpt)
-    from vlajax.checkpoint import Checkpointer
+    from vlajax.training.checkpoint import Checkpointer
 
     with Checkpointer(ckpt, async_save=False) as c:
         assert c.latest_step() == newest

@@ -18,8 +18,8 @@ from vlajax.data.normalize import load_norm_stats
 from vlajax.data.packing import PackedBatchDataset, PrefixSpec
 from vlajax.data.transforms import Compose
 from vlajax.models.vla import VLA
-from vlajax.run_files import config_from_dict, config_to_dict, init_fn
-from vlajax.sft import loss_fn, train
+from vlajax.policies.run_files import config_from_dict, config_to_dict, init_fn
+from vlajax.sft.loop import loss_fn, train
 
 
 def _batches(cfg, n=6):
@@ -87,7 +87,7 @@ def test_time_limit_stops_with_a_checkpoint_of_the_last_step(synthetic_dataset, 
 
 
 def test_config_json_round_trip():
-    from vlajax.config import get_config
+    from vlajax.config.schema import get_config
 
     cfg = get_config("sft-small")
     assert config_from_dict(config_to_dict(cfg)) == cfg

@@ -13,8 +13,8 @@ from tests.sft.test_aux_target import _aux_config, grasp_dataset  # noqa: F401 (
 from tests.sft.test_sft import _batches
 from vlajax import train as train_cli
 from vlajax.models.vla import VLA
-from vlajax.run_files import init_fn
-from vlajax.sft import loss_fn
+from vlajax.policies.run_files import init_fn
+from vlajax.sft.loop import loss_fn
 
 
 def _params(cfg, cams):

@@ -1,4 +1,4 @@
-"""Object-suite target swap (`data.demo_target_swap`, `vlajax.demos.swap_target`): the same
+"""Object-suite target swap (`data.demo_target_swap`, `vlajax.data.demos.swap_target`): the same
 picture, another cube as the target, the instruction naming its colour."""
 
 import dataclasses
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vlajax.config import ConfigError, get_config
-from vlajax.demos import generate, swap_target
+from vlajax.config.schema import ConfigError, get_config
+from vlajax.data.demos import generate, swap_target
 from vlajax.envs import registry
 from vlajax.envs.tabletop import scene
 
@@ -56,8 +56,9 @@ def test_binding_probe_saves_an_init_from_source(tmp_path):
     import subprocess
     import sys
 
-    from vlajax import init_from, sharding
-    from vlajax.run_files import init_fn
+    from vlajax.policies.run_files import init_fn
+    from vlajax.sft import init_from
+    from vlajax.training import sharding
 
     script = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "object_suite_binding.py"
     src = str(tmp_path / "ground")
@@ -68,6 +69,6 @@ def test_binding_probe_saves_an_init_from_source(tmp_path):
     mesh = sharding.make_mesh(cfg.mesh)
     fresh, _ = sharding.init_sharded(init_fn(cfg, ("agentview", "wrist")), mesh, cfg.mesh.logical_rules,
                                      jax.random.key(123))
-    loaded = init_from.load_into(cfg, fresh, mesh)  # as vlajax.sft.train calls it
+    loaded = init_from.load_into(cfg, fresh, mesh)  # as vlajax.sft.loop.train calls it
     emb = lambda s: np.asarray(s.params["embed"]["embedding"])
     assert not np.allclose(emb(loaded), emb(fresh))  # the probe's text embedding, not a fresh one

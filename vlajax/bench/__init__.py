@@ -11,9 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "packing": "fixed vs dynamic padding vs packing, effective tokens/s (vlajax.bench.packing)",
     "async": "the production rl loops, sync vs async modes, in the mjx / cpu-sim / emulated-farm regimes "
              "(vlajax.bench.async_loops)",
-    "rl_peer": "vlajax sync PPO vs brax PPO env steps/s on one state task (vlajax.bench.rl_peer)",
     "rollout": "decisions/s of the pixel VLA rollout, flow and token heads (vlajax.bench.rollout)",
-    "soak": "long async run: RSS and every pipeline structure sampled each minute (vlajax.bench.soak)",
     "serve": "policy server requests/s and p50/p95 latency vs concurrent clients (vlajax.bench.serve)",
     "libero": "LIBERO workers: env steps/s with and without cameras, 1 vs 2 workers, env build, rendering variants "
               "with their pixels compared (vlajax.bench.libero, docs/libero.md)",
@@ -29,7 +27,7 @@ def write_result(path, result: dict) -> None:
     `path` None or '' writes nothing."""
     if not path:
         return
-    from vlajax.atomic_files import write_json
+    from vlajax.shared.atomic_files import write_json
 
     path = os.path.abspath(os.fspath(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -75,10 +75,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from vlajax import cli
 from vlajax.bench import write_result
-from vlajax.config import AsyncConfig, ModelConfig, TrainConfig
+from vlajax.config.schema import AsyncConfig, ModelConfig, TrainConfig
 from vlajax.pipeline.latency import LatencyModel
+from vlajax.shared import cli
 
 REGIMES = ("mjx", "cpu-sim", "emulated-farm")
 MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
@@ -119,8 +119,8 @@ def policy_model(base: TrainConfig, preset: str, depth: int = 0, image_size: int
     """`--model`: the policy of `preset` (e.g. pi0: openpi's widths) with `base`'s head and sampler fields;
     a π model at `depth` Gemma layers (both experts; 0 = the preset's) with SigLIP at its full depth, at
     `image_size` (0 = the preset's; the env renders at the model's size). Fresh weights."""
-    from vlajax.config import get_config
-    from vlajax.models.memory import reduced_depth
+    from vlajax.config.schema import get_config
+    from vlajax.policies.memory import reduced_depth
 
     cfg = get_config(preset)
     if depth:
@@ -153,7 +153,7 @@ def workload_model(base: TrainConfig, width: int | None) -> ModelConfig:
     becomes the VLA's expert value head (`workload_critic`)."""
     if base.env.obs_mode == "state":
         return dataclasses.replace(base.model, width=256 if width is None else width)
-    from vlajax.presets.sft import SMALL_CPU_MODEL
+    from vlajax.config.presets.sft import SMALL_CPU_MODEL
 
     fields = {f: getattr(base.model, f) for f in HEAD_FIELDS}
     if base.rl.critic == "privileged":
@@ -390,7 +390,7 @@ class Args:
     seed: int = 0
     render: str = ""  # print the markdown tables of an existing JSON and exit
     # a shell command run before the first repeat, between repeats and after the last, with VLAJAX_BENCH_REPEAT =
-    # 0..repeats (e.g. "python -m vlajax.plan profile --out DIR/p$VLAJAX_BENCH_REPEAT ..."): costs measured at the
+    # 0..repeats (e.g. "python -m research.planner profile --out DIR/p$VLAJAX_BENCH_REPEAT ..."): costs measured at the
     # moments the rows ran; outside every row's timed window; its times in meta.between_repeats; a failure ends the
     # bench with one error: line and no JSON
     between_repeats: str = ""
@@ -425,10 +425,8 @@ def _check(a: Args) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "libero" in argv:  # the `libero` regime: real LIBERO workers (vlajax.bench.async_libero)
-        from vlajax.bench import async_libero
-
-        return async_libero.main(argv)
+    if "libero" in argv:  # the planner beside real LIBERO workers: a research benchmark
+        cli.error("the libero regime is research: python -m research.bench async_libero --regimes libero ...")
     a = cli.parse(Args, argv, prog="python -m vlajax.bench async", description=__doc__.split("\n")[0])
     _check(a)
     if a.render:
@@ -438,8 +436,8 @@ def main(argv: list[str]) -> int:
     import grain  # noqa: F401  (imported by the loops' first checkpoint save: not inside a timed window)
     import jax
 
-    import vlajax.presets  # noqa: F401  (registers the presets)
-    from vlajax.config import ConfigError, get_config
+    import vlajax.config.presets  # noqa: F401  (registers the presets)
+    from vlajax.config.schema import ConfigError, get_config
     from vlajax.rl.setup import build
 
     try:

@@ -28,9 +28,9 @@ import mujoco
 import numpy as np
 from mujoco import rollout
 
-from vlajax import cli, compile_cache
 from vlajax.bench import write_result
 from vlajax.envs import registry
+from vlajax.shared import cli, compile_cache
 
 
 def _cpu_name() -> str:

@@ -27,12 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vlajax import cli
 from vlajax.bench import write_result
-from vlajax.config import ConfigError
+from vlajax.config.schema import ConfigError
 from vlajax.models import heads, presets, quantize
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA
+from vlajax.shared import cli
 
 
 def _bf16_bytes(tree) -> dict[str, int]:
@@ -66,9 +66,9 @@ def _fit(model, params, obs, steps: int, lr: float):
 
 
 def _load(ckpt_dir: str) -> dict:
-    """Trained policy from an SFT checkpoint (see `vlajax.run_files.load_policy`)."""
-    from vlajax.config import TrainConfig  # noqa: PLC0415
-    from vlajax.run_files import load_policy  # noqa: PLC0415
+    """Trained policy from an SFT checkpoint (see `vlajax.policies.run_files.load_policy`)."""
+    from vlajax.config.schema import TrainConfig  # noqa: PLC0415
+    from vlajax.policies.run_files import load_policy  # noqa: PLC0415
 
     bridge, model, params, train_cfg, step = load_policy(ckpt_dir, TrainConfig())
     return {"bridge": bridge, "model": model, "params": params, "train_cfg": train_cfg, "step": step}
@@ -76,7 +76,7 @@ def _load(ckpt_dir: str) -> dict:
 
 def _success(trained: dict, params, params_hat, episodes_per_task: int) -> dict:
     """Closed-loop mean success of the full-precision and the PTQ weights on the same seeded episodes."""
-    from vlajax.evaluation import evaluate  # noqa: PLC0415
+    from vlajax.evaluation.closed_loop import evaluate  # noqa: PLC0415
 
     out = {}
     for name, p in (("full_precision", params), ("fp8_ptq", params_hat)):

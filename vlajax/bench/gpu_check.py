@@ -31,8 +31,8 @@ import threading
 import time
 import traceback
 
-from vlajax import cli
 from vlajax.bench.gpu_check_rows import DRY, DRY_BUDGET_S, GPU, REPO, ROWS, failed, run_row, skipped
+from vlajax.shared import cli
 
 __all__ = ["ROWS", "Args", "main", "worker"]
 
@@ -46,7 +46,7 @@ def worker(args: Args) -> int:
     """Run `args.rows` in order, one JSON line per start / end on stdout (the parent reads them)."""
     import jax
 
-    from vlajax import compile_cache
+    from vlajax.shared import compile_cache
 
     compile_cache.enable()
     sz = DRY if args.dry_run else GPU

@@ -229,9 +229,11 @@ def _sft_run(cfg, cameras, batches, steps: int, keep_params: bool = False) -> di
     import jax
     import numpy as np
 
-    from vlajax import sft, sharding
-    from vlajax.models import build_model, fp8, memory
-    from vlajax.run_files import init_fn
+    from vlajax.models import build_model, fp8
+    from vlajax.policies import memory
+    from vlajax.policies.run_files import init_fn
+    from vlajax.sft import loop as sft
+    from vlajax.training import sharding
 
     mesh = sharding.make_mesh(cfg.mesh)
     rules = cfg.mesh.logical_rules
@@ -305,7 +307,7 @@ def _max_diff(a, b) -> float:
 
 def sft_label(cfg, batch: int, cams: int) -> str:
     """What an SFT row ran, in words: the towers at their depths, remat, dtype, batch."""
-    from vlajax.config import GEMMA_VARIANTS, SIGLIP_VARIANTS
+    from vlajax.config.schema import GEMMA_VARIANTS, SIGLIP_VARIANTS
 
     m = cfg.model
     tail = f"{'remat, ' if m.remat else ''}{m.dtype}, batch {batch}, {cams} cameras"
@@ -321,10 +323,10 @@ def sft_label(cfg, batch: int, cams: int) -> str:
 def row_sft(sz: Sizes, budget: float, model: str) -> dict:
     import jax
 
-    from vlajax.config import MeshConfig, get_config
+    from vlajax.config.schema import MeshConfig, get_config
     from vlajax.data.openpi import model_slots
-    from vlajax.models import memory
     from vlajax.models.attention import te_available
+    from vlajax.policies import memory
 
     if model == "sft-small":
         base = get_config("sft-small")

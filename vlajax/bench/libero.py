@@ -49,10 +49,10 @@ import time
 
 import numpy as np
 
-from vlajax import cli
 from vlajax.bench import write_result
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
+from vlajax.shared import cli
 
 MODES = ("physics", "cameras-all", "cameras-policy")
 VARIANTS = {"default": {}, "gl=osmesa": {"gl": "osmesa"}, "lp=1": {"env": {"LP_NUM_THREADS": "1"}},

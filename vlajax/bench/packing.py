@@ -1,13 +1,13 @@
 """`python -m vlajax.bench packing --json PATH`: fixed vs dynamic padding vs packing.
 
-One run measures the SFT training step (`vlajax.sft.train_step`: forward, backward, AdamW) on
+One run measures the SFT training step (`vlajax.sft.loop.train_step`: forward, backward, AdamW) on
 mixed-length data in the three batching modes of `vlajax.data`, and reports effective
 (non-padding prefix) tokens per second of each. Every row of the output declares its data and
 its model shape.
 
   data (`--data`, one or more; each measured in turn, its three modes interleaved):
     demos      our demonstrations exactly as `python -m vlajax.train demos` writes them
-               (`vlajax.demos.generate`: scripted MJX episodes of the goal suite's 4 tasks, both
+               (`vlajax.data.demos.generate`: scripted MJX episodes of the goal suite's 4 tasks, both
                cameras at 32x32, `--episodes-per-task` successful episodes per task, episode
                length 200 as in `sft-small`), generated at bench time into a temp dir, read
                through `make_loader` (the SFT input pipeline, default data config: no camera
@@ -33,7 +33,7 @@ its model shape.
   model  a prefix-heavy VLA (32x32 images, patch 4 -> 64 tokens per camera, 64 text slots,
          4 x 256-wide layers; light ViT and expert), `prefix_len` 200, with gated MLPs of
          `--mlp-ratio` x the width: 8 by default, Gemma 2B's ratio (mlp_dim 16,384 / width 2,048,
-         `vlajax.config`'s `gemma_2b`, the same numbers as openpi's `gemma.get_config`); the
+         `vlajax.config.schema`'s `gemma_2b`, the same numbers as openpi's `gemma.get_config`); the
          earlier figure used 12 (3072 / 256).
          `--text-len` sets the text slots (default 64, room for the synthetic mix's longest
          instruction; our demos' instructions are 5-30 tokens: goal 5-16, spatial 11-30).
@@ -66,20 +66,20 @@ from typing import Literal
 import jax
 import numpy as np
 
-from vlajax import cli
 from vlajax.bench import write_result
-from vlajax.config import GEMMA_VARIANTS
+from vlajax.config.schema import GEMMA_VARIANTS
+from vlajax.shared import cli
 
 BATCH = 32
 DATA = ("demos", "mixture", "synthetic")
-# Gemma 2B (the PaliGemma backbone of pi0 / pi0.5): mlp_dim 16_384 / width 2_048 = 8 (vlajax.config's
+# Gemma 2B (the PaliGemma backbone of pi0 / pi0.5): mlp_dim 16_384 / width 2_048 = 8 (vlajax.config.schema's
 # "gemma_2b" variant, the numbers of openpi's gemma.get_config("gemma_2b"))
 GEMMA_2B_MLP_RATIO = GEMMA_VARIANTS["gemma_2b"]["mlp_dim"] / GEMMA_VARIANTS["gemma_2b"]["width"]
 DEMO_SUITE, MIX_SUITE = "goal", "spatial"
 
 
 def _model_config():
-    from vlajax.config import ModelConfig
+    from vlajax.config.schema import ModelConfig
 
     return ModelConfig(name="bench-packing", image_size=32, patch_size=4, num_cameras=2, vit_width=32, vit_depth=1,
                        vit_heads=2, vit_mlp_dim=64, width=256, depth=4, num_heads=4, num_kv_heads=2, head_dim=64,
@@ -122,7 +122,7 @@ def _model(mlp_ratio: float = 0.0, text_len: int = 0):
 
 
 def _train_config(mcfg, root: str = "", mode: str = "packed"):
-    from vlajax.config import DataConfig, LoggingConfig, MeshConfig, SFTConfig, TrainConfig
+    from vlajax.config.schema import DataConfig, LoggingConfig, MeshConfig, SFTConfig, TrainConfig
 
     return TrainConfig(model=mcfg, mesh=MeshConfig(dp=1), sft=SFTConfig(num_steps=1000, warmup_steps=1),
                        data=DataConfig(dataset_dir=root, batch_size=BATCH, batching=mode, num_threads=0, prefetch=2),
@@ -131,9 +131,9 @@ def _train_config(mcfg, root: str = "", mode: str = "packed"):
 
 def write_demos(root: str, suite: str, cameras: tuple[str, ...], episodes_per_task: int, seed: int = 0) -> dict:
     """`python -m vlajax.train demos --env.suite SUITE --env.cameras CAMERAS --data.episodes-per-task N
-    --env.num-envs N --env.image-size 32 --env.episode-length 200` (what `vlajax.demos.run` calls) into `root`."""
-    from vlajax import demos
-    from vlajax.config import DataConfig, EnvConfig, LoggingConfig, TrainConfig
+    --env.num-envs N --env.image-size 32 --env.episode-length 200` (what `vlajax.data.demos.run` calls) into `root`."""
+    from vlajax.config.schema import DataConfig, EnvConfig, LoggingConfig, TrainConfig
+    from vlajax.data import demos
 
     cfg = TrainConfig(seed=seed, env=EnvConfig(suite=suite, num_envs=episodes_per_task, image_size=32,
                                                episode_length=200, cameras=tuple(cameras)),
@@ -247,10 +247,10 @@ class _Runner:
     """One model, its sharded train state and jitted step, shared by every data choice of a run."""
 
     def __init__(self, mcfg):
-        from vlajax import sharding
         from vlajax.models.vla import VLA
-        from vlajax.run_files import init_fn
-        from vlajax.sft import make_train_step
+        from vlajax.policies.run_files import init_fn
+        from vlajax.sft.loop import make_train_step
+        from vlajax.training import sharding
 
         self.mcfg = mcfg
         cfg = _train_config(mcfg)
@@ -268,7 +268,7 @@ class _Runner:
     def measure(self, batches: dict[str, list[dict]], repeats: int) -> tuple[dict, float, dict]:
         """Seconds per mode per timed pass (modes interleaved batch by batch), compile+warm-up seconds,
         the losses of every step per mode (a non-finite loss would make the timing meaningless)."""
-        from vlajax import sharding
+        from vlajax.training import sharding
 
         dev = {m: [jax.device_put(b, sharding.data_sharding(self.mesh)) for b in bs] for m, bs in batches.items()}
         n = min(len(bs) for bs in dev.values())
@@ -357,7 +357,7 @@ def _describe(root: str) -> dict:
     from vlajax.data.lerobot import LeRobotData
 
     d = LeRobotData(root)
-    out = {"root": os.path.basename(root), "generator": "vlajax.demos.generate (python -m vlajax.train demos)",
+    out = {"root": os.path.basename(root), "generator": "vlajax.data.demos.generate (python -m vlajax.train demos)",
            "episodes": d.num_episodes, "frames": len(d), "distinct_instructions": len(set(d.tasks)),
            "cameras": sorted(c.removeprefix("observation.images.") for c in d.cameras)}
     summary = root + ".summary.json"

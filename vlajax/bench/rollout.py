@@ -49,14 +49,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import cli, compile_cache
 from vlajax.bench import write_result
-from vlajax.config import EnvConfig, ModelConfig
+from vlajax.config.schema import EnvConfig, ModelConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 from vlajax.rl import actors
 from vlajax.rl import rollout as ro
+from vlajax.shared import cli, compile_cache
 
 PHYSICS = {"mjx": "jax", "c": "c"}  # --physics -> env.physics_impl
 HEADS = {  # ModelConfig fields of each benchmarked head
@@ -83,7 +83,7 @@ def _git_commit() -> str:
 def model_config(model: str, head: str) -> tuple[ModelConfig, int]:
     """(ModelConfig, executed actions per decision; 0 = all) of `--model` with `head`'s fields."""
     if model == "small":
-        from vlajax.presets.sft import SMALL_CPU_MODEL
+        from vlajax.config.presets.sft import SMALL_CPU_MODEL
 
         return dataclasses.replace(SMALL_CPU_MODEL, **HEADS[head]), 4
     return ModelConfig(**HEADS[head]), 0

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from vlajax import cli
+from vlajax.shared import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WAIT_FLAGS = {"adaptive": "--fire-when-all-waiting", "fixed": "--no-fire-when-all-waiting"}  # --wait -> server flag
@@ -54,9 +54,10 @@ def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
     model, with unit normalization statistics. -> `directory`."""
     import jax
 
-    from vlajax import checkpoint, run_files
     from vlajax.data.normalize import NormStats
-    from vlajax.policy import Bridge
+    from vlajax.policies import run_files
+    from vlajax.policies.bridge import Bridge
+    from vlajax.training import checkpoint
 
     cameras = tuple(sorted(cfg.env.cameras))
 
@@ -332,7 +333,7 @@ def main(argv: list[str]) -> int:
     if a.checkpoint and not os.path.isdir(a.checkpoint):
         print(f"error: --checkpoint {a.checkpoint}: not a directory", file=sys.stderr)
         return 2
-    from vlajax.config import ConfigError, get_config
+    from vlajax.config.schema import ConfigError, get_config
 
     try:
         cfg = get_config(a.preset)

@@ -116,7 +116,7 @@ def command_fields(command: str, schema: type | None = None) -> list[tuple[str, 
     """The (field, values) of the sections `command` reads; `schema` replaces `TrainConfig` (tests)."""
     if command == "serve":
         return [(f"serve.{k}", v) for k, v in schema_fields(schema or _serve_args())]
-    from vlajax.config import TrainConfig
+    from vlajax.config.schema import TrainConfig
 
     return [(k, v) for k, v in schema_fields(schema or TrainConfig) if k.split(".")[0] in SECTIONS[command]]
 
@@ -197,7 +197,7 @@ def argv(case: Case, work: str, prereq: dict[str, str]) -> list[str]:
 def validate(command: str, args: list[str]) -> tuple[str, str, Any]:
     """What `vlajax.train.main` checks before it imports the command: ('ok', '', config) or
     ('refused', its error line, None); any other exception is ('traceback', its line, None)."""
-    from vlajax.config import ConfigError
+    from vlajax.config.schema import ConfigError
     from vlajax.train import parse, preflight
 
     if command == "serve":

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import tyro
 
-from vlajax import cli
 from vlajax.data.lerobot import DatasetError, LeRobotData
+from vlajax.shared import cli
 
 
 def summary(d: LeRobotData) -> str:

@@ -1,12 +1,12 @@
 """Aux-only samples mixed into the demonstrations: `data.grounding_fraction`.
 
-    frames = vlajax.demos.grounding_frames(cfg)          # rendered first frames, no actions
+    frames = vlajax.data.demos.grounding_frames(cfg)          # rendered first frames, no actions
     extra = AuxFrameSource(frames["images"], frames["state"], frames["instructions"], target, weight,
                            horizon=H, action_dim=A)
     mixed = MixedSource(demos, extra, fraction=0.25)      # 25% of each epoch's records are extra's
 
 An `AuxFrameSource` record has the keys and shapes of an `ActionChunkSource` record, with
-zero actions and an all-False `action_mask`: the SFT loss (`vlajax.sft.loss_fn`) takes its
+zero actions and an all-False `action_mask`: the SFT loss (`vlajax.sft.loop.loss_fn`) takes its
 action term over the masked steps only, so such a sample trains the `model.aux_target` head
 and nothing else. `MixedSource` is one random-access source (a grain shuffle over it is still
 global and its checkpoint a few integers): records [0, len(main)) are `main`'s, the rest cycle

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from vlajax.config import TrainConfig, action_norm
+from vlajax.config.schema import TrainConfig, action_norm
 from vlajax.data import openpi
 from vlajax.data.aux_frames import AuxFrameSource, MixedSource, grasp_place_frame_targets
 from vlajax.data.lerobot import DatasetError, LeRobotData
@@ -191,7 +191,7 @@ def packing_groups(slots: int, shards: int, min_slots: int = 8) -> int:
 
 
 def mix_aux_frames(cfg: TrainConfig, src: ActionChunkSource, frames: dict) -> MixedSource:
-    """`src` with `data.grounding_fraction` of aux-only records from `frames` (`vlajax.demos.grounding_frames`):
+    """`src` with `data.grounding_fraction` of aux-only records from `frames` (`vlajax.data.demos.grounding_frames`):
     grasp target = the named cube's xy, place target = the square's, normalized like `src`'s own
     `grasp_place` targets; aux weight `sft.aux_start_weight` (they are start frames: gripper at home)."""
     if cfg.model.aux_target != "grasp_place":
@@ -218,7 +218,7 @@ def make_loader(cfg: TrainConfig, mesh: jax.sharding.Mesh | None, *, num_epochs:
     (`vlajax.data.openpi.openpi_norm_stats`, after DeltaActions), not read from `meta/stats.json`.
 
     `aux_frames` (with `data.grounding_fraction` > 0): a function returning the frames
-    (`vlajax.demos.grounding_frames`' output), called only once the dataset passed its checks; they
+    (`vlajax.data.demos.grounding_frames`' output), called only once the dataset passed its checks; they
     are mixed into the records as aux-only samples (`mix_aux_frames`)."""
     src = make_source(cfg)
     delta_mask = tuple(delta_mask) if any(delta_mask) else ()

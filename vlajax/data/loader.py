@@ -10,7 +10,7 @@ Each process reads records `[process_index::process_count]` of the shuffled orde
 processes together see every record once per epoch. A process's batch holds its slice of the
 global batch (`slots` samples, `rows` packed rows); `Loader` offsets the layout indices
 (`prefix_index`, `sample_row`) so they address the global batch, then assembles global arrays
-with `vlajax.distributed.to_global` (dim 0 sharded over `dp`). The loader's state is the grain
+with `vlajax.training.distributed.to_global` (dim 0 sharded over `dp`). The loader's state is the grain
 state just after the last batch it handed out, so a checkpoint resumes at exactly the next
 batch even though the prefetch thread has read ahead.
 """
@@ -25,10 +25,10 @@ import grain
 import jax
 import numpy as np
 
-from vlajax import distributed
 from vlajax.data.packing import Batching, PackedBatchDataset, PrefixSpec
 from vlajax.data.source import ActionChunkSource
 from vlajax.data.transforms import DataTransformFn
+from vlajax.training import distributed
 
 __all__ = ["make_dataset", "Loader"]
 
@@ -98,7 +98,7 @@ class Loader(grain.DatasetIterator):
     def _to_global(self, host: dict) -> Any:
         if self._mesh is None:
             return host
-        from vlajax.sharding import data_sharding
+        from vlajax.training.sharding import data_sharding
 
         pi = jax.process_index()
         slots, rows = host["sample_mask"].shape[0], host["segment_ids"].shape[0]

@@ -12,11 +12,11 @@ DeltaActions (openpi's `transforms.DeltaActions`, a data transform: after the ro
 before Normalize): on the masked action dims every step of the chunk minus the sample's state
 (the chunk's first frame), `actions[:, :n] -= where(mask, state[:n], 0)`. It applies only when
 the policy being fine-tuned was trained so (an imported openpi policy whose config has a delta
-mask, e.g. `pi0_libero`'s `extra_delta_transform=True`: `vlajax.init_from.delta_transforms`);
+mask, e.g. `pi0_libero`'s `extra_delta_transform=True`: `vlajax.sft.init_from.delta_transforms`);
 its action statistics on the masked dims are then those of the delta actions
 (`delta_action_stats`), as openpi's `compute_norm_stats` runs the data transforms first. The
 outputs undo it (`AbsoluteActions`, with the sample's state) after Unnormalize; the policy does
-the same at serving time (`vlajax.policy_openpi.OpenpiTransforms.robot_actions`).
+the same at serving time (`vlajax.config.openpi.OpenpiTransforms.robot_actions`).
 
 A π model has openpi's three slots (`model.num_cameras` = 3; fewer keeps the first ones, for
 CPU tests). A slot no camera maps to is filled by the collator with a black image and mask False (openpi
@@ -32,7 +32,8 @@ import os
 
 import numpy as np
 
-from vlajax.config import ConfigError, TrainConfig, action_norm
+from vlajax.config.openpi import delta_shift
+from vlajax.config.schema import ConfigError, TrainConfig, action_norm
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.normalize import NormStats
 from vlajax.data.packing import PrefixSpec
@@ -47,7 +48,6 @@ from vlajax.data.transforms import (
     SelectCameras,
     Unnormalize,
 )
-from vlajax.policy_openpi import delta_shift
 
 __all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
            "make_transform", "TokenizePi", "load_tokenizer", "check_vocab", "DeltaActions", "AbsoluteActions",

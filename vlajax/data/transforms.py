@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from vlajax.data.normalize import Mode, NormStats, normalize, unnormalize
-from vlajax.resize_pad import resize_with_pad
+from vlajax.shared.resize_pad import resize_with_pad
 
 __all__ = [
     "DataTransformFn", "Compose", "SelectCameras", "RandomDropCamera", "ResizeImages", "AugmentImages",
@@ -105,7 +105,7 @@ class ResizeImages:
 
 @dataclasses.dataclass(frozen=True)
 class ResizeWithPad:
-    """uint8 [h, w, 3] -> uint8 [size, size, 3] (`vlajax.resize_pad.resize_with_pad`: openpi's, bit for bit)."""
+    """uint8 [h, w, 3] -> uint8 [size, size, 3] (`vlajax.shared.resize_pad.resize_with_pad`: openpi's, bit for bit)."""
 
     size: int
 

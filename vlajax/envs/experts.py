@@ -168,7 +168,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlajax import cli, compile_cache
+    from vlajax.shared import cli, compile_cache
 
     args = cli.parse(Args, argv, prog="python -m vlajax.envs.experts", description=__doc__.splitlines()[0])
     from vlajax.envs import registry

@@ -65,7 +65,7 @@ def physics_impl(env_cfg) -> str:
 
 
 def config_from_env_config(env_cfg) -> dict[str, Any]:
-    """Map a `vlajax.config.EnvConfig` onto `TabletopConfig` overrides."""
+    """Map a `vlajax.config.schema.EnvConfig` onto `TabletopConfig` overrides."""
     return {
         "obs_mode": env_cfg.obs_mode,
         "image_size": env_cfg.image_size,

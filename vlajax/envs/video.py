@@ -135,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     wrist, 4x upscaled) and a GIF of a batch of scripted-expert episodes."""
     from PIL import Image
 
-    from vlajax import cli, compile_cache
     from vlajax.envs import experts, registry
+    from vlajax.shared import cli, compile_cache
 
     args = cli.parse(VideoArgs, argv, prog="python -m vlajax.envs.video", description=main.__doc__.splitlines()[0])
     compile_cache.enable()

@@ -1,7 +1,7 @@
 """`python -m vlajax.train demos --suite libero_spatial --episodes-per-task N --out DIR`: scripted-expert
 episodes recorded on LIBERO's worker processes, written as a LeRobot v3.0 dataset in openpi's LIBERO layout.
 
-`vlajax.demos.run` routes a `libero_*` suite here (the same command, config parsing and preflight as the
+`vlajax.train` routes `demos` with a `libero_*` suite here (the same command, config parsing and preflight as the
 tabletop's demos). For every task of the suite (or `--env.task 0,3`: task indices), episodes start from
 LIBERO's fixed initial states `protocol.DEMO_INITS` (25..49; evaluation defaults to the others, 0..24) in
 order, on `data.demo_workers` workers (`vlajax.libero.pool`, the LIBERO venv) running the scripted expert
@@ -36,7 +36,8 @@ import time
 
 import numpy as np
 
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.data.build import dataset_dir
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
 
@@ -205,8 +206,13 @@ def generate(cfg: TrainConfig, out: str, *, python: str | None = None, keep_reco
     return summary
 
 
+def command(cfg: TrainConfig) -> int:
+    """The `demos` command for a LIBERO suite (`vlajax.train` routes it here by `env.suite`)."""
+    return run(cfg, os.path.abspath(os.path.expanduser(dataset_dir(cfg))))
+
+
 def run(cfg: TrainConfig, out: str) -> int:
-    """The `demos` command for a LIBERO suite (called by `vlajax.demos.run`)."""
+    """Record the suite's expert demonstrations into the dataset `out`; prints the summary JSON line."""
     check(cfg)
     try:
         pool_mod.libero_python()

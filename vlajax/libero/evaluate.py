@@ -17,7 +17,7 @@ object appearance, `task`: a changed task, `env`: another scene) and reports eac
 Writes OUT/eval.json (every episode, the per-task table, the settings), OUT/table.md and
 OUT/videos/<suite>_task<k>_init<i>_<success|failure>.gif (the agentview images the policy saw).
 
-SIGTERM / Ctrl-C (`vlajax.preemption`; docs/reliability.md): during set-up or the episodes the evaluation is
+SIGTERM / Ctrl-C (`vlajax.training.preemption`; docs/reliability.md): during set-up or the episodes the evaluation is
 abandoned at once -- the workers are killed, this run's frames removed, nothing written (an eval.json is
 always a whole evaluation), one line on stderr with the episodes finished, exit 0; after the last episode
 the results are written whole first. A second signal exits 130 at once.
@@ -171,10 +171,10 @@ def summarize(results: dict[str, dict], described: dict[str, dict]) -> dict:
 
 
 def run(args: LiberoEvalArgs) -> int:
-    """The evaluation; SIGTERM / Ctrl-C stop it cleanly (`vlajax.preemption`; the module docstring) from the
+    """The evaluation; SIGTERM / Ctrl-C stop it cleanly (`vlajax.training.preemption`; the module docstring) from the
     moment the LIBERO venv is found (a missing one: one `error:` line, nothing else)."""
     pool_mod.libero_python()  # LiberoEnvMissing before anything loads
-    from vlajax.preemption import stop_request
+    from vlajax.training.preemption import stop_request
 
     with stop_request("eval") as stop:
         return _run(args, stop)
@@ -281,7 +281,7 @@ def _run(args: LiberoEvalArgs, stop) -> int:
             server_stop()
     wall = time.perf_counter() - t0
     if args.video:
-        from vlajax.logging import write_gif
+        from vlajax.training.logging import write_gif
 
         os.makedirs(os.path.join(out, "videos"), exist_ok=True)
         for r in results.values():
@@ -333,7 +333,7 @@ def _run(args: LiberoEvalArgs, stop) -> int:
 
 def main(argv: list[str]) -> int:
     """The `eval` command for a LIBERO suite (vlajax.train dispatches here)."""
-    from vlajax import cli
+    from vlajax.shared import cli
 
     argv = [a for a in argv]
     if "--robustness" in argv:  # bare --robustness = every axis

@@ -15,7 +15,7 @@ not re-run (it would fail again).
 
 Stops: every process this module starts (workers, `describe`) runs in a session of its own (a terminal's
 Ctrl-C reaches the parent only) and is listed until it is reaped, so a stop that abandons the run
-(`vlajax.preemption`: its cleanup, then `os._exit`) calls `kill_all()` from its watcher thread: SIGKILL to
+(`vlajax.training.preemption`: its cleanup, then `os._exit`) calls `kill_all()` from its watcher thread: SIGKILL to
 each one's process group, reaped, and no new one starts in this process after it. A second signal, which
 exits at once (130), runs `kill_all(reap=False)` first (`preemption.on_hard_exit`). Nothing is orphaned.
 
@@ -41,9 +41,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vlajax import preemption
 from vlajax.libero import protocol as P
 from vlajax.libero.launch import REPO, LiberoEnvMissing, libero_python, libero_venv, worker_command, worker_env
+from vlajax.training import preemption
 
 log = logging.getLogger(__name__)
 

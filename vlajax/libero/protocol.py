@@ -2,7 +2,7 @@
 
 Imported by BOTH sides: the worker in the LIBERO venv (numpy, PIL, msgpack -- no jax, nothing of
 our .venv) and the parent in our .venv. Nothing here imports libero or jax; the resize with pad is
-`vlajax.resize_pad`'s (numpy and PIL only), re-exported here.
+`vlajax.shared.resize_pad`'s (numpy and PIL only), re-exported here.
 
 Conventions (openpi's LIBERO example, examples/libero/main.py; our code):
 
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from vlajax.resize_pad import resize_with_pad
+from vlajax.shared.resize_pad import resize_with_pad
 
 __all__ = ["DEMO_INITS", "DUMMY_ACTION", "EVAL_INITS", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle",
            "convert_image", "make_request", "max_steps_for", "read_line", "resize_with_pad", "send_line",

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.libero import protocol as P
 from vlajax.libero.backend import PoolBackend, advertised_url, make_pool
 from vlajax.libero.inference import BatchingServer, Request

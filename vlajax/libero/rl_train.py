@@ -32,17 +32,19 @@ from typing import Any
 
 import jax
 
-from vlajax import compile_cache, run_files, sharding
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.libero import pool as pool_mod
 from vlajax.libero.rl_lane import LiberoArgs, LiberoRollout
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
-from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
+from vlajax.policies import run_files
 from vlajax.preflight import preflight
 from vlajax.rl import actors, learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_workload import Trainer, check_streaming, prepare_segment
-from vlajax.train_state import TrainState
+from vlajax.shared import compile_cache
+from vlajax.training import sharding
+from vlajax.training.preemption import UpdateBoundaries, nothing_new, stop_request
+from vlajax.training.train_state import TrainState
 
 __all__ = ["build_setup", "main", "split_args", "train"]
 
@@ -57,11 +59,11 @@ def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
 
     if not cfg.rl.init_from:
         raise ConfigError("RL on LIBERO needs --rl.init-from: a policy directory that reads openpi's LIBERO keys "
-                          "(e.g. `python -m vlajax.models.import_openpi --config pi05_libero ...`'s output)")
+                          "(e.g. `python -m vlajax.policies.import_openpi --config pi05_libero ...`'s output)")
     model_cfg, bridge, loaded = rl_setup.load_sft(cfg, mesh)
     if bridge.openpi is None:
         raise ConfigError(f"rl.init_from={cfg.rl.init_from}: its policy does not read openpi's LIBERO keys "
-                          "(import one with `python -m vlajax.models.import_openpi --config pi05_libero`)")
+                          "(import one with `python -m vlajax.policies.import_openpi --config pi05_libero`)")
     if model_cfg.action_head == "flow" and model_cfg.flow_sampler == "ode":
         raise ConfigError("RL needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
     model = build_model(model_cfg)
@@ -107,7 +109,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
     `LiberoRollout` is up (tests: fault injection).
     `reward_fn(final, decisions)`: an episode's return instead of LIBERO's success (`LiberoRollout`; tests).
 
-    SIGTERM / Ctrl-C (`vlajax.preemption`, docs/reliability.md): set-up (the pool's start, the policy's load,
+    SIGTERM / Ctrl-C (`vlajax.training.preemption`, docs/reliability.md): set-up (the pool's start, the policy's load,
     the compiles) and an update whose predecessor is saved are abandoned at once; otherwise the run stops at
     the next update boundary with that update's checkpoint (forced). Either way the LIBERO workers are killed
     (`pool.kill_all`), one line goes to stderr and the process exits 0; a second signal exits 130 at once."""
@@ -140,7 +142,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
             counters = RunnerCounters()
             if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-                from vlajax import checkpoint
+                from vlajax.training import checkpoint
 
                 restored, extra = ckpt.restore(checkpoint.abstract_state({"train": state}))
                 state = restored["train"]
@@ -259,7 +261,7 @@ def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str], parse) -> int:
     """The `rl` command for a LIBERO suite: `vlajax.train` dispatches here with its `parse(command, args)`
     (passed in: this module sits below the entry points)."""
-    from vlajax import cli
+    from vlajax.shared import cli
 
     mine, rest = split_args(list(argv))
     try:

@@ -1,7 +1,7 @@
 """A LIBERO worker process: runs LIBERO episodes, asking an openpi-protocol policy server for actions.
 
 Runs in the LIBERO venv (`make libero`), never in ours: it imports numpy, PIL, msgpack,
-websockets, tyro (its command line) and libero only (plus `vlajax.libero.protocol`, `vlajax.resize_pad` and
+websockets, tyro (its command line) and libero only (plus `vlajax.libero.protocol`, `vlajax.shared.resize_pad` and
 `vlajax.serve.codec`, which need nothing else; `PYTHONPATH=<repo>`).
 
     PYTHONPATH=. .venv-libero/bin/python -m vlajax.libero.worker --policy ws://127.0.0.1:8000 \
@@ -403,7 +403,7 @@ class WorkerArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import tyro  # noqa: PLC0415 -- the LIBERO venv carries it (scripts/setup_libero.sh); vlajax.cli needs 3.12
+    import tyro  # noqa: PLC0415 -- the LIBERO venv carries it (scripts/setup_libero.sh); vlajax.shared.cli needs 3.12
 
     gl_env = os.environ.get("MUJOCO_GL", "egl")
     default = WorkerArgs(gl=gl_env if gl_env in ("egl", "osmesa") else "egl")

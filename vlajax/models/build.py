@@ -2,14 +2,14 @@
 pi0 / pi0.5 (`vlajax.models.openpi.Pi0`, families 'pi0' / 'pi05'). Both have the flow head's
 methods (`prefix`, `velocity`, `value`, ...), which `vlajax.models.heads` calls by name.
 
-A module of its own so that `vlajax.run_files` can build models without importing the
+A module of its own so that `vlajax.policies.run_files` can build models without importing the
 `vlajax.models` package's planner modules (`memory` reads `run_files`)."""
 
 from __future__ import annotations
 
 import flax.linen as nn
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models.vla import VLA
 
 

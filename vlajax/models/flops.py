@@ -29,7 +29,7 @@ VLA's auxiliary-target and target-conditioning heads (a few per-sample vectors) 
 
 from __future__ import annotations
 
-from vlajax.model_config import GEMMA_VARIANTS, ModelConfig
+from vlajax.config.model import GEMMA_VARIANTS, ModelConfig
 
 __all__ = ["PEAK_TFLOPS", "decision", "forward", "mfu", "peak_flops", "rl_update_sample", "train_sample"]
 

@@ -55,7 +55,7 @@ def autocast(mode: str, mesh_resource: Any = None):
 
 def mesh_resource(mesh: Any) -> Any:
     """TE's `MeshResource` for our mesh: data parallel over 'dp', tensor parallel over 'tp'
-    (the axes `vlajax.sharding` names), for `autocast(mode, mesh_resource(mesh))`."""
+    (the axes `vlajax.training.sharding` names), for `autocast(mode, mesh_resource(mesh))`."""
     from transformer_engine.jax.sharding import MeshResource  # noqa: PLC0415 (GPU + TE only)
 
     names = set(mesh.axis_names)

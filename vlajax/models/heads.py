@@ -19,7 +19,7 @@ Value: `value(...)` -> [B] from the prefix or from the head's hidden states (cfg
 Target conditioning (`cfg.target_conditioning`): every function here encodes the prefix through
 `_prefix`, which also returns the model's own gradient-stopped `aux_target` prediction [B, D] and
 passes it to the head as its condition, so sampling, log-probs and values at inference (eval, RL,
-serving) are conditioned on the predicted target; only `vlajax.sft` teacher-forces the demo's target.
+serving) are conditioned on the predicted target; only `vlajax.sft.loop` teacher-forces the demo's target.
 
 Shapes: actions [B, H, A]; masks over actions bool/float [B, H, A] or [B, H] (None = all);
 chains [B, K + 1, H, A] with chain[:, 0] = x_1 (noise) and chain[:, K] = the actions.

@@ -2,7 +2,7 @@
 
 Model code names logical axes only. Parameters are boxed with `nn.with_logical_partitioning`;
 activations go through `constrain(x, names)`, which maps names with the rules installed by
-`vlajax.sharding.use_mesh` and replicates a dimension that does not divide its mesh axis.
+`vlajax.training.sharding.use_mesh` and replicates a dimension that does not divide its mesh axis.
 Outside a mesh context `constrain` is the identity, so the same code runs on one device.
 """
 
@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vlajax.sharding import logical_to_mesh_spec
+from vlajax.training.sharding import logical_to_mesh_spec
 
 Names = Sequence[str | None]
 

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models.tokenizer import VOCAB_SIZE
 
 

@@ -11,9 +11,9 @@ parameter is sharded over `dp` by its logical names (FSDP; mesh (n, 1, 1)). Shap
 `jax.eval_shape`, so `pi0-3b` costs no memory.
 
 `python -m vlajax.models.presets --preset pi05 --devices 8 64 256 --batch 256 [--tp 2]` prints the
-full SFT memory plan of a training preset (`vlajax.presets`, e.g. pi0 / pi05) or of a model size
+full SFT memory plan of a training preset (`vlajax.config.presets`, e.g. pi0 / pi05) or of a model size
 above: per device params, optimizer, EMA, gradients and activations (with `model.remat`) on the
-mesh `mesh.*` gives for each device count (`vlajax.models.memory`).
+mesh `mesh.*` gives for each device count (`vlajax.policies.memory`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import jax
 import numpy as np
 import tyro
 
-from vlajax.config import MESH_AXES, ConfigError, MeshConfig, ModelConfig
-from vlajax.sharding import logical_to_mesh_spec
+from vlajax.config.schema import MESH_AXES, ConfigError, MeshConfig, ModelConfig
+from vlajax.training.sharding import logical_to_mesh_spec
 
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(name="tiny"),
@@ -110,7 +110,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlajax import cli
+    from vlajax.shared import cli
 
     args = cli.parse(Args, argv, prog="python -m vlajax.models.presets", description=__doc__.split("\n\n")[0])
     if args.preset:
@@ -137,14 +137,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train_config(name: str):
     """A training preset by name, or a model size above inside a default TrainConfig."""
-    from vlajax.config import TrainConfig, get_config  # noqa: PLC0415
+    from vlajax.config.schema import TrainConfig, get_config  # noqa: PLC0415
 
     return TrainConfig(model=get_model_config(name)) if name in PRESETS else get_config(name)
 
 
 def _plan_main(args: Args) -> int:
-    from vlajax.models import memory  # noqa: PLC0415
-    from vlajax.sharding import resolve_mesh_shape  # noqa: PLC0415
+    from vlajax.policies import memory  # noqa: PLC0415
+    from vlajax.training.sharding import resolve_mesh_shape  # noqa: PLC0415
 
     try:
         if args.names:

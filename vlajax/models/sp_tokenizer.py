@@ -243,8 +243,8 @@ class TokenizerArgs:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m vlajax.models.sp_tokenizer OUT.model [--vocab-size N]`: a tiny SentencePiece model
     trained on the tabletop tasks' instructions (for the dummy presets' `model.tokenizer_path`)."""
-    from vlajax import cli
     from vlajax.envs.tabletop import tasks
+    from vlajax.shared import cli
 
     args = cli.parse(TokenizerArgs, argv, prog="python -m vlajax.models.sp_tokenizer", description=main.__doc__)
     texts = sorted({i for t in tasks.TASKS for i in t.instructions()})

@@ -33,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 from vlajax.models import fp8
 from vlajax.models.attention import resolve_backend
 from vlajax.models.layers import DTYPES, constrain, dense, sincos_embedding

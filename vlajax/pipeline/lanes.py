@@ -240,7 +240,7 @@ class LaneGroup:
         running when called from the main thread. `drain` / `on_interrupt`: see the module
         docstring. `join_timeout` (seconds, or a function giving them when the lanes stop)
         bounds the wait for the lanes after the stop. `stop`: a flag someone else keeps (e.g.
-        `vlajax.preemption.StopRequest.local`, which owns the signals): polled instead of
+        `vlajax.training.preemption.StopRequest.local`, which owns the signals): polled instead of
         installing a handler; its first True counts as the first interrupt.
         """
         sigterms: list[float] = []

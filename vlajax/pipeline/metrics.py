@@ -337,7 +337,7 @@ def summarize(timeline: Timeline, t0: float | None = None, t1: float | None = No
 class WindowReporter:
     """Every `every` updates: summarize the window since the last report, log it, append JSON.
 
-    logger: anything with `scalars(step, dict)` (e.g. `vlajax.logging.MetricsLogger`: the
+    logger: anything with `scalars(step, dict)` (e.g. `vlajax.training.logging.MetricsLogger`: the
     names are verl's, `trainer/idle_ratio`, ...); json_path: one JSON object per report
     (`{"update": n, **metrics}`); extra: more scalars per report (e.g. runner counters).
     """

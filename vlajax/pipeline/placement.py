@@ -9,7 +9,7 @@
 Rollout is host-local (DESIGN.md "Multi-host shape"): the rollout mesh holds only this
 process's devices, so the sampling hot loop has no cross-host collectives. The train mesh is
 global: it takes the train share of every host's devices. Both are `(dp, tp, sp)` meshes with
-the run's tp and sp (dp absorbs the rest), built by `vlajax.sharding.make_mesh`.
+the run's tp and sp (dp absorbs the rest), built by `vlajax.training.sharding.make_mesh`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import jax
 from jax.sharding import Mesh
 
-from vlajax.config import AsyncConfig, ConfigError, MeshConfig
-from vlajax.sharding import make_mesh
+from vlajax.config.schema import AsyncConfig, ConfigError, MeshConfig
+from vlajax.training.sharding import make_mesh
 
 __all__ = ["Placement", "parse_ratio", "rollout_share", "make_placement"]
 

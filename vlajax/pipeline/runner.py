@@ -17,7 +17,7 @@ The runner knows nothing about envs, models or losses; it drives three callables
 `rollout_shardings` places published weights on the rollout sub-mesh; multi-host,
 `publish_sharding` (replicated on the train mesh) gathers them first so each host's control
 plane can move its own replica onto its host-local rollout mesh, and `sync_peers(name)` (e.g.
-`vlajax.distributed.barrier`) is called after each micro-batch arrives, before `train_step`
+`vlajax.training.distributed.barrier`) is called after each micro-batch arrives, before `train_step`
 sees it: the trainer lanes of all processes then enter the global step together (a process
 whose rollout is slower would otherwise leave its peers waiting inside a collective; the
 trainer is recorded idle, `wait_peers`, meanwhile).
@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from vlajax.config import AsyncConfig, ConfigError
+from vlajax.config.schema import AsyncConfig, ConfigError
 from vlajax.pipeline.buffer import GetAborted, Trajectory, TrajectoryBuffer, window_samples
 from vlajax.pipeline.lanes import Lane, LaneGroup, Lifetime
 from vlajax.pipeline.metrics import Timeline, summarize
@@ -272,7 +272,7 @@ class AsyncRunner:
         counters and buffer are of that one update), and the run stops; the wait is bounded by
         `drain_bound()`. A second signal raises `RunAborted` at once (nothing saved). `stop`: a
         flag kept by the caller's signal handling (`LaneGroup.run`), polled instead of a handler;
-        that caller (`vlajax.preemption`) exits at once on a second signal itself, so the update in
+        that caller (`vlajax.training.preemption`) exits at once on a second signal itself, so the update in
         flight is then waited for however long it takes (a bound measured on earlier updates fails
         a run whose next update is slower; a stuck trainer is the watchdog's, `LaneStalled`).
         """

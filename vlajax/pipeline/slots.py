@@ -39,7 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from vlajax.config import AsyncConfig
+from vlajax.config.schema import AsyncConfig
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import Lane
 from vlajax.pipeline.scheduler import DynamicBatcher, Router

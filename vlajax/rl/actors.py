@@ -35,11 +35,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlajax import trainable
 from vlajax.models import heads
 from vlajax.models.vla import VLA
-from vlajax.policy import Bridge
+from vlajax.policies.bridge import Bridge
 from vlajax.rl import mlp_policy
+from vlajax.training import trainable
 
 __all__ = ["Actor", "mlp_actor", "vla_actor"]
 

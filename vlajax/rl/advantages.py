@@ -26,7 +26,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from vlajax.config import ConfigError, RLConfig
+from vlajax.config.schema import ConfigError, RLConfig
 
 __all__ = [
     "gae", "bootstrap_values", "episode_returns", "group_relative", "rloo", "zero_variance_groups",

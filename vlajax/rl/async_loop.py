@@ -1,8 +1,7 @@
-"""`python -m vlajax.rl.async_loop --preset NAME [overrides]`: the RL core through the async pipeline.
+"""The RL core through the async pipeline: `python -m vlajax.train rl --pipeline.enabled --preset NAME`.
 
-`run_async(cfg) -> int` is the entry for `python -m vlajax.train rl --pipeline.enabled`
-(`vlajax.rl.command.run` dispatches here when `cfg.pipeline.enabled`); this module's `__main__`
-parses the same flags (`vlajax.train.parse`).
+`run_async(cfg) -> int` is that command's entry (`vlajax.rl.command.run` dispatches here when
+`cfg.pipeline.enabled`).
 Two rollout paths:
 
 - `pipeline.num_slots == 1`: the rollouter lane calls the synchronous loop's own jitted
@@ -64,22 +63,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
-from vlajax.config import ConfigError, TrainConfig
-from vlajax.logging import MetricsLogger
+from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import RunAborted
 from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.placement import Placement, make_placement
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.pipeline.slots import SlotRollout
-from vlajax.preemption import UpdateBoundaries, nothing_new, stop_request
+from vlajax.policies import run_files
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_progress import AsyncProgress
 from vlajax.rl.async_workload import RLWorkload, Trainer, check_streaming
 from vlajax.rl.rollout import rollout_physics
-from vlajax.train_state import TrainState
+from vlajax.shared import compile_cache
+from vlajax.training import checkpoint, distributed, sharding
+from vlajax.training.logging import MetricsLogger
+from vlajax.training.preemption import UpdateBoundaries, nothing_new, stop_request
+from vlajax.training.train_state import TrainState
 
 log = logging.getLogger(__name__)
 
@@ -421,8 +422,3 @@ def run_async(cfg: TrainConfig) -> int:
         print(f"error: {e}", file=sys.stderr, flush=True)
         os._exit(130)
 
-
-if __name__ == "__main__":
-    from vlajax.train import parse
-
-    sys.exit(run_async(parse("rl", sys.argv[1:])))

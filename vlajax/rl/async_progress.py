@@ -1,6 +1,6 @@
 """Terminal progress of the asynchronous RL loop: updates, env steps/s, staleness and success.
 
-`AsyncProgress` wraps `vlajax.logging.Progress` (a rich bar in a terminal, plain lines
+`AsyncProgress` wraps `vlajax.training.logging.Progress` (a rich bar in a terminal, plain lines
 otherwise, nothing on processes other than 0 or with `logging.progress='none'`) and adds a
 heartbeat: an update of the async loop can take minutes (the first one compiles the rollout and
 the learner), so a background thread reports whenever nothing was shown for `heartbeat_s`
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from vlajax.logging import Progress, print_line
+from vlajax.training.logging import Progress, print_line
 
 HEARTBEAT_S = 25.0  # silence before a heartbeat line; checked every 2.5 s, so lines come at most ~28 s apart
 

@@ -44,13 +44,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.pipeline.latency import LatencyModel, with_latency
 from vlajax.rl import actors, learner
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl import rollout as ro
 from vlajax.rl.setup import Setup, iteration_keys
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 __all__ = ["RLWorkload", "check_streaming", "prepare_segment"]
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from vlajax.config import TrainConfig
+from vlajax.config.schema import TrainConfig
 from vlajax.rl import async_loop, loop
 from vlajax.rl.setup import run_and_report
 

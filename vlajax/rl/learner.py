@@ -44,9 +44,9 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec
 
-from vlajax.config import DP, RLConfig
+from vlajax.config.schema import DP, RLConfig
 from vlajax.rl.losses import masked_mean, rl_loss
-from vlajax.train_state import TrainState
+from vlajax.training.train_state import TrainState
 
 __all__ = [
     "LogpValueFn", "NonFiniteError", "make_optimizer", "critic_warmup", "flatten_decisions", "normalize_advantages",

@@ -2,14 +2,14 @@
 
 collect -> update -> repeat, colocated: one jitted `collect` (the `lax.scan` rollout of
 `vlajax.rl.rollout` with the policy, then advantages and the flat learner batch) and one
-jitted `learner.update` per iteration. It follows `vlajax.smoke` piece by piece: distributed
+jitted `learner.update` per iteration. It follows `vlajax.sft.smoke` piece by piece: distributed
 start-up, compile cache, mesh, a train state built on its shards, jitted steps with the state
 donated, TensorBoard scalars, progress, async Orbax checkpoints and exact resume.
 
 Policies (`vlajax.rl.setup.build`):
 - `env.obs_mode='state'`: the MLP Gaussian chunk policy (`vlajax.rl.mlp_policy`), hidden
   widths `(model.width,) * model.depth` for actor and critic, chunk `model.action_horizon`.
-- `env.obs_mode='pixels'`: the VLA through `vlajax.policy.Bridge`; each decision executes the
+- `env.obs_mode='pixels'`: the VLA through `vlajax.policies.bridge.Bridge`; each decision executes the
   first `rl.chunk_steps` actions of the predicted chunk (0 = all; evaluation does the same). With `rl.init_from` (an SFT
   checkpoint directory, `<output_dir>/checkpoints` of `vlajax.train sft`) the architecture,
   cameras and normalization come from that run, the weights from its newest step (the EMA when
@@ -23,7 +23,7 @@ plays one whole episode (`ceil(env.episode_length / H)` decisions). Iteration i 
 resumed run continues identically. A non-finite loss or gradient stops the run before any save: the
 newest checkpoint is the last good one.
 
-SIGTERM / Ctrl-C (`vlajax.preemption`), wherever they land (docs/reliability.md has the table):
+SIGTERM / Ctrl-C (`vlajax.training.preemption`), wherever they land (docs/reliability.md has the table):
 set-up, the first compile, a restore, an evaluation (its iteration's checkpoint is written before
 it starts) and an iteration whose predecessor is saved are abandoned at once (exit 0 after the
 checkpoint write in flight); an iteration with unsaved predecessors (`checkpoint.every_steps` > 1)
@@ -43,10 +43,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlajax import checkpoint, compile_cache, distributed, run_files, sharding
-from vlajax.config import TrainConfig
-from vlajax.logging import PLAIN_LINES, MetricsLogger, Progress
-from vlajax.preemption import nothing_new, stop_request
+from vlajax.config.schema import TrainConfig
+from vlajax.policies import run_files
 from vlajax.rl import learner
 from vlajax.rl.rollout import rollout_physics
 from vlajax.rl.setup import (
@@ -61,7 +59,11 @@ from vlajax.rl.setup import (
     log_eval,
     place_env_state,
 )
-from vlajax.train_state import TrainState
+from vlajax.shared import compile_cache
+from vlajax.training import checkpoint, distributed, sharding
+from vlajax.training.logging import PLAIN_LINES, MetricsLogger, Progress
+from vlajax.training.preemption import nothing_new, stop_request
+from vlajax.training.train_state import TrainState
 
 log = logging.getLogger(__name__)
 

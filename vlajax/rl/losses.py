@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vlajax.config import RLConfig
+from vlajax.config.schema import RLConfig
 
 __all__ = [
     "masked_mean", "clipped_surrogate", "ppo_policy_loss", "decoupled_ppo_policy_loss", "value_loss",

@@ -8,7 +8,7 @@ with `vlajax.rl.async_workload` for env slots) both take from here; neither impo
 - `collect(cfg, setup, params, env_state, rng, version)`: one iteration's data (the jitted
   `lax.scan` rollout, advantages, the flat learner batch [N, ...]).
 - `build(cfg, mesh)`: the policy of the run -- the MLP Gaussian chunk policy for
-  `env.obs_mode='state'`, the VLA through `vlajax.policy.Bridge` for pixels (optionally
+  `env.obs_mode='state'`, the VLA through `vlajax.policies.bridge.Bridge` for pixels (optionally
   initialized from an SFT run: `load_sft`, `merge_params`).
 - env state helpers for checkpoints (`env_leaves`, `env_unleaves`) and meshes
   (`place_env_state`), the decisions check (`check_decisions`), the logged evaluation
@@ -31,13 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import distributed, run_files, sharding
-from vlajax.config import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.envs.base import Env
-from vlajax.logging import MetricsLogger
+from vlajax.policies import run_files
 from vlajax.rl import actors, learner, mlp_policy
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl import rollout as ro
+from vlajax.training import distributed, sharding
+from vlajax.training.logging import MetricsLogger
 
 __all__ = [
     "ENV_STREAM", "EVAL_STREAM", "UPDATE_STREAM", "Setup", "build", "check_decisions", "collect", "env_leaves",
@@ -194,7 +195,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
     from vlajax.envs.tabletop import env as tabletop_env
     from vlajax.models import build_model
     from vlajax.models.observation import fake_observation
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     model_cfg, bridge, sft_params = load_sft(cfg, mesh) if cfg.rl.init_from else (cfg.model, None, None)
     if bridge is None:
@@ -235,7 +236,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
                                    sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))
 
     def evaluate(params, iteration):
-        from vlajax.evaluation import evaluate as closed_loop_eval
+        from vlajax.evaluation.closed_loop import evaluate as closed_loop_eval
 
         out_dir = os.path.join(cfg.output_dir, "eval", f"iteration-{iteration}")
         res = closed_loop_eval(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
@@ -243,7 +244,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
         out = {"mean_success": res["mean_success"], "per_task": res["per_task"],
                "episodes": int(sum(1 for _ in res["per_task"]) * cfg.rl.eval_episodes_per_task)}
         if cfg.env.robustness:  # the robustness table too (docs/robustness.md), logged as robustness/<axis>/<level>
-            from vlajax.robustness import evaluate_robustness
+            from vlajax.evaluation.robustness import evaluate_robustness
 
             rob = evaluate_robustness(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
                                       out_dir=os.path.join(out_dir, "robustness"), gifs=cfg.logging.video_every > 0)
@@ -257,7 +258,7 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
 def _identity_bridge(cfg: TrainConfig):
     """A bridge without dataset statistics (RL from scratch): identity normalization."""
     from vlajax.data.normalize import NormStats
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     def ident(n):
         z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
@@ -274,7 +275,7 @@ def _identity_bridge(cfg: TrainConfig):
 
 def load_sft(cfg: TrainConfig, mesh):
     """(model config, bridge, params) of the SFT checkpoint in `rl.init_from`."""
-    from vlajax.policy import Bridge
+    from vlajax.policies.bridge import Bridge
 
     directory = os.path.abspath(os.path.expanduser(cfg.rl.init_from))
     try:

@@ -86,7 +86,7 @@ class ServeArgs:
 
 def _policy_json(checkpoint: str) -> dict:
     """The raw `policy.json` of a checkpoint directory (or of the run of a `<dir>/<step>`)."""
-    from vlajax.policy import POLICY_FILE
+    from vlajax.policies.bridge import POLICY_FILE
 
     d = os.path.abspath(os.path.expanduser(checkpoint))
     for path in (os.path.join(d, POLICY_FILE), os.path.join(os.path.dirname(d), POLICY_FILE)):
@@ -132,9 +132,10 @@ def build(args: ServeArgs) -> PolicyServer:
     """Load the checkpoint and compile every bucket. -> a server ready to `run()`."""
     import jax
 
-    from vlajax import compile_cache, load_policy
-    from vlajax.config import TrainConfig
-    from vlajax.inference import deterministic_answers
+    from vlajax import load_policy
+    from vlajax.config.schema import TrainConfig
+    from vlajax.policies.policy import deterministic_answers
+    from vlajax.shared import compile_cache
 
     compile_cache.enable(TrainConfig().compilation_cache_dir)
     if args.replicas > len(jax.local_devices()):

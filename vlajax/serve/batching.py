@@ -80,7 +80,7 @@ class BatchedPolicy:
             rng = jax.random.fold_in(jax.random.key(seed), k)  # batch k's key, derived inside the jitted call
             env_obs = {**{f"pixels/{c}": images[i] for i, c in enumerate(cameras)}, "state": state,
                        "tokens": tokens, "token_mask": token_mask, **({} if noise is None else {"noise": noise})}
-            # the policy eval and the RL rollout run (vlajax.policy.Bridge.sample)
+            # the policy eval and the RL rollout run (vlajax.policies.bridge.Bridge.sample)
             return bridge.sample(model, {"params": params}, env_obs, rng, deterministic=deterministic)[0]
 
         self._sample = jax.jit(sample)

@@ -7,8 +7,8 @@ from the profile of results/bench/plan_profile_vla (the 6.7% validation). Usage 
 import dataclasses
 import json
 
-from vlajax.plan.profile import load
-from vlajax.plan.validate import row_pipeline, simulate_mean
+from research.planner.profile import load
+from research.planner.validate import row_pipeline, simulate_mean
 
 meta = json.load(open("results/bench/async_production_vla.json"))["meta"]
 costs = load("results/bench/plan_profile_vla", "jax", "median", "probed")

@@ -9,8 +9,8 @@ import dataclasses
 import json
 import subprocess
 
-from vlajax.plan.profile import load
-from vlajax.plan.validate import row_pipeline, simulate_mean
+from research.planner.profile import load
+from research.planner.validate import row_pipeline, simulate_mean
 
 meta = json.load(open("results/bench/async_production_vla.json"))["meta"]
 costs = load("results/bench/plan_profile_vla", "jax", "median", "probed")

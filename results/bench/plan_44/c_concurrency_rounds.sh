@@ -9,6 +9,6 @@ PY=${PY:-.venv/bin/python}
 out=results/bench/plan_44/c_concurrency_rounds
 for i in 1 2 3; do
   echo "r$i start $(date -u +%T) $(cat /proc/loadavg)"
-  $PY -m vlajax.plan profile --from-bench results/bench/async_production.json --physics c --repeats 28 --out $out/r$i > /dev/null
+  $PY -m research.planner profile --from-bench results/bench/async_production.json --physics c --repeats 28 --out $out/r$i > /dev/null
 done
 echo "end $(date -u +%T) $(cat /proc/loadavg)"

@@ -1,7 +1,7 @@
 """Issue 44.5 what-ifs of the communication model (NOT the headline: docs/planner.md fixed the headline's
 constants before its run). Each variant is recalibrated to the two 8-GPU baselines like the preset, then
 the seeds' cells are simulated (8, 16, 32 GPUs; colocated and disaggregated 1:1; sync, train_async,
-train_async+rollout_async, +streaming; 1 seed, as `python -m vlajax.plan`).
+train_async+rollout_async, +streaming; 1 seed, as `python -m research.planner`).
 
     JAX_PLATFORMS=cpu python results/bench/plan_44/comm_whatifs.py results/bench/plan_44/comm_whatifs.json
 """
@@ -11,8 +11,8 @@ import json
 import sys
 import time
 
-from vlajax.plan import presets
-from vlajax.plan.sim import simulate_mean
+from research.planner import presets
+from research.planner.sim import simulate_mean
 
 MODES = ("sync", "train_async", "train_async+rollout_async", "+streaming")
 VARIANTS = {

@@ -11,7 +11,7 @@ v() {  # grid number, name, profiles
   local n=$1 name=$2; shift 2
   local runs=results/bench/async_production_planval$n.json
   printf '%s p%s %s: ' "$(date -u +%H:%M:%S)" "${n:-1}" "$name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate --group-cores --jitter --local-jitter --warmup 2 --runs $runs --profile-from "$@" --json $O/p${n:-1}_$name.json 2>&1 \
+  JAX_PLATFORMS=cpu $PY -m research.planner validate --group-cores --jitter --local-jitter --warmup 2 --runs $runs --profile-from "$@" --json $O/p${n:-1}_$name.json 2>&1 \
     | grep -E "^median|^error" | tail -1
 }
 for n in "" 2 3 4 5 6; do

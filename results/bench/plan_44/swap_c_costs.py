@@ -7,8 +7,8 @@ the C rows. From the repository root:
 
 import dataclasses
 
-import vlajax.plan.validate as V
-from vlajax.plan.profile import load as real_load
+import research.planner.validate as V
+from research.planner.profile import load as real_load
 
 P = "results/bench/plan_profile_prod8"
 BEFORE = tuple(f"{P}/{s}" for s in ("b1", "b2", "b3"))

@@ -19,14 +19,14 @@ import time
 import jax
 import numpy as np
 
-import vlajax.presets  # noqa: F401  (registers the presets)
-from vlajax import checkpoint
-from vlajax import logging as vlog
+import vlajax.config.presets  # noqa: F401  (registers the presets)
 from vlajax.bench import async_loops
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 from vlajax.pipeline import runner
 from vlajax.rl import async_loop
 from vlajax.rl.setup import build
+from vlajax.training import checkpoint
+from vlajax.training import logging as vlog
 
 T: dict[str, list[float]] = collections.defaultdict(list)
 BLOCK = os.environ.get("BLOCK") == "1"

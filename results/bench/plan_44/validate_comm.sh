@@ -15,7 +15,7 @@ for spec in prod4:plan_profile_prod4:async_production_planval4 prod4_after:plan_
             vla:plan_profile_vla:async_production_vla; do
   IFS=: read -r name prof runs <<<"$spec"
   echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) start $name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate "${flags[@]}" --profile-from results/bench/$prof --runs results/bench/$runs.json \
+  JAX_PLATFORMS=cpu $PY -m research.planner validate "${flags[@]}" --profile-from results/bench/$prof --runs results/bench/$runs.json \
       --json $out/validate_${tag}_$name.json | tail -1
 done
 echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) end"

@@ -11,7 +11,7 @@ R=results/bench/async_production_planval$N.json
 v() {  # which, then the profiles
   local which=$1; shift
   echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) p$N $NAME $which"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate "${FLAGS[@]}" --runs $R --profile-from "$@" \
+  JAX_PLATFORMS=cpu $PY -m research.planner validate "${FLAGS[@]}" --runs $R --profile-from "$@" \
     --json results/bench/plan_44/validate_p${N}_${NAME}_$which.json | tail -2 | head -1
 }
 FLAGS=("$@")

@@ -11,7 +11,7 @@ out=results/bench/plan_44
 v() {  # name, runs, then validate flags
   local name=$1 runs=$2; shift 2
   echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) $name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate "$@" --runs $runs --json $out/validate_gc_$name.json | tail -2 | head -1
+  JAX_PLATFORMS=cpu $PY -m research.planner validate "$@" --runs $runs --json $out/validate_gc_$name.json | tail -2 | head -1
 }
 for g in 8 7; do
   P=results/bench/plan_profile_prod$g

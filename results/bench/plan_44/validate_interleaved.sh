@@ -19,7 +19,7 @@ R=results/bench/async_production_planval$N.json
 run() {  # name, then flags and profiles up to --profile-from's list
   local name=$1; shift
   echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) p$N $name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate --runs $R --json results/bench/plan_44/validate_p${N}_${T}$name.json "$@" \
+  JAX_PLATFORMS=cpu $PY -m research.planner validate --runs $R --json results/bench/plan_44/validate_p${N}_${T}$name.json "$@" \
     | tail -2 | head -1
 }
 LJ=(--group-cores --jitter --local-jitter --warmup 2)

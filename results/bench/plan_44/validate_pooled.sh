@@ -10,7 +10,7 @@ runs=results/bench/async_production_planval7.json
 v() {  # name, then validate flags
   local name=$1; shift
   echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) $name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate "$@" --runs $runs --json $out/validate_pooled_$name.json | tail -2 | head -1
+  JAX_PLATFORMS=cpu $PY -m research.planner validate "$@" --runs $runs --json $out/validate_pooled_$name.json | tail -2 | head -1
 }
 # the criterion: --jitter --warmup 2, before-pool and after-pool
 v before_jitter_w2 --jitter --warmup 2 --profile-from $P/b1 $P/b2 $P/b3

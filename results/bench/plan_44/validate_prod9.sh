@@ -12,7 +12,7 @@ R=results/bench/async_production_planval9.json
 v() {  # name, then validate flags
   local name=$1; shift
   echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) $name"
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate "$@" --runs $R --json $out/validate_p9_$name.json | tail -2 | head -1
+  JAX_PLATFORMS=cpu $PY -m research.planner validate "$@" --runs $R --json $out/validate_p9_$name.json | tail -2 | head -1
 }
 v before --group-cores --jitter --warmup 2 --profile-from $P/b1 $P/b2 $P/b3
 v after --group-cores --jitter --warmup 2 --profile-from $P/a1 $P/a2 $P/a3

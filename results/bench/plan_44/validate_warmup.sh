@@ -10,7 +10,7 @@ bash $out/validate_comm.sh warmup2 --warmup 2
 for k in 2 0; do
   for name in prod6 prod6_after; do
     echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) start $name --warmup $k"
-    JAX_PLATFORMS=cpu $PY -m vlajax.plan validate --warmup $k --profile-from results/bench/plan_profile_$name \
+    JAX_PLATFORMS=cpu $PY -m research.planner validate --warmup $k --profile-from results/bench/plan_profile_$name \
         --runs results/bench/async_production_planval6.json --json $out/validate_warmup${k}_$name.json | tail -1
   done
 done

@@ -10,16 +10,26 @@ N times, recording RSS every EVERY repetitions (the first 10% are warm-up; slope
 - ckpt_env:  the same with the env state packed beside it (as the async loop saves)
 - idle:      nothing (the baseline: RSS of a process that only sleeps between samples)
 """
-import dataclasses, json, logging, os, shutil, sys, time
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+
 import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 import jax
-from vlajax.config import get_config
-from vlajax.bench.soak import rss_mb, process_counts
-from vlajax.rl import setup as rl_setup, learner
-from vlajax.train_state import TrainState
-from vlajax import run_files
-from vlajax.logging import MetricsLogger
+
+from research.bench.soak import process_counts, rss_mb
+from vlajax.config.schema import get_config
+from vlajax.policies import run_files
+from vlajax.rl import learner
+from vlajax.rl import setup as rl_setup
+from vlajax.training.logging import MetricsLogger
+from vlajax.training.train_state import TrainState
 
 part, n, every, out_json = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 logging.basicConfig(level=logging.WARNING)
@@ -43,7 +53,9 @@ def one(i):
     elif part == "ckpt":
         ckpt.save(i, {"train": state}, force=True); ckpt.wait()
     elif part == "ckpt_env":
-        ckpt.save(i, {"train": state, "env": rl_setup.env_leaves(env_state)}, force=True, extra={"counters": {"updates": i}, "env_steps": float(i)}); ckpt.wait()
+        ckpt.save(i, {"train": state, "env": rl_setup.env_leaves(env_state)}, force=True,
+                                                                 extra={"counters": {"updates": i},
+                                                                                     "env_steps": float(i)}); ckpt.wait()
     elif part == "idle":
         time.sleep(0.05)
 
@@ -52,12 +64,14 @@ t0 = time.perf_counter()
 for i in range(1, n + 1):
     one(i)
     if i % every == 0:
-        samples.append({"i": i, "s": round(time.perf_counter() - t0, 1), "rss_mib": round(rss_mb(), 1), **process_counts()})
+        samples.append({"i": i, "s": round(time.perf_counter() - t0, 1), "rss_mib": round(rss_mb(), 1),
+                                                                                                 **process_counts()})
         print(json.dumps(samples[-1]), flush=True)
 warm = [s for s in samples if s["i"] > n // 10]
 x, y = np.array([s["i"] for s in warm], float), np.array([s["rss_mib"] for s in warm])
 b = np.polyfit(x, y, 1)[0]
-res = {"part": part, "n": n, "every": every, "kib_per_rep": round(b * 1024, 2), "load": open("/proc/loadavg").read().split()[:3],
+res = {"part": part, "n": n, "every": every, "kib_per_rep": round(b * 1024, 2),
+                                                                  "load": open("/proc/loadavg").read().split()[:3],
        "jax": jax.__version__, "samples": samples}
 print(json.dumps({k: v for k, v in res.items() if k != "samples"}), flush=True)
 json.dump(res, open(out_json, "w"), indent=1)

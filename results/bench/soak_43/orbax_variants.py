@@ -5,13 +5,20 @@
 Saves a pytree of float32 arrays (KIB KiB in all, default 64: the rl-debug train state's size) N times
 with an `ocp.CheckpointManager` (max_to_keep 3, force=True, waiting after each save), recording RSS every
 EVERY saves; slope = KiB per save by least squares after the first 10%.
-Variants: base (as vlajax.checkpoint: async, OCDBT), sync (enable_async_checkpointing=False),
+Variants: base (as vlajax.training.checkpoint: async, OCDBT), sync (enable_async_checkpointing=False),
 no_ocdbt (StandardCheckpointHandler(use_ocdbt=False)), gc (base + gc.collect() after every save),
 one_manager_per_save (a new manager each save, closed after it), idle (no save: sleeps 50 ms).
 """
-import gc, json, os, shutil, sys, time
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
 import numpy as np
-import jax, jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 variant, n, every, out_json = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -56,7 +63,8 @@ for i in range(1, n + 1):
 warm = [s for s in samples if s["i"] > n // 10]
 b = np.polyfit([s["i"] for s in warm], [s["rss_mib"] for s in warm], 1)[0]
 res = {"variant": variant, "n": n, "tree_kib": kib, "kib_per_save": round(b * 1024, 2),
-       "load": open("/proc/loadavg").read().split()[:3], "orbax": ocp.__version__ if hasattr(ocp, "__version__") else None,
+       "load": open("/proc/loadavg").read().split()[:3], "orbax": ocp.__version__ if hasattr(ocp,
+                                                                                             "__version__") else None,
        "samples": samples}
 print(json.dumps({k: v for k, v in res.items() if k != "samples"}), flush=True)
 json.dump(res, open(out_json, "w"), indent=1)

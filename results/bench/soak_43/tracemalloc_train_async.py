@@ -1,9 +1,20 @@
 """Where does train_async's RSS grow? tracemalloc started after update A; snapshots at updates A+, B, C."""
-import dataclasses, json, logging, os, signal, sys, threading, time, tracemalloc, gc
+import dataclasses
+import gc
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import tracemalloc
+
 sys.path.insert(0, "/work/main")
-from vlajax.config import get_config
+from research.bench.soak import rss_mb
+from vlajax.config.schema import get_config
 from vlajax.rl import async_loop
-from vlajax.bench.soak import rss_mb
+
 out = sys.argv[1]; marks = [int(x) for x in sys.argv[2].split(",")]
 logging.basicConfig(level=logging.WARNING)
 base = get_config("rl-debug")
@@ -24,7 +35,8 @@ def watch():
         gc.collect()
         s = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
         cur, peak = tracemalloc.get_traced_memory()
-        print(f"== update {updates()}: rss {rss_mb():.0f} MiB, traced {cur/2**20:.2f} MiB, gc objects {len(gc.get_objects())}", flush=True)
+        print(f"== update {updates()}: rss {rss_mb():.0f} MiB, traced {cur/2**20:.2f} MiB, gc objects "
+              f"{len(gc.get_objects())}", flush=True)
         if snaps:
             for st in s.compare_to(snaps[-1], "traceback")[:10]:
                 print(f"  {st.size_diff/1024:+.0f} KiB, {st.count_diff:+d} blocks", flush=True)

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import sharding
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 from vlajax.rl import setup as rl_setup
+from vlajax.training import sharding
 
 
 def main(seed: int, start: str, iterations: int) -> None:

@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import run_files, sharding
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
+from vlajax.policies import run_files
 from vlajax.rl import rollout as ro
 from vlajax.rl import setup as rl_setup
+from vlajax.training import sharding
 
 
 def _evaluator(setup, greedy: bool):

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 21.3: the quickstart with Dr. GRPO advantages (--rl.no-group-std-normalize, in
-# vlajax/quickstart.py). Criterion fixed before the runs: mean lift >= 15 points over the FRESH seeds 3, 4, 5
+# vlajax/quickstart/run.py). Criterion fixed before the runs: mean lift >= 15 points over the FRESH seeds 3, 4, 5
 # (full `make quickstart` runs). Seeds 0, 1, 2 (where the mechanism was diagnosed) re-run the RL phase alone from
 # their existing SFT checkpoints (runs/qs-async-s$k, bit-identical to what the quickstart builds for that seed),
 # with exactly the quickstart's RL flags; reported beside the four earlier variants, not part of the criterion.

@@ -54,7 +54,7 @@ out=${VLAJAX_S14_OUT:-/work/main/results/runs/quickstart-s14}
 logs=/tmp/qs14
 mkdir -p $logs
 echo "HEAD $(git rev-parse --short HEAD); uncommitted: $(git status --short | tr '\n' ' ')"
-RECIPE=$($py -c "from vlajax.quickstart import RL_RECIPE; print(' '.join(RL_RECIPE))")
+RECIPE=$($py -c "from vlajax.quickstart.run import RL_RECIPE; print(' '.join(RL_RECIPE))")
 case "${1:-}" in
   dev)
     echo "dev start $(date -u +%T) $(uptime)"

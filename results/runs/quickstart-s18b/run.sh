@@ -34,7 +34,7 @@ py=/work/main/.venv/bin/python
 logs=/tmp/qs18b
 mkdir -p $logs
 echo "HEAD $(git rev-parse --short HEAD); uncommitted: $(git status --short | tr '\n' ' ')"
-RECIPE=$($py -c "from vlajax.quickstart import RL_RECIPE; print(' '.join(RL_RECIPE))")
+RECIPE=$($py -c "from vlajax.quickstart.run import RL_RECIPE; print(' '.join(RL_RECIPE))")
 echo "RL_RECIPE: $RECIPE"
 case "${1:-}" in
   fresh)

@@ -25,7 +25,7 @@
 # numbers are published; the fresh seeds are not run.
 #
 # Stage 2, fresh seeds 13, 14, 15 (never used before), full `make quickstart`-equivalent runs with the recipe
-# in vlajax/quickstart.py. Criterion (issue 21 acceptance 3), fixed now: mean lift (the reports' mean success,
+# in vlajax/quickstart/run.py. Criterion (issue 21 acceptance 3), fixed now: mean lift (the reports' mean success,
 # after RL - after SFT) >= 15 points over the three seeds. Rule for the default, fixed now: if met, the recipe
 # stays the quickstart's default; if not, the quickstart goes back to the current recipe (the earlier one,
 # +7.1 on its seeds 0-2). The sampled-vs-greedy diagnostic of each seed's SFT and RL checkpoints is reported

@@ -2,7 +2,7 @@
 
     model = vlajax.models.build_model(cfg)                  # Pi0(cfg) for the pi families
     params = openpi_params.from_openpi(tree, cfg, fresh)    # openpi's params -> ours (checked leaf by leaf)
-    python -m vlajax.models.import_openpi --checkpoint DIR --config pi05 --out OUT   # a whole checkpoint
+    python -m vlajax.policies.import_openpi --checkpoint DIR --config pi05 --out OUT   # a whole checkpoint
 
 `Pi0` has the VLA's methods (embed_prefix, prefix, velocity, value), so the flow head functions
 in `vlajax.models.heads` run on it unchanged; parity with openpi's own code is tested against

@@ -22,7 +22,7 @@ import flax
 import jax
 import numpy as np
 
-from vlajax.config import ModelConfig
+from vlajax.config.schema import ModelConfig
 
 _VIT = "PaliGemma/img/"
 _BLOCK = _VIT + "Transformer/encoderblock/"

@@ -25,7 +25,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from vlajax.config import GEMMA_VARIANTS, ModelConfig
+from vlajax.config.schema import GEMMA_VARIANTS, ModelConfig
 from vlajax.models.layers import DTYPES, constrain, dense
 from vlajax.models.observation import Observation
 from vlajax.models.openpi.gemma import Gemma

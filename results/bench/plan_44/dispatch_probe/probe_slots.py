@@ -4,15 +4,15 @@ import contextlib
 
 import jax
 
-import vlajax.presets  # noqa: F401  (registers the presets)
-from vlajax import sharding
+import vlajax.config.presets  # noqa: F401  (registers the presets)
 from vlajax.bench.async_loops import run_config
-from vlajax.config import get_config
+from vlajax.config.schema import get_config
 from vlajax.envs.tabletop import c_physics
 from vlajax.rl import learner
 from vlajax.rl import setup as rl_setup
 from vlajax.rl.async_workload import RLWorkload
-from vlajax.train_state import TrainState
+from vlajax.training import sharding
+from vlajax.training.train_state import TrainState
 
 
 def slot_path(regime: str = "mjx"):

@@ -11,7 +11,7 @@ LJ=(--group-cores --jitter --local-jitter --warmup 2)
 for N in 11 12 13; do
   for v in lj lj_dispatch; do
     extra=(); [ $v = lj_dispatch ] && extra=(--async-dispatch)
-    JAX_PLATFORMS=cpu $PY -m vlajax.plan validate --runs results/bench/async_production_planval$N.json \
+    JAX_PLATFORMS=cpu $PY -m research.planner validate --runs results/bench/async_production_planval$N.json \
       --profile-from $D/profile "${LJ[@]}" "${extra[@]}" --json $D/validate_p${N}_$v.json | tail -2 | head -1 \
       | sed "s/^/p$N $v: /" >> $D/log.txt
     $PY results/bench/plan_44/criteria.py $D/validate_p${N}_$v.json | sed 's/^/    /' >> $D/log.txt

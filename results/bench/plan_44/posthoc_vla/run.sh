@@ -11,7 +11,7 @@ LJ=(--group-cores --jitter --local-jitter --warmup 2)
 : > $D/log.txt
 for v in default eighth tenth; do
   flags=(); [ $v = eighth ] && flags=("${LJ[@]}"); [ $v = tenth ] && flags=("${LJ[@]}" --async-dispatch)
-  JAX_PLATFORMS=cpu $PY -m vlajax.plan validate --runs results/bench/async_production_vla.json --profile-from $D/profile \
+  JAX_PLATFORMS=cpu $PY -m research.planner validate --runs results/bench/async_production_vla.json --profile-from $D/profile \
     "${flags[@]}" --json $D/validate_$v.json | tail -2 | head -1 | sed "s/^/$v: /" >> $D/log.txt
   $PY results/bench/plan_44/criteria.py $D/validate_$v.json | sed 's/^/    /' >> $D/log.txt
 done

@@ -1,11 +1,12 @@
-"""Count dot operations of sample / act / sample-then-score before and after XLA (CSE of the prefix passes; 2026-11-25)."""
+"""Count dot operations of sample / act / sample-then-score before and after XLA (CSE of the prefix passes;
+2026-11-25)."""
 
 import re
 
 import jax
 import jax.numpy as jnp
 
-from vlajax.bench import rollout_profile as rp
+from research.bench import rollout_profile as rp
 
 env, actor, params, state, h = rp._setup("flow", 16)
 tid = state.info["episode"]["task_id"]
@@ -27,7 +28,9 @@ for name, fn in [("sample", actor.sample), ("act", actor.act), ("sample_then_sco
         len(re.findall(r"VLA\.prefix[^\"]*block_0/mlp/gate_up", txt)),
     )
     print(
-        f"{name:18s} before XLA: dots {count(pre)[0]:4d} (prefix block_0 gate_up refs {count(pre)[1]});  after: dot-like ops {len(re.findall(r' dot\(| ynn_fusion| fusion\(.*kind=kOutput', post)):4d}, prefix block_0 gate_up refs {count(post)[1]}"
+        f"{name:18s} before XLA: dots {count(pre)[0]:4d} (prefix block_0 gate_up refs {count(pre)[1]});  after: "
+        f"dot-like ops {len(re.findall(r' dot\(| ynn_fusion| fusion\(.*kind=kOutput', post)):4d}, prefix block_0 "
+        f"gate_up refs {count(post)[1]}"
     )
 print("--- prefix dots after XLA (instructions whose op_name has VLA.prefix and that are dots/dot fusions)")
 for name, fn in [("sample", actor.sample), ("act", actor.act), ("sample_then_score", sts)]:

@@ -1,4 +1,5 @@
-"""Trace 20 MJX steps x 16 envs of the rollout env with MJX functions in named scopes; print each scope's share (2026-11-25)."""
+"""Trace 20 MJX steps x 16 envs of the rollout env with MJX functions in named scopes; print each scope's share
+(2026-11-25)."""
 
 import collections
 import glob
@@ -33,7 +34,7 @@ for mod, names in [
         scoped(mod, n)
 for n in ["_linesearch", "_update_constraint", "_update_gradient"]:
     scoped(solver, n)
-from vlajax.config import EnvConfig
+from vlajax.config.schema import EnvConfig
 from vlajax.rl import rollout as ro
 
 B = 16

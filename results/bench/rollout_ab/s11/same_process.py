@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from vlajax.bench import rollout_profile as rp
+from research.bench import rollout_profile as rp
 from vlajax.envs.tabletop import scene
 from vlajax.rl import rollout as cur_ro
 

@@ -26,10 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax import compile_cache
 from vlajax.bench import rollout as bench
 from vlajax.rl import rollout as cur_ro
 from vlajax.rl.actors import Actor
+from vlajax.shared import compile_cache
 
 B, D, L = 16, 8, 200
 args = [a for a in sys.argv[1:] if not a.startswith("--")]

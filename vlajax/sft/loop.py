@@ -1,0 +1,417 @@
+"""`python -m vlajax.train sft --preset NAME`: supervised fine-tuning on demonstrations.
+
+The loop follows `vlajax.sft.smoke` piece by piece: distributed start-up, compile cache, mesh, a
+train state built on its shards, one jitted step with explicit shardings and state donation,
+global batches from the grain loader (`vlajax.data.make_loader`), TensorBoard scalars,
+progress, async Orbax checkpoints (params, optimizer state, step, RNG, EMA and the loader's
+iterator state) and exact resume: re-running the same command continues from the newest
+checkpoint in `checkpoint.dir` (default `<output_dir>/checkpoints`). SIGTERM / Ctrl-C (`vlajax.training.preemption`;
+docs/reliability.md): set-up, compiles, a restore, an evaluation (its step is saved before it starts)
+and a step whose predecessor is saved are abandoned at once (exit 0 after the write in flight); a
+step with unsaved predecessors is finished and saved, then the run leaves. A second signal exits at once.
+
+The step consumes every batching mode through one path (`data.batching`):
+
+    emb   = embed_prefix(obs)                           per-sample prefix [N, L, W]
+    rows  = gather_prefix(emb, prefix_index, seg, groups)   fixed: identity; packed: rows [R, T, W]
+    cache = encode_prefix(rows, seg, pos)              attention only within a segment
+    per-sample cache = rows_to_samples(cache, ...)     each sample sees only its own tokens
+    loss  = flow matching (velocity) or token CE on the sample's action chunk
+
+so the packed forward pass is the padded one per sample (tests/data/test_packing.py,
+tests/sft/test_sft.py). Optimizer: AdamW, linear warmup then cosine decay to
+`end_lr_fraction`, global-norm clipping, optional EMA of the parameters (`sft.ema_decay`;
+evaluation then uses the EMA). Closed-loop evaluation (`vlajax.evaluation.closed_loop.evaluate`) runs every
+`sft.eval_every` steps and at the end (`-1` = never).
+
+Next to the checkpoints the run writes `config.json` (the `TrainConfig`) and `policy.json`
+(the `vlajax.policies.bridge.Bridge`: cameras and normalization statistics, `"source": "sft"`), which is all
+`python -m vlajax.train eval --checkpoint DIR` needs besides the checkpoint. From a policy trained
+on delta actions (`sft.init_from` an imported `pi0_libero`: `init_from.delta_transforms`) the
+targets are openpi's DeltaActions and `policy.json` keeps its openpi transforms (AbsoluteActions
+on the way out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vlajax.config.run import checkpoint_steps
+from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.data.lerobot import DatasetError
+from vlajax.data.openpi import is_pi
+from vlajax.data.packing import gather_prefix, rows_to_samples
+from vlajax.models import build_model, fp8, heads
+from vlajax.models.observation import Observation
+from vlajax.models.transformer import KVCache
+from vlajax.models.vla import VLA, aux_loss, weighted_mse
+from vlajax.policies.bridge import Bridge
+from vlajax.policies.run_files import (
+    checkpoint_dir,
+    eval_params,
+    inference_model,
+    init_fn,
+    make_schedule,
+    run_checkpointer,
+    write_policy,
+)
+from vlajax.sft import init_from
+from vlajax.shared import compile_cache
+from vlajax.training import checkpoint, distributed, sharding, trainable
+from vlajax.training.logging import PLAIN_LINES, MetricsLogger, Progress
+from vlajax.training.preemption import nothing_new, stop_request
+from vlajax.training.train_state import TrainState, step_rng
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------
+# The step
+# ------------------------------------------------------------------------------------------
+
+
+def batch_observation(batch: dict) -> Observation:
+    """A loader batch (uint8 images) -> the model's `Observation` (images in [0, 1])."""
+    return Observation(
+        images={c: v.astype(jnp.float32) / 255.0 for c, v in batch["images"].items()},
+        image_masks=dict(batch["image_masks"]),
+        tokens=batch["tokens"], token_mask=batch["token_mask"], state=batch["state"])
+
+
+def sample_cache(model: VLA, variables, batch: dict, groups: int, with_hidden: bool = False):
+    """The prefix of every sample slot, encoded in the batch's rows (fixed / dynamic / packed).
+    -> KVCache, or (KVCache, per-sample last hidden states [N, T, W]) with `with_hidden`."""
+    obs = batch_observation(batch)
+    emb, _ = model.apply(variables, obs, method=VLA.embed_prefix)
+    seg, pos = batch["segment_ids"], batch["positions"]
+    rows = gather_prefix(emb, batch["prefix_index"], seg, groups)
+    hidden, cache = model.apply(variables, rows, seg, pos, method=VLA.encode_prefix)
+    tree = (cache.k, cache.v, cache.positions) + ((hidden,) if with_hidden else ())
+    out, own = rows_to_samples(tree, seg, batch["sample_row"], batch["sample_segment"])
+    kv = KVCache(out[0], out[1], own, out[2])
+    return (kv, out[3]) if with_hidden else kv
+
+
+def aux_target_loss(model: VLA, variables, hidden, cache: KVCache, batch: dict):
+    """`vla.aux_loss` of `model.aux_target`'s head on the prefix over the live sample slots, each weighted
+    by its `aux_frame_weight` (float [N]: 0 = not counted; `sft.aux_start_weight` on start frames).
+    -> (scalar, the decoded prediction f32 [N, D], metrics)."""
+    raw = model.apply(variables, hidden, cache.segment_ids > 0, method=VLA.aux_raw)
+    return aux_loss(model.cfg, raw, batch["aux_target"], batch["sample_mask"] * batch["aux_frame_weight"])
+
+
+def loss_fn(params, model: VLA, batch: dict, rng, groups: int = 1, collections: dict | None = None,
+            aux_weight: float = 1.0, target_noise: float = 0.0):
+    """Masked behaviour-cloning loss over the live sample slots. -> (loss, metrics).
+
+    With `model.aux_target` set, the loss also holds `aux_weight` x the auxiliary target's loss
+    (`vla.aux_loss`: its MSE, or with `model.aux_grasp_bins` the grasp bins' cross-entropy plus the
+    place MSE; metrics `aux_target_mse` [, `aux_grasp_ce`]; `flow_mse` / `token_ce` stay the action
+    loss alone).
+    With `model.target_conditioning` the action head is teacher-forced with the sample's own
+    `batch['aux_target']` [N, D] plus N(0, target_noise^2) per dim (inference conditions on the
+    prediction instead, `vlajax.models.heads`); metric `target_pred_mse`: the gradient-free
+    prediction's MSE against it on every live slot (what inference would feed the head).
+
+    collections: the model's other Flax collections (FP8 scales / amax histories); their
+    gradient is their next value (see `TrainState.apply_gradients`)."""
+    variables = {"params": params, **(collections or {})}
+    variables = {**variables, "params": trainable.freeze(params, model.cfg)}  # model.trainable='expert'
+    if is_pi(model.cfg):  # pi families (fixed batching): openpi's flow-matching loss on each sample slot
+        mask = batch["action_mask"] & batch["sample_mask"][:, None]
+        return heads.flow_loss(model, variables, batch_observation(batch), batch["actions"], rng, mask)
+    aux = model.cfg.aux_target != "none"
+    cache = sample_cache(model, variables, batch, groups, with_hidden=aux)
+    extra: dict = {}
+    aux_term = 0.0
+    if aux:  # auxiliary target from the prefix (SFT only): added to the action loss with its weight
+        cache, hidden = cache
+        aux_value, aux_pred, aux_metrics = aux_target_loss(model, variables, hidden, cache, batch)
+        extra.update(aux_metrics)
+        aux_term = aux_weight * aux_value
+    cond: dict = {}
+    if model.cfg.target_conditioning:  # teacher forcing: the demo's own target (+ noise), not the prediction
+        target = batch["aux_target"]
+        if target_noise > 0:
+            target = target + target_noise * jax.random.normal(jax.random.fold_in(rng, 1), target.shape)
+        cond = {"target": target}
+        # what inference feeds the head (VLA.predicted_target; model.target_conditioning needs aux_target)
+        extra["target_pred_mse"] = weighted_mse(jax.lax.stop_gradient(aux_pred), batch["aux_target"],
+                                                batch["sample_mask"])
+    actions = batch["actions"]
+    mask = (batch["action_mask"] & batch["sample_mask"][:, None]).astype(jnp.float32)
+    m = jnp.broadcast_to(mask[..., None], actions.shape)
+    denom = jnp.maximum(m.sum(), 1.0)
+    if model.cfg.action_head == "flow":
+        b = actions.shape[0]
+        k_t, k_eps = jax.random.split(rng)
+        t = jax.random.beta(k_t, 1.5, 1.0, (b,)) * 0.999 + 0.001
+        eps = jax.random.normal(k_eps, actions.shape)
+        x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
+        v, _, _ = model.apply(variables, cache, x_t, t, method=VLA.velocity, **cond)
+        loss = jnp.sum(m * (v - (eps - actions)) ** 2) / denom
+        return loss + aux_term, {"flow_mse": loss, **extra}
+    logits, _ = model.apply(variables, cache, method=VLA.action_logits, **cond)
+    target = heads.actions_to_bins(actions, model.cfg.num_bins)
+    lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
+    loss = -jnp.sum(lp * m) / denom
+    acc = jnp.sum((jnp.argmax(logits, -1) == target) * m) / denom
+    return loss + aux_term, {"token_ce": loss, "token_acc": acc, **extra}
+
+
+def train_step(model: VLA, groups: int, ema_decay: float, state: TrainState, batch: dict, aux_weight: float = 1.0,
+               target_noise: float = 0.0):
+    """One AdamW update on one global batch. -> (state, metrics)."""
+    rng = step_rng(state)
+    if state.collections:
+        (loss, metrics), (grads, cols) = jax.value_and_grad(loss_fn, argnums=(0, 5), has_aux=True)(
+            state.params, model, batch, rng, groups, state.collections, aux_weight, target_noise)
+    else:
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, model, batch, rng, groups,
+                                                                          None, aux_weight, target_noise)
+        cols = None
+    state = state.apply_gradients(grads, ema_decay, collections=cols)
+    seg = batch["segment_ids"]
+    live = batch["sample_mask"]
+    metrics = {
+        **metrics, "loss": loss, "grad_norm": optax.tree.norm(grads),
+        "samples": jnp.sum(live), "prefix_tokens": jnp.sum(seg > 0),
+        "row_tokens": jnp.asarray(seg.size, jnp.int32),
+        "action_tokens": jnp.sum(batch["action_mask"] & live[:, None]),
+    }
+    return state, metrics
+
+
+def make_train_step(model: VLA, groups: int, ema_decay: float, state_shardings, mesh, aux_weight: float = 1.0,
+                    target_noise: float = 0.0):
+    """`train_step` jitted once with explicit shardings and the state donated."""
+    return jax.jit(
+        lambda state, batch: train_step(model, groups, ema_decay, state, batch, aux_weight, target_noise),
+        in_shardings=(state_shardings, sharding.data_sharding(mesh)),
+        out_shardings=(state_shardings, sharding.replicated(mesh)),
+        donate_argnums=(0,),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# The command
+# ------------------------------------------------------------------------------------------
+
+
+def _check(cfg: TrainConfig, mesh) -> None:
+    dp = mesh.shape[sharding.DP]
+    if cfg.data.batch_size % dp:
+        raise ConfigError(f"data.batch_size={cfg.data.batch_size} is not divisible by the mesh's dp={dp}")
+    if cfg.sft.aux_target_weight != 1.0 and cfg.model.aux_target == "none":
+        raise ConfigError(f"sft.aux_target_weight={cfg.sft.aux_target_weight} needs model.aux_target "
+                          "(e.g. 'grasp_place'); without it there is no auxiliary loss to weight")
+    if cfg.sft.aux_start_weight != 1.0 and cfg.model.aux_target != "grasp_place":
+        raise ConfigError(f"sft.aux_start_weight={cfg.sft.aux_start_weight} needs model.aux_target='grasp_place' "
+                          f"(got {cfg.model.aux_target!r}): it weighs the start frames against the others")
+    if cfg.sft.target_noise > 0 and not cfg.model.target_conditioning:
+        raise ConfigError(f"sft.target_noise={cfg.sft.target_noise} needs model.target_conditioning "
+                          "(it is the noise on the teacher-forced target)")
+    if cfg.data.grounding_fraction > 0:
+        from vlajax.data.demos import check_grounding
+
+        check_grounding(cfg)
+    if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
+        raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
+
+
+def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = False) -> dict[str, Any]:
+    """Run SFT to `sft.num_steps` (resuming when a checkpoint exists). -> summary dict.
+
+    `stop_at`: leave after that step (with a checkpoint), as if interrupted; the schedule is
+    still the one of `sft.num_steps`. `return_state`: put the final `TrainState` in the summary.
+    """
+    from vlajax.data.build import make_loader
+
+    with stop_request("sft") as stop, contextlib.ExitStack() as shown:
+        saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
+        kept = lambda: nothing_new(saved["step"], "step")  # noqa: E731
+        with stop.abandonable("set-up (before the first step)", kept):  # nothing new yet: abandon at once
+            distributed.initialize(cfg.distributed)
+            stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
+            # the console from here on: what phase runs, step lines, a heartbeat line after logging.heartbeat_s
+            progress = shown.enter_context(Progress(cfg.sft.num_steps, f"sft {cfg.name}", cfg.logging.progress,
+                                                    cfg.logging.every_steps, heartbeat_s=cfg.logging.heartbeat_s,
+                                                    max_lines=PLAIN_LINES))
+            compile_cache.enable(cfg.compilation_cache_dir)
+            cfg = init_from.resolve_config(cfg)  # sft.init_from: an empty model.tokenizer_path takes the source's
+            mesh = sharding.make_mesh(cfg.mesh)
+            rules = cfg.mesh.logical_rules
+            _check(cfg, mesh)
+            # the source learned delta actions: so do we (and keep them); resuming, the run's own record
+            own = checkpoint_dir(cfg)
+            resuming = cfg.checkpoint.resume and bool(checkpoint_steps(own))
+            # 'off' (another embodiment): the dataset's actions and our own bridge; the source's transforms
+            # are not read, so none of their refusals (a mask too wide, openpi's ALOHA space) applies
+            openpi = None if cfg.sft.delta_actions == "off" else init_from.openpi_transforms(
+                cfg, own if resuming else None)
+
+            # ---- Data first: bad data fails before anything compiles ------------------------------
+            frames = None
+            if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head
+                from vlajax.data.demos import grounding_frames
+
+                frames = functools.partial(grounding_frames, cfg)
+            with progress.phase("loading the dataset"):
+                loader, info = make_loader(cfg, mesh, aux_frames=frames,
+                                           delta_mask=openpi.delta_mask if openpi else (),
+                                           delta_from=f"sft.init_from={cfg.sft.init_from}",
+                                           openpi_stats=openpi is not None)
+            bridge = Bridge.from_data(cfg, info)
+            if openpi is not None and any(openpi.delta_mask):  # serving / eval: its outputs back to absolute
+                bridge = dataclasses.replace(bridge, openpi=openpi)
+                log.info("sft: %s has openpi's transforms (%s): norm stats as its compute_norm_stats, "
+                         "DeltaActions on mask %s", cfg.sft.init_from, openpi.train_config or "custom",
+                         [int(b) for b in openpi.delta_mask])
+            # (logged after the data opened: a dataset error stays the command's only line)
+            log.info("sft: mesh %s over %d processes", dict(mesh.shape), jax.process_count())
+            log.info("sft: %s, cameras %s, %s batching: %d slots in %d x %d rows", info.root, info.cameras,
+                     cfg.data.batching, info.slots, info.rows, info.row_len)
+
+            # ---- Train state on its shards, one jitted step ---------------------------------------
+            model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
+            te_scope = contextlib.ExitStack()  # model.fp8='te': init and every step trace inside TE's autocast
+            if cfg.model.fp8 == "te":
+                te_scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
+            with progress.phase("building the train state, compiling its init"):
+                state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
+                                                               jax.random.key(cfg.seed))
+            n_params = sum(x.size for x in jax.tree.leaves(state.params))
+            step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh,
+                                      cfg.sft.aux_target_weight, cfg.sft.target_noise)
+
+            # ---- Checkpoints, config and policy files, resume -------------------------------------
+            ckpt_dir, ckpt = run_checkpointer(cfg)
+            if distributed.is_main_process():
+                write_policy(ckpt_dir, cfg, bridge, "sft")
+            start = 0
+            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
+                with progress.phase("restoring the newest checkpoint"):
+                    state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
+                start = int(extra["step"])
+                saved["step"] = start
+                log.info("sft: resumed from step %d", start)
+            elif cfg.sft.init_from:  # a fresh run starts from another run's (or an imported checkpoint's) weights
+                state = init_from.load_into(cfg, state, mesh)
+
+        # ---- Train ----------------------------------------------------------------------------
+        logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
+        schedule = make_schedule(cfg)
+        losses: list[float] = []
+        evals: list[dict] = []
+        totals = {"prefix_tokens": 0, "row_tokens": 0, "samples": 0}
+        t_start = time.perf_counter()
+        t_last, last_logged = t_start, start
+        total = cfg.sft.num_steps
+        status = "done"
+
+        def cleanup():  # an abandoned region: the checkpoint write in flight, then the TensorBoard events
+            ckpt.wait()
+            logger.close()
+
+        progress.resume(start)
+        with sharding.use_mesh(mesh, rules):
+            end = total if stop_at is None else min(stop_at, total)
+            safe_at = start  # the newest step whose state a rerun gets back (saved, or the start)
+            for step in range(start, end):
+                # nothing since that state would be lost: a signal abandons the step at once
+                region = (stop.abandonable(f"step {step + 1} (its predecessor is saved)", kept, cleanup)
+                          if safe_at == step else contextlib.nullcontext())
+                with region:
+                    first = step == start  # its phases on the console: the first batch, then the compile
+                    with progress.phase("waiting for the first batch", False) if first else contextlib.nullcontext():
+                        batch = next(loader)
+                    with progress.phase("compiling the train step") if first else contextlib.nullcontext():
+                        state, metrics = step_fn(state, batch)
+                        host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                losses.append(host["loss"])
+                for k in totals:
+                    totals[k] += host[k]
+                done = step + 1
+                if not np.isfinite(host["loss"]):
+                    raise FloatingPointError(f"sft: non-finite loss {host['loss']} at step {done}")
+                if done % cfg.logging.every_steps == 0 or done == total:
+                    now = time.perf_counter()
+                    host["lr"] = float(schedule(step))
+                    host["steps_per_s"] = (done - last_logged) / max(now - t_last, 1e-9)
+                    host["padding_fraction"] = 1.0 - host["prefix_tokens"] / max(host["row_tokens"], 1)
+                    t_last, last_logged = now, done
+                    logger.scalars(done, host, prefix="train/")
+                    progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
+                limit = cfg.sft.time_limit_minutes
+                if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
+                    log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
+                    end = done
+                if done < end and stop.requested():  # SIGTERM / Ctrl-C: this step's checkpoint, then leave
+                    log.warning("sft: interrupted (%s) after step %d; saving it", stop.reason, done)
+                    end, status = done, "interrupted"
+                periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
+                evaluate = status == "done" and (periodic or (done == end and cfg.sft.eval_every >= 0))
+                # an evaluation follows: save its step first, so a signal during it loses nothing
+                if ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
+                             data_iter=loader, force=done in (total, end) or evaluate):
+                    saved["step"] = safe_at = done
+                if status == "interrupted":
+                    stop.report(f"step {done}", f"finished it and saved checkpoint {done}")
+                if evaluate:
+                    with (stop.abandonable(f"the evaluation at step {done}", kept, cleanup),
+                          progress.phase(f"evaluating step {done}")):
+                        evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
+                if done >= end:
+                    break
+        ckpt.close()
+        loader.close()
+        logger.close()
+        te_scope.close()
+        seconds = time.perf_counter() - t_start
+        summary = {
+            "status": status, "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total,
+            "params": int(n_params),
+            "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
+            "losses": losses, "seconds": round(seconds, 1),
+            "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),
+            "checkpoint_dir": ckpt_dir, "evals": evals,
+        }
+        if return_state:
+            summary["state"] = state
+        return summary
+
+
+def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
+    from vlajax.evaluation.closed_loop import evaluate  # here: the eval stack (renderer, video) only when evaluating
+
+    out_dir = os.path.join(cfg.output_dir, "eval", f"step-{step}")
+    result = evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,
+                      out_dir=out_dir, gifs=cfg.logging.video_every > 0)
+    logger.scalars(step, {"mean_success": result["mean_success"],
+                          **{f"success/{k}": v for k, v in result["per_task"].items()}}, prefix="eval/")
+    log.info("sft: step %d eval mean success %.3f %s", step, result["mean_success"], result["per_task"])
+    return {"step": step, "mean_success": result["mean_success"], "per_task": result["per_task"]}
+
+
+def run(cfg: TrainConfig) -> int:
+    try:
+        summary = train(cfg)
+    except (DatasetError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    if distributed.is_main_process():
+        short = {k: v for k, v in summary.items() if k != "losses"}
+        print(json.dumps(short), flush=True)
+    distributed.shutdown()
+    return 0
