@@ -99,7 +99,7 @@ class Bridge:
     norm: dict[str, NormStats]  # 'actions', 'state': the training dataset's statistics
     action_norm: str = "quantile"
     state_norm: str = "mean_std"
-    env_action_dim: int = 4  # dims sent to the env (the first ones of the model's action_dim)
+    env_action_dim: int = 4  # dims sent to the env: the first ones of model.action_dim, as many as the data has
     camera_map: tuple[tuple[str, str], ...] = ()  # pi families: (env camera, openpi image slot) pairs
     openpi: OpenpiTransforms | None = None  # an imported openpi policy's data transforms (None: our own)
 
@@ -134,8 +134,9 @@ class Bridge:
             from vlajax.data.openpi import camera_map, model_slots
 
             cmap = camera_map(cfg.data.camera_map, tuple(info.cameras), model_slots(cfg.model))
+        robot_dims = int(np.shape(info.norm["actions"].mean)[-1])  # the dataset's actions: the robot's dims
         return cls(cfg.model, tuple(info.cameras), dict(info.norm), action_norm(cfg), cfg.data.state_norm,
-                   env_action_dim=min(cfg.model.action_dim, 4), camera_map=cmap)
+                   env_action_dim=min(cfg.model.action_dim, robot_dims), camera_map=cmap)
 
     def to_json(self) -> dict[str, Any]:
         return {
