@@ -15,7 +15,7 @@ from typing import Literal
 
 import pytest
 
-from vlajax.bench import values
+from vlajax.bench import rollout, values
 from vlajax.config.schema import RLConfig, TrainConfig
 
 
@@ -47,10 +47,35 @@ def test_the_cases_cover_every_value_and_the_pairings():
             "env.physics_impl=c,env.render_backend=jax", "pipeline.placement=disaggregated,pipeline.streaming=false",
             } <= by_command["rl"]
     assert "serve.deterministic=false" in by_command["serve"] and "data.video=true" in by_command["demos"]
-    assert all(by_command.values())
+    assert all(by_command[cmd] for cmd in values.TRAIN_COMMANDS)
+    # a benchmark's own options: its Literal, tuple-of-Literal (each value alone) and bool fields, and its pairings
+    assert {"heads=tokens", "model=default", "stagger=false", "heads=tokens,physics=c"} <= by_command["bench.rollout"]
+    assert {"regimes=emulated-farm,modes=+streaming", "batching=fixed"} <= by_command["bench.async"]
+    assert {"physics_impl=c,render=false"} <= by_command["bench.env"]
+    assert "dry_run=false" in by_command["bench.gpu-check"] and "worker=true" not in by_command["bench.gpu-check"]
+    case = next(c for c in all_cases if c.command == "bench.rollout" and c.name == "heads=tokens,physics=c")
+    args = values.argv(case, "/tmp/w", {})
+    assert args[args.index("--heads") + 1] == "tokens" and args[args.index("--physics") + 1] == "c"
     # every case's value lands in its command line
     case = next(c for c in all_cases if c.name == "pipeline.streaming=false")
     assert "--pipeline.no-streaming" in values.argv(case, "/tmp/w", {})
+
+
+@dataclasses.dataclass(frozen=True)
+class _BenchArgsWithNewField(rollout.Args):
+    samplers: tuple[Literal["euler", "brand_new"], ...] = ("euler",)
+
+
+def test_a_new_benchmark_option_is_a_new_case():
+    names = {c.name for c in values.cases(["bench.rollout"], schema=_BenchArgsWithNewField)}
+    assert names - {c.name for c in values.cases(["bench.rollout"])} == {"samplers=euler", "samplers=brand_new"}
+
+
+def test_commands_expand():
+    assert values.expand(["all"]) == list(values.COMMANDS)
+    assert values.expand(["bench", "rl"]) == ["rl", *values.BENCH_COMMANDS]
+    with pytest.raises(ValueError, match="unknown command"):
+        values.expand(["train"])
 
 
 def test_subsets_partition_the_cases():
@@ -59,13 +84,39 @@ def test_subsets_partition_the_cases():
     assert sorted(c.name for p in parts for c in p) == sorted(c.name for c in all_cases)
 
 
-def test_a_rotating_slice_runs_to_its_first_update_or_is_refused(tmp_path):
-    """Today's slice of the state-MLP `rl` cases: every refused one and one accepted one run through the real
-    sweep (a subprocess `python -m vlajax.train rl` to its first update); none may end in a traceback."""
-    main_cases = [c for c in values.cases(["rl"]) if c.base == "main" and c.command == "rl"]
+def test_a_hashed_slice_of_every_command_validates_in_one_line(tmp_path):
+    """Today's eighth of every command's cases (crc32 of command:name, rotating by date), validated as the command
+    does before it imports anything (no run): each is accepted or refused in one `error:` line; none raises.
+    sft / eval / serve get an empty dataset / checkpoint folder (their refusals may name it)."""
     day = datetime.date.today().toordinal()
+    prereq = {"dataset": str(tmp_path / "dataset"), "checkpoint": str(tmp_path / "checkpoint"), "cache": ""}
+    for d in ("dataset", "checkpoint"):
+        os.makedirs(prereq[d])
+    today = values.subset(values.cases(), day % 8, 8)
+    assert {c.command for c in today} & set(values.TRAIN_COMMANDS)
+    for case in today:
+        os.makedirs(values.out_dir(case, str(tmp_path)), exist_ok=True)
+        verdict, line, _ = values.validate(case.command, values.argv(case, str(tmp_path), prereq))
+        assert verdict in ("ok", "refused"), (case, line)
+        assert verdict == "ok" or (line.startswith("error: ") and "\n" not in line), (case, line)
+
+
+# the commands of the default suite's run: no prerequisite run first, a first update in well under a minute here
+_RUN_TODAY = ("rl", "demos", "bench.env")
+
+
+def test_a_rotating_slice_runs_to_its_first_update_or_is_refused(tmp_path):
+    """Today's command (rotating through `_RUN_TODAY`) and slice of its main-base cases: up to four refused ones
+    and one accepted one through the real sweep (a subprocess, e.g. `python -m vlajax.train rl`, to its first
+    update); none may end in a traceback or any other failure."""
+    day = datetime.date.today().toordinal()
+    command = _RUN_TODAY[day % len(_RUN_TODAY)]
+    main_cases = [c for c in values.cases([command]) if c.base == "main"]
     order = sorted(main_cases, key=lambda c: zlib.crc32(f"{day}:{c.name}".encode()))
-    checked = [(c, values.validate(c.command, values.argv(c, str(tmp_path), {}))[0]) for c in order[:8]]
+    checked = []
+    for c in order[:8]:
+        os.makedirs(values.out_dir(c, str(tmp_path)), exist_ok=True)
+        checked.append((c, values.validate(c.command, values.argv(c, str(tmp_path), {}))[0]))
     refused = [c for c, v in checked if v != "ok"]
     accepted = next((c for c, v in checked if v == "ok"), order[0])
     result = values.sweep([*refused[:4], accepted], str(tmp_path), timeout_s=600, max_rss=4 << 30,
@@ -81,7 +132,7 @@ def test_a_rotating_slice_runs_to_its_first_update_or_is_refused(tmp_path):
 def test_the_whole_sweep_has_no_failures(tmp_path):
     """Every command's every value (`make test-all`; an hour or more on 2 cores)."""
     out = tmp_path / "values.json"
-    proc = subprocess.run([sys.executable, "-m", "vlajax.bench", "values", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "vlajax.bench", "values", "--commands", "all", "--json", str(out)],
                           cwd=values.REPO, env=dict(os.environ), capture_output=True, text=True)
     result = json.loads(out.read_text())
     failures = {cmd: s["failures"] for cmd, s in result["summary"].items() if s["failures"]}

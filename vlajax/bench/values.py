@@ -1,23 +1,26 @@
-"""`python -m vlajax.bench values --json results/values/all.json [--commands rl sft ...] [--subset K/N]`.
+"""`python -m vlajax.bench values --commands all --json results/values/all.json [--subset K/N]`.
 
 Every value a command offers, run to its first update -- or refused before anything compiles. The values
-come from the schema, never from a list here: every `Literal[...]` and `bool` field of the config sections
-a command reads (`SECTIONS`: `TrainConfig` for `demos`, `sft`, `rl`, `eval`; `vlajax.serve.app.ServeArgs`
-for `serve`), each of its values alone, plus the products of the field groups in `PAIRINGS` (the pairings
+come from the schema, never from a list here (`vlajax.bench.values_cases`): every `Literal[...]`,
+`tuple[Literal[...], ...]` and `bool` field of the config sections a command reads (`TrainConfig` for
+`demos`, `sft`, `rl`, `eval`; `vlajax.serve.app.ServeArgs` for `serve`; each benchmark's `Args` for
+`bench.NAME`), each of its values alone, plus the products of the field groups in `PAIRINGS` (the pairings
 that reach different code: pipeline placement x streaming, physics x renderer on this host's device kind,
-head x algorithm x sampler). A field added to a section tomorrow is in tomorrow's sweep.
+head x algorithm x sampler, a benchmark's simulator x head / regime x mode). A field added to a section
+tomorrow is in tomorrow's sweep.
 
 Each case is a real command line at a tiny size (`BASES`: a small preset, 1 step / 1 iteration / 1
-episode): it is first validated in this process exactly as `vlajax.train.main` does before it imports
-anything (`parse` + `preflight`); a `ConfigError` there is `refused` (its one line kept; nothing was
-compiled). An accepted case runs in a subprocess (`python -m vlajax.train COMMAND ...`; `python -m
-vlajax.serve` + one websocket request for `serve`) to its first update (first episode for `eval`, first
-answered request for `serve`) and ends as `ran` (exit 0), `traceback` (a Python traceback in its output),
-`refused-late` (exit 2 with an `error:` line, but after validation accepted it), `failed` (any other exit),
-`timeout` or `memory` (killed past `--timeout-s` or past `--max-rss-gb` for its process tree). Cases whose
-validated configs are identical run once (`same_run_as`). `eval` and `serve` need a checkpoint and `sft` a
-dataset: the sweep makes them first with its own base runs (demos base -> sft base), recorded under
-`prerequisites`.
+episode; a benchmark's fewest envs, steps and repeats): it is first validated in this process exactly as the
+command does before it imports anything (`parse` + `preflight`; a tool's `Args` and its `_check`); a refusal
+there is `refused` (its one line kept; nothing was compiled). An accepted case runs in a subprocess
+(`python -m vlajax.train COMMAND ...`; `python -m vlajax.serve` + one websocket request for `serve`;
+`python -m vlajax.bench NAME ...`) to its first update (first episode for `eval`, first answered request for
+`serve`, its JSON for a benchmark) and ends as `ran` (exit 0), `traceback` (a Python traceback in its output),
+`refused-late` (exit 2 with an `error:` line, but after validation accepted it; for a benchmark, whose own
+checks run first thing in its `main`, that is `refused`), `failed` (any other exit), `timeout` or `memory`
+(killed past `--timeout-s` or past `--max-rss-gb` for its process tree). Cases whose validated configs are
+identical run once (`same_run_as`). `eval` and `serve` need a checkpoint and `sft` a dataset: the sweep makes
+them first with its own base runs (demos base -> sft base), recorded under `prerequisites`.
 
 JSON: the host (backend, device kind, loadavg before / after, git HEAD), per case its command line,
 outcome, seconds and error line (plus its log's tail when it did not run), and per command the counts of
@@ -27,9 +30,7 @@ each outcome and the total seconds. `--subset K/N` keeps the cases whose name ha
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import itertools
 import os
 import shutil
 import signal
@@ -37,203 +38,38 @@ import subprocess
 import sys
 import tempfile
 import time
-import typing
 import zlib
-from typing import Any
+from typing import Any, Literal
 
 from vlajax.bench import write_result
+from vlajax.bench.values_cases import (
+    BASE_ORDER,
+    BASES,
+    BENCH_COMMANDS,
+    COMMANDS,
+    PAIRINGS,
+    SECTIONS,
+    TRAIN_COMMANDS,
+    Case,
+    argv,
+    cases,
+    command_fields,
+    config_key,
+    expand,
+    module_argv,
+    out_dir,
+    schema_fields,
+    subset,
+    validate,
+)
+from vlajax.shared import cli
+
+__all__ = ["BASES", "BENCH_COMMANDS", "COMMANDS", "PAIRINGS", "SECTIONS", "TRAIN_COMMANDS", "argv", "cases",
+           "command_fields", "expand", "main", "out_dir", "schema_fields", "subset", "sweep", "validate"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMMANDS = ("demos", "sft", "rl", "eval", "serve")
-# the config sections each command reads (serve: the fields of its own ServeArgs)
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "demos": ("env", "data"),
-    "sft": ("model", "data", "sft", "checkpoint", "logging"),
-    "rl": ("model", "env", "rl", "pipeline", "checkpoint", "logging"),
-    "eval": ("env", "sft"),
-    "serve": ("serve",),
-}
-# field groups whose joint values reach different code: every combination is a case
-PAIRINGS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "demos": (("env.physics_impl", "env.render_backend"),),
-    "rl": (("pipeline.placement", "pipeline.streaming"), ("env.physics_impl", "env.render_backend"),
-           ("model.action_head", "rl.algo", "model.flow_sampler")),
-    "eval": (("env.physics_impl", "env.render_backend"),),
-}
-_EPISODE = {"env.task": "goal/press_button", "env.num_envs": 2, "env.episode_length": 20}
-# command -> base name -> (preset, overrides); the tiny size that reaches the first update
-BASES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
-    "demos": {"main": ("sft-tiny", {"env.task": "goal/press_button", "env.num_envs": 2,
-                                    "data.episodes_per_task": 1})},
-    "sft": {"main": ("sft-tiny", {"sft.num_steps": 1, "sft.eval_every": -1, "data.batch_size": 4})},
-    "rl": {"main": ("rl-debug", {"rl.num_iterations": 1, "rl.eval_every": -1}),
-           # the VLA from pixels (model.* values; the head / algorithm / sampler and physics / renderer pairings)
-           # (the smallest VLA that is still one: 4 patch tokens per camera, one block per tower, 2 denoising steps)
-           "pixels": ("rl-debug", {"rl.num_iterations": 1, "rl.eval_every": -1, "env.obs_mode": "pixels",
-                                   "env.num_envs": 2, "env.image_size": 16, "model.image_size": 16,
-                                   "model.depth": 1, "model.vit_depth": 1, "model.num_denoise_steps": 2,
-                                   "rl.rollout_length": 2, "rl.num_minibatches": 1, "rl.group_size": 2,
-                                   "model.flow_sampler": "flow_sde", "model.value_head": "prefix"}),
-           "async": ("rl-async-debug", {"rl.num_iterations": 1, "rl.eval_every": -1})},
-    "eval": {"main": ("sft-tiny", {**_EPISODE, "sft.eval_episodes_per_task": 1})},
-    "serve": {"main": ("", {"max_batch": 1})},
-}
-# (command, section or pairing's first field) -> the base its values run on (else 'main')
-SECTION_BASE = {("rl", "model"): "pixels", ("rl", "pipeline"): "async", ("rl", "pipeline.placement"): "async",
-                ("rl", "env.physics_impl"): "pixels", ("rl", "model.action_head"): "pixels"}
-BASE_ORDER = ("main", "async", "pixels")  # cheapest first within a command
 OUTCOMES = ("ran", "refused", "traceback", "refused-late", "failed", "timeout", "memory")
 FAILURES = ("traceback", "refused-late", "failed", "timeout", "memory")
-
-
-# ------------------------------------------------------------------------------------------
-# The cases, from the schema
-# ------------------------------------------------------------------------------------------
-
-
-def schema_fields(cls: type, prefix: str = "") -> list[tuple[str, tuple]]:
-    """(dotted field, its offered values) for every `Literal` and `bool` field of dataclass `cls`, recursively."""
-    hints = typing.get_type_hints(cls)
-    out: list[tuple[str, tuple]] = []
-    for f in dataclasses.fields(cls):
-        t = hints[f.name]
-        if dataclasses.is_dataclass(t):
-            out += schema_fields(t, prefix + f.name + ".")
-        elif typing.get_origin(t) is typing.Literal:
-            out.append((prefix + f.name, typing.get_args(t)))
-        elif t is bool:
-            out.append((prefix + f.name, (True, False)))
-    return out
-
-
-def _serve_args() -> type:
-    from vlajax.serve.app import ServeArgs
-
-    return ServeArgs
-
-
-def command_fields(command: str, schema: type | None = None) -> list[tuple[str, tuple]]:
-    """The (field, values) of the sections `command` reads; `schema` replaces `TrainConfig` (tests)."""
-    if command == "serve":
-        return [(f"serve.{k}", v) for k, v in schema_fields(schema or _serve_args())]
-    from vlajax.config.schema import TrainConfig
-
-    return [(k, v) for k, v in schema_fields(schema or TrainConfig) if k.split(".")[0] in SECTIONS[command]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    name: str  # 'rl.algo=grpo' or 'model.action_head=tokens,rl.algo=grpo,model.flow_sampler=ode'
-    command: str
-    base: str  # a key of BASES[command]
-    values: tuple[tuple[str, Any], ...]  # (dotted field, value) set on top of the base
-
-
-def _name(values) -> str:
-    return ",".join(f"{k}={'true' if v is True else 'false' if v is False else v}" for k, v in values)
-
-
-def cases(commands=COMMANDS, schema: type | None = None) -> list[Case]:
-    """Every value of every field the commands read, alone, then every combination of each pairing."""
-    out: list[Case] = []
-    for command in commands:
-        fields = dict(command_fields(command, schema))
-        for field, values in fields.items():
-            base = SECTION_BASE.get((command, field.split(".")[0]), "main")
-            out += [Case(_name([(field, v)]), command, base, ((field, v),)) for v in values]
-        for group in PAIRINGS.get(command, ()):
-            if not all(f in fields for f in group):
-                continue
-            base = SECTION_BASE.get((command, group[0]), "main")
-            for combo in itertools.product(*(fields[f] for f in group)):
-                values = tuple(zip(group, combo, strict=True))
-                out.append(Case(_name(values), command, base, values))
-    seen: set[tuple[str, str]] = set()
-    unique = []
-    for c in out:  # a single value on the pairing's base is also one of its combinations' parts: keep both once
-        if (c.command, c.name + "@" + c.base) not in seen:
-            seen.add((c.command, c.name + "@" + c.base))
-            unique.append(c)
-    return unique
-
-
-def subset(all_cases: list[Case], k: int, n: int) -> list[Case]:
-    """The cases whose `command:name` hashes (crc32) to `k` mod `n`: a stable, spread slice."""
-    return [c for c in all_cases if zlib.crc32(f"{c.command}:{c.name}".encode()) % n == k]
-
-
-# ------------------------------------------------------------------------------------------
-# Command lines
-# ------------------------------------------------------------------------------------------
-
-
-def _flag(field: str, value: Any) -> list[str]:
-    """`--section.field VALUE`, or a boolean's flag `--section.field` / `--section.no-field`."""
-    dotted = field.removeprefix("serve.").replace("_", "-")
-    if isinstance(value, bool):
-        head, _, last = dotted.rpartition(".")
-        return ["--" + (head + "." if head else "") + ("" if value else "no-") + last]
-    return ["--" + dotted, str(value)]
-
-
-def argv(case: Case, work: str, prereq: dict[str, str]) -> list[str]:
-    """The case's arguments after `python -m vlajax.train COMMAND` (or `python -m vlajax.serve`)."""
-    preset, base = BASES[case.command][case.base]
-    merged = {**base, **dict(case.values)}
-    out_dir = os.path.join(work, "runs", f"{case.command}-{zlib.crc32(case.name.encode()):08x}-{case.base}")
-    if case.command == "serve":
-        return ["--checkpoint", prereq["checkpoint"], "--port", "0",
-                *itertools.chain.from_iterable(_flag(k, v) for k, v in merged.items())]
-    args = ["--preset", preset, "--output-dir", out_dir, "--compilation-cache-dir", prereq.get("cache", "")]
-    if case.command == "demos":
-        merged.setdefault("data.dataset_dir", os.path.join(out_dir, "demos"))
-    if case.command == "sft":
-        merged.setdefault("data.dataset_dir", prereq["dataset"])
-    if case.command == "eval":
-        merged.setdefault("checkpoint.dir", prereq["checkpoint"])
-    return args + list(itertools.chain.from_iterable(_flag(k, v) for k, v in merged.items()))
-
-
-def validate(command: str, args: list[str]) -> tuple[str, str, Any]:
-    """What `vlajax.train.main` checks before it imports the command: ('ok', '', config) or
-    ('refused', its error line, None); any other exception is ('traceback', its line, None)."""
-    from vlajax.config.schema import ConfigError
-    from vlajax.train import parse, preflight
-
-    if command == "serve":
-        import tyro
-
-        from vlajax.serve.app import ServeArgs
-
-        try:
-            a = tyro.cli(ServeArgs, args=args)
-            a.check()
-        except ValueError as e:
-            return "refused", f"error: {e}", None
-        except SystemExit as e:
-            if e.code != 2:
-                raise
-            return "refused", "error: the command line parser refused it (exit 2)", None
-        return "ok", "", a
-    try:
-        cfg = parse(command, args)
-        preflight(cfg, command)
-    except ConfigError as e:
-        return "refused", f"error: {e}", None
-    except SystemExit as e:  # tyro's own refusal of a value (exit 2); any other exit is this sweep's
-        if e.code != 2:
-            raise
-        return "refused", "error: the command line parser refused it (exit 2)", None
-    except Exception as e:  # noqa: BLE001 (a crash in validation is what the sweep reports)
-        return "traceback", f"{type(e).__name__}: {e}", None
-    return "ok", "", cfg
-
-
-def _config_key(command: str, cfg: Any) -> str:
-    """Identical keys = identical runs (the output directory aside)."""
-    if command == "serve":
-        return repr(dataclasses.replace(cfg, checkpoint=""))
-    return repr(dataclasses.replace(cfg, output_dir="", name=""))
 
 
 # ------------------------------------------------------------------------------------------
@@ -363,22 +199,24 @@ def _failed_goal(command: str, state: dict, grace_s: float = 30.0):
 
 def run_case(case: Case, work: str, prereq: dict[str, str], *, timeout_s: float, max_rss: int) -> dict[str, Any]:
     """Validate the case in-process, and run it when accepted. -> its JSON row."""
+    os.makedirs(out_dir(case, work), exist_ok=True)  # (a benchmark checks its --json folder exists)
     args = argv(case, work, prereq)
-    module = "vlajax.serve" if case.command == "serve" else "vlajax.train"
-    cmd = [sys.executable, "-m", module, *([] if case.command == "serve" else [case.command]), *args]
+    cmd = [sys.executable, *module_argv(case), *args]
     row: dict[str, Any] = {"name": case.name, "command": case.command, "base": case.base,
-                           "cmd": " ".join(["python", "-m", module, *cmd[3:]])}
+                           "cmd": " ".join(["python", *cmd[1:]])}
     t0 = time.monotonic()
     verdict, line, cfg = validate(case.command, args)
     row["validated_s"] = round(time.monotonic() - t0, 3)
     if verdict != "ok":
         return {**row, "outcome": verdict, "seconds": row["validated_s"], "error": line, "_key": None}
-    row["_key"] = _config_key(case.command, cfg)
+    row["_key"] = config_key(case.command, cfg)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log_path = os.path.join(work, "logs", f"{case.command}-{zlib.crc32(case.name.encode()):08x}-{case.base}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     state: dict[str, Any] = {}
-    goal = _serve_goal(state) if case.command == "serve" else _failed_goal(case.command, state)
+    bench = case.command.startswith("bench.")
+    goal = (_serve_goal(state) if case.command == "serve" else None if bench
+            else _failed_goal(case.command, state))
     end, rc, seconds = _run_process(cmd, log_path, timeout_s, max_rss, env, goal)
     lines = _tail(log_path)
     with open(log_path, errors="replace") as f:
@@ -392,11 +230,13 @@ def run_case(case: Case, work: str, prereq: dict[str, str], *, timeout_s: float,
     elif rc == 0:
         outcome = "ran"
     elif rc == 2 and any(ln.startswith("error:") for ln in lines):
-        outcome = "refused-late"
+        outcome = "refused" if bench else "refused-late"  # a benchmark checks its values first thing in `main`
     else:
         outcome = "failed"
     row.update(outcome=outcome, seconds=round(seconds, 1), exit=rc,
                error="" if outcome == "ran" else (state.get("error") or _error_line(lines, case.command)))
+    if bench and outcome == "refused":
+        row["refused_in"] = "main"
     if state.get("hung"):
         row["hung_after_error_s"] = 30.0  # stopped: its error line was printed but the process did not exit
     if outcome != "ran":
@@ -419,12 +259,11 @@ def _prerequisites(work: str, commands, timeout_s: float, max_rss: int) -> tuple
     demos = Case("prerequisite: dataset", "demos", "main", ())
     row = run_case(demos, work, prereq, timeout_s=timeout_s, max_rss=max_rss)
     rows.append(row)
-    prereq["dataset"] = os.path.join(work, "runs", f"demos-{zlib.crc32(demos.name.encode()):08x}-main", "demos")
+    prereq["dataset"] = os.path.join(out_dir(demos, work), "demos")
     if set(commands) & {"eval", "serve"}:
         sft = Case("prerequisite: checkpoint", "sft", "main", ())
         rows.append(run_case(sft, work, prereq, timeout_s=timeout_s, max_rss=max_rss))
-        prereq["checkpoint"] = os.path.join(work, "runs", f"sft-{zlib.crc32(sft.name.encode()):08x}-main",
-                                            "checkpoints")
+        prereq["checkpoint"] = os.path.join(out_dir(sft, work), "checkpoints")
     return prereq, rows
 
 
@@ -473,8 +312,9 @@ def sweep(selected: list[Case], work: str, *, timeout_s: float, max_rss: int, pr
             row = {"name": case.name, "command": case.command, "base": case.base, "outcome": "failed",
                    "seconds": 0.0, "error": f"its prerequisite ({needs}) was not made"}
         else:
+            os.makedirs(out_dir(case, work), exist_ok=True)
             verdict, _, cfg = validate(case.command, argv(case, work, prereq))
-            key = _config_key(case.command, cfg) if verdict == "ok" else None
+            key = config_key(case.command, cfg) if verdict == "ok" else None
             if key is not None and key in done:
                 first = done[key]
                 row = {"name": case.name, "command": case.command, "base": case.base, "outcome": first["outcome"],
@@ -494,35 +334,48 @@ def sweep(selected: list[Case], work: str, *, timeout_s: float, max_rss: int, pr
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    json: str = ""  # write the result here (e.g. results/values/all.json); rewritten after every case
+    # the commands to sweep: all, bench (every benchmark), or any of demos sft rl eval serve bench.NAME
+    commands: tuple[str, ...] = ("all",)
+    subset: str = ""  # K/N: only the cases whose command:name hashes (crc32) to K mod N
+    only: tuple[str, ...] = ()  # only the cases with these names
+    # only the cases on these bases (main: the command's tiny preset; async / pixels: rl's)
+    bases: tuple[Literal["main", "async", "pixels"], ...] = BASE_ORDER
+    list: bool = False  # print the cases and exit (nothing runs)
+    timeout_s: float = 900.0  # a run killed past this is 'timeout'
+    max_rss_gb: float = 6.0  # a run whose processes pass this is 'memory'
+    work: str = ""  # run directories here (default: a temporary one, removed after)
+    group_nice: int | None = None  # autogroup niceness of each run's session (-20..19; default: the kernel's, 0)
+
+
 def main(argv_: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m vlajax.bench values", description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", default="", help="write the result here (e.g. results/values/all.json)")
-    p.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS))
-    p.add_argument("--subset", default="", help="K/N: only the cases whose name hashes to K mod N")
-    p.add_argument("--only", nargs="+", default=[], help="only the cases with these names")
-    p.add_argument("--bases", nargs="+", choices=BASE_ORDER, default=list(BASE_ORDER),
-                   help="only the cases on these bases (main: the command's tiny preset; async / pixels: rl's)")
-    p.add_argument("--list", action="store_true", help="print the cases and exit (nothing runs)")
-    p.add_argument("--timeout-s", type=float, default=900.0, help="a run killed past this is 'timeout'")
-    p.add_argument("--max-rss-gb", type=float, default=6.0, help="a run whose processes pass this is 'memory'")
-    p.add_argument("--work", default="", help="run directories here (default: a temporary one, removed after)")
-    p.add_argument("--group-nice", type=int, default=None,
-                   help="autogroup niceness of each run's session (-20..19; default: the kernel's, 0)")
-    a = p.parse_args(argv_)
-    GROUP_NICE["value"] = a.group_nice
-    selected = cases(a.commands)
+    a = cli.parse(Args, argv_, prog="python -m vlajax.bench values", description=__doc__.split("\n\n")[0])
+    try:
+        commands = expand(a.commands)
+    except ValueError as e:
+        cli.error(f"--commands: {e}")
     if a.subset:
         k, _, n = a.subset.partition("/")
         if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
-            print(f"error: --subset {a.subset!r} must be K/N with 0 <= K < N", file=sys.stderr)
-            return 2
+            cli.error(f"--subset {a.subset!r} must be K/N with 0 <= K < N")
+    if a.group_nice is not None and not -20 <= a.group_nice <= 19:
+        cli.error(f"--group-nice {a.group_nice} must be in -20..19")
+    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
+        cli.error(f"--json {a.json}: its directory does not exist")
+    GROUP_NICE["value"] = a.group_nice
+    selected = cases(commands)
+    if a.subset:
         selected = subset(selected, int(k), int(n))
     if a.only:
         selected = [c for c in selected if c.name in a.only]
     selected = [c for c in selected if c.base in a.bases]
     if a.list:
         for c in selected:
-            print(f"{c.command:6s} {c.base:7s} {c.name}")
+            print(f"{c.command:15s} {c.base:7s} {c.name}")
         print(f"{len(selected)} cases")
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (a run in flight is stopped on the way out)
