@@ -7,7 +7,7 @@ LIBERO_VENV := .venv-libero
 LIBERO_STAMP := $(LIBERO_VENV)/.installed
 export XLA_PYTHON_CLIENT_PREALLOCATE := false
 
-.PHONY: venv libero test test-all lint quickstart bench clean-venv
+.PHONY: venv libero test test-all lint quickstart quickstart-libero bench clean-venv
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ lint: venv
 
 quickstart: venv
 	$(PY) -m vlajax.quickstart
+
+# LIBERO demos -> SFT -> async RL -> evaluation before / during / after (vlajax/quickstart/libero.py)
+quickstart-libero: venv libero
+	$(PY) -m vlajax.quickstart.libero
 
 clean-venv:
 	rm -rf $(VENV)

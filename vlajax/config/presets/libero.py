@@ -22,6 +22,16 @@ SFT on LIBERO demonstrations (`demos --suite libero_spatial`: openpi's LIBERO la
                            (16 tokens a camera, as sft-small's 8 x 8 on 32 x 32), a 32-token instruction
                            (LIBERO's longer sentences, spelled with byte fallback where a word is not in the
                            packaged vocabulary), a chunk of 10 (openpi's pi05_libero horizon) replanned every 5.
+    sft-libero-tiny        the same embodiment on the `tiny` widths at 32 x 32: the LIBERO quickstart's smoke size
+                           (a wiring check, not a learning run).
+
+RL from such an SFT checkpoint (`--rl.init-from <sft>/checkpoints`; the architecture comes from the checkpoint):
+
+    rl-grpo-libero-small   GRPO on LIBERO's sparse success reward with the token head, asynchronous at staleness 1
+                           with partial rollout and decoupled PPO (proximal log-probs recomputed), groups of 4
+                           episodes of one (task, initial state), 2 groups per update, chunk 10 replanned every 5,
+                           rollouts at temperature 0.5 with a KL penalty of 0.04 to the SFT policy (the tabletop
+                           quickstart's recipe, experiments/quickstart/README.md), one checkpoint per update.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from vlajax.config.schema import (
     DataConfig,
     EnvConfig,
     LoggingConfig,
+    ModelConfig,
     RLConfig,
     SFTConfig,
     TrainConfig,
@@ -91,3 +102,36 @@ def _sft_libero_small() -> TrainConfig:
         checkpoint=CheckpointConfig(every_steps=250, max_to_keep=2),
         logging=LoggingConfig(every_steps=25, progress="plain"),
     )
+
+
+LIBERO_TINY_MODEL = ModelConfig(name="tiny", image_size=32, patch_size=8, action_dim=7, state_dim=8, action_horizon=10,
+                                max_text_len=32, num_cameras=2)
+
+
+@register("sft-libero-tiny", "tiny VLA for LIBERO demos at 32x32 (the LIBERO quickstart's smoke size)")
+def _sft_libero_tiny() -> TrainConfig:
+    return TrainConfig(
+        output_dir="runs/sft-libero-tiny",
+        model=LIBERO_TINY_MODEL,
+        env=EnvConfig(suite="libero_spatial", num_envs=2, image_size=32),
+        data=DataConfig(batch_size=8, episodes_per_task=1, num_threads=1, prefetch=2, demo_image_size=32),
+        sft=SFTConfig(num_steps=4, warmup_steps=1, eval_every=-1, eval_episodes_per_task=1),
+        checkpoint=CheckpointConfig(every_steps=2),
+        logging=LoggingConfig(every_steps=1, progress="plain"),
+    )
+
+
+@register("rl-grpo-libero-small", "async GRPO (staleness 1) of a LIBERO SFT checkpoint (sft-libero-small, token "
+                                  "head) on LIBERO's success reward: --suite libero_spatial --rl.init-from")
+def _rl_grpo_libero_small() -> TrainConfig:
+    g, groups = 4, 2
+    rl = RLConfig(algo="grpo", group_size=g, num_iterations=8, num_minibatches=1, update_epochs=1,
+                  learning_rate=5e-5, normalize_advantages="none", dual_clip=0.0, eval_every=-1, chunk_steps=5,
+                  temperature=0.5, kl_coef=0.04, reward="success")
+    pipeline = AsyncConfig(enabled=True, staleness_threshold=1.0, partial_rollout=True, use_rollout_log_probs=False,
+                           max_wait_ms=20.0, require_batches=groups, queue_timeout_s=900.0, watchdog_s=900.0)
+    return TrainConfig(name="rl-grpo-libero-small", output_dir="runs/rl-grpo-libero-small",
+                       model=ModelConfig(action_head="tokens", value_head="none"),
+                       env=EnvConfig(suite="spatial", num_envs=g * groups, image_size=LIBERO_IMAGE_SIZE), rl=rl,
+                       pipeline=pipeline, checkpoint=CheckpointConfig(every_steps=1, max_to_keep=2),
+                       logging=LoggingConfig(every_steps=1, progress="none", tensorboard=False))
