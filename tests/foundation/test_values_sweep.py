@@ -137,3 +137,17 @@ def test_the_whole_sweep_has_no_failures(tmp_path):
     result = json.loads(out.read_text())
     failures = {cmd: s["failures"] for cmd, s in result["summary"].items() if s["failures"]}
     assert proc.returncode == 0 and not failures, (failures, proc.stdout[-3000:])
+
+
+def test_merge_keeps_each_case_once_the_later_row_winning(tmp_path):
+    row = lambda name, outcome: {"name": name, "command": "rl", "base": "main", "outcome": outcome,  # noqa: E731
+                                 "seconds": 1.0, "error": ""}
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"argv": ["a"], "cases": [row("rl.algo=grpo", "traceback"),
+                                                          row("rl.algo=ppo", "ran")]}))
+    second.write_text(json.dumps({"argv": ["b"], "cases": [row("rl.algo=grpo", "ran")]}))
+    merged = values.merge([str(first), str(second)])
+    assert [r["argv"] for r in merged["runs"]] == [["a"], ["b"]]
+    assert {r["name"]: (r["outcome"], r["source"]) for r in merged["cases"]} == {
+        "rl.algo=grpo": ("ran", "b.json"), "rl.algo=ppo": ("ran", "a.json")}
+    assert merged["summary"]["rl"]["ran"] == 2 and merged["summary"]["rl"]["failures"] == []

@@ -31,6 +31,7 @@ each outcome and the total seconds. `--subset K/N` keeps the cases whose name ha
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -65,7 +66,7 @@ from vlajax.bench.values_cases import (
 from vlajax.shared import cli
 
 __all__ = ["BASES", "BENCH_COMMANDS", "COMMANDS", "PAIRINGS", "SECTIONS", "TRAIN_COMMANDS", "argv", "cases",
-           "command_fields", "expand", "main", "out_dir", "schema_fields", "subset", "sweep", "validate"]
+           "command_fields", "expand", "main", "merge", "out_dir", "schema_fields", "subset", "sweep", "validate"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUTCOMES = ("ran", "refused", "traceback", "refused-late", "failed", "timeout", "memory")
@@ -334,6 +335,34 @@ def sweep(selected: list[Case], work: str, *, timeout_s: float, max_rss: int, pr
     return result
 
 
+def merge(paths: list[str]) -> dict[str, Any]:
+    """One result from several sweeps' JSON files (each a sweep's, or an earlier merge): a later file's row of a
+    case (command, name, base) replaces an earlier one; each file's command line, host and load kept in `runs`."""
+    runs: list[dict] = []
+    rows: dict[tuple[str, str, str], dict] = {}
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        for sub in r.get("runs", []):  # an earlier merge: its own sources
+            runs.append(sub)
+        if "runs" not in r:
+            runs.append({"file": os.path.basename(path), "argv": r.get("argv"), "host": r.get("host"),
+                         "loadavg_before": r.get("loadavg_before"), "loadavg_after": r.get("loadavg_after"),
+                         "partial": r.get("partial", False), "cases": len(r["cases"])})
+        for row in r["cases"]:
+            rows[(row["command"], row["name"], row["base"])] = {**row, "source": row.get("source",
+                                                                                    os.path.basename(path))}
+    cases_ = sorted(rows.values(), key=lambda row: COMMANDS.index(row["command"]) if row["command"] in COMMANDS
+                    else len(COMMANDS))
+    return {"runs": runs, "cases": cases_, "summary": summarize(cases_)}
+
+
+def _print_summary(result: dict) -> None:
+    for command, s in result["summary"].items():
+        print(f"{command}: {s['cases']} cases, {s['ran']} ran, {s['refused']} refused, "
+              f"{sum(s[o] for o in FAILURES)} failures ({s['traceback']} tracebacks), {s['seconds']} s")
+
+
 @dataclasses.dataclass(frozen=True)
 class Args:
     """The command line (`--help` lists every option with its comment)."""
@@ -350,6 +379,8 @@ class Args:
     max_rss_gb: float = 6.0  # a run whose processes pass this is 'memory'
     work: str = ""  # run directories here (default: a temporary one, removed after)
     group_nice: int | None = None  # autogroup niceness of each run's session (-20..19; default: the kernel's, 0)
+    # write one result from these sweeps' JSON files to --json (later rows of a case replace earlier ones); no run
+    merge: tuple[str, ...] = ()
 
 
 def main(argv_: list[str]) -> int:
@@ -366,6 +397,16 @@ def main(argv_: list[str]) -> int:
         cli.error(f"--group-nice {a.group_nice} must be in -20..19")
     if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
         cli.error(f"--json {a.json}: its directory does not exist")
+    if a.merge:
+        if not a.json:
+            cli.error("--merge writes its result to --json; give --json PATH")
+        missing = [p for p in a.merge if not os.path.isfile(p)]
+        if missing:
+            cli.error(f"--merge: no such file {missing[0]}")
+        result = merge(list(a.merge))
+        write_result(a.json, result)
+        _print_summary(result)
+        return 0
     GROUP_NICE["value"] = a.group_nice
     selected = cases(commands)
     if a.subset:
@@ -388,7 +429,5 @@ def main(argv_: list[str]) -> int:
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)
     write_result(a.json, result)
-    for command, s in result["summary"].items():
-        print(f"{command}: {s['cases']} cases, {s['ran']} ran, {s['refused']} refused, "
-              f"{sum(s[o] for o in FAILURES)} failures ({s['traceback']} tracebacks), {s['seconds']} s")
+    _print_summary(result)
     return 1 if any(s["failures"] for s in result["summary"].values()) else 0
