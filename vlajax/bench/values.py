@@ -257,14 +257,25 @@ def _prerequisites(work: str, commands, timeout_s: float, max_rss: int) -> tuple
     rows: list[dict] = []
     if not set(commands) & {"sft", "eval", "serve"}:
         return prereq, rows
+    def made(case: Case, path: str) -> dict:
+        """The case's row: run it, or, when `--work` already holds its output from a run that exited 0 (its
+        `.ok` marker), reuse that."""
+        marker = os.path.join(out_dir(case, work), ".ok")
+        if os.path.isfile(marker) and os.path.isdir(path) and os.listdir(path):
+            return {"name": case.name, "command": case.command, "base": case.base, "outcome": "ran",
+                    "seconds": 0.0, "error": "", "reused": path}
+        row = run_case(case, work, prereq, timeout_s=timeout_s, max_rss=max_rss)
+        if row["outcome"] == "ran":
+            open(marker, "w").close()
+        return row
+
     demos = Case("prerequisite: dataset", "demos", "main", ())
-    row = run_case(demos, work, prereq, timeout_s=timeout_s, max_rss=max_rss)
-    rows.append(row)
     prereq["dataset"] = os.path.join(out_dir(demos, work), "demos")
+    rows.append(made(demos, prereq["dataset"]))
     if set(commands) & {"eval", "serve"}:
         sft = Case("prerequisite: checkpoint", "sft", "main", ())
-        rows.append(run_case(sft, work, prereq, timeout_s=timeout_s, max_rss=max_rss))
         prereq["checkpoint"] = os.path.join(out_dir(sft, work), "checkpoints")
+        rows.append(made(sft, prereq["checkpoint"]))
     return prereq, rows
 
 
