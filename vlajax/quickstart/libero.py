@@ -79,7 +79,7 @@ def rl_command(init_from: str, out: str, size: dict, updates: int, seed: int) ->
             "--output-dir", out, "--rl.num-iterations", str(updates), "--libero.tasks", *map(str, tasks),
             "--libero.workers", str(WORKERS), "--seed", str(seed)]
     if size["max_steps"]:  # the smoke: groups of 2, one group an update, short episodes
-        args += ["--libero.max-steps", str(size["max_steps"]), "--rl.group-size", "2", "--env.num-envs", "2",
+        args += ["--libero.max-steps", str(size["max_steps"]), "--rl.group-size", "2",
                  "--pipeline.require-batches", "1"]
     return args
 
