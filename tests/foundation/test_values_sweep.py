@@ -1,6 +1,7 @@
 """The run-to-first-update sweep (`python -m vlajax.bench values`, vlajax/bench/values.py): its cases come from
-the schema (a new `Literal` value is a new case without any list changing), a rotating slice of the cheap
-`rl` cases runs for real in the default suite, and the whole sweep runs in `make test-all` (slow)."""
+the schema (a new `Literal` value is a new case without any list changing), a rotating slice of every command's
+cases is validated in the default suite, and a slice run for real plus the whole sweep run in `make test-all`
+(slow)."""
 
 from __future__ import annotations
 
