@@ -38,7 +38,6 @@ _API: dict[str, str] = {
     "get_model_config": "vlajax.models",
     "sample_actions": "vlajax.models",
     "log_prob": "vlajax.models",
-    "sft_loss": "vlajax.models",
     "quantize_params": "vlajax.models",
     "Bridge": "vlajax.policies.bridge",
     "Policy": "vlajax.policies.policy",
@@ -49,6 +48,7 @@ _API: dict[str, str] = {
     "generate_demos": "vlajax.data.demos",
     "sft_train": "vlajax.sft.loop",
     "sft_train_step": "vlajax.sft.loop",
+    "sft_loss": "vlajax.sft.loss",
     # RL: rollouts, advantages, losses, the learner step
     "gae": "vlajax.rl",
     "group_relative": "vlajax.rl",
@@ -75,6 +75,7 @@ _RENAMES = {
     "generate_demos": "generate",
     "sft_train": "train",
     "sft_train_step": "train_step",
+    "sft_loss": "loss_fn",
     "rl_update": "update",
     "rl_train": "train",
     "rl_train_async": "train_async",

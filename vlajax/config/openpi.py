@@ -8,23 +8,12 @@ the configs we import by name; `OpenpiTransforms` is the record stored in an imp
 `policy.json` so eval, the server and the RL rollout rebuild the same policy
 (`vlajax.policies.bridge.Bridge`, field `openpi`).
 
-The robot transforms (`ROBOTS`), each openpi's `<Robot>Inputs` / `<Robot>Outputs`:
-
-  libero  `observation/image`, `observation/wrist_image` (uint8 [h, w, 3]) -> base_0_rgb,
-          left_wrist_0_rgb (right_wrist_0_rgb black, mask False); `observation/state` [8];
-          actions: the first 7 dims. The cameras are `agentview` / `wrist`, and also `image` /
-          `wrist_image` (openpi's LIBERO dataset names: a policy fine-tuned on such data reads those).
-  droid   `observation/exterior_image_1_left`, `observation/wrist_image_left` -> base, left wrist;
-          state = `observation/joint_position` [7] + `observation/gripper_position` [1]; actions: 8 dims.
-  aloha   `images/cam_high`, `images/cam_left_wrist`, `images/cam_right_wrist` (uint8 [3, h, w]
-          or [h, w, 3]; a missing wrist camera is black with mask False) -> base, left, right wrist;
-          `state` [14]; with `adapt_to_pi` the joints flipped and the grippers mapped to openpi's
-          angular space on the way in, and back on the way out; actions: 14 dims.
-
-Between them, in openpi's order: [InjectDefaultPrompt] -> robot inputs -> Normalize -> resize with
-pad to 224 -> tokenize -> pad to 32 dims -> model -> Unnormalize -> [AbsoluteActions on
-`delta_mask`, with the robot's state] -> robot outputs. Everything here is jnp on static shapes
-(jittable); raw keys are renamed at trace time.
+The robot keys (`ROBOTS`, `RobotKeys`) live in the one key table, `vlajax.shared.robots`; the
+robot's input / output maps are `OpenpiTransforms.env_view` and `robot_actions` (LIBERO: the first
+7 action dims; DROID: the state joined from two keys; ALOHA with `adapt_to_pi`: the joints flipped
+and the grippers mapped to openpi's angular space on the way in, and back on the way out). The
+policy runs them as two steps of its transform list (`vlajax.policies.bridge`, `Bridge.transforms`
+prints it). Everything here is jnp on static shapes (jittable); raw keys are renamed at trace time.
 """
 
 from __future__ import annotations
@@ -35,6 +24,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from vlajax.shared.robots import ROBOTS, RobotKeys, image_key
+
 __all__ = ["OPENPI_CONFIGS", "ROBOTS", "OpenpiConfig", "OpenpiTransforms", "RobotKeys", "delta_shift",
            "make_bool_mask"]
 
@@ -42,36 +33,6 @@ __all__ = ["OPENPI_CONFIGS", "ROBOTS", "OpenpiConfig", "OpenpiTransforms", "Robo
 def make_bool_mask(*dims: int) -> tuple[bool, ...]:
     """openpi's `make_bool_mask`: (6, -1) -> six True then one False."""
     return tuple(b for d in dims for b in ([d > 0] * abs(d)))
-
-
-@dataclasses.dataclass(frozen=True)
-class RobotKeys:
-    """Raw observation keys of one robot and where they go."""
-
-    images: tuple[tuple[str, str], ...]  # (raw key, our camera name), base camera first
-    state: tuple[str, ...]  # raw keys concatenated into the state
-    action_dims: int  # dims the robot's outputs keep
-    camera_map: tuple[tuple[str, str], ...]  # (camera, openpi image slot)
-    optional: tuple[str, ...] = ()  # cameras that may be absent (black, mask False)
-    # (dataset camera, our camera): the names a dataset of openpi's layout gives them (LIBERO: `image`,
-    # `wrist_image`); `env_view` also emits them, so a policy fine-tuned on such a dataset reads raw requests
-    aliases: tuple[tuple[str, str], ...] = ()
-
-
-# our camera names for the robot's cameras (the names the tabletop env and `data.camera_map` use)
-ROBOTS: dict[str, RobotKeys] = {
-    "libero": RobotKeys((("observation/image", "agentview"), ("observation/wrist_image", "wrist")),
-                        ("observation/state",), 7, (("agentview", "base_0_rgb"), ("wrist", "left_wrist_0_rgb")),
-                        aliases=(("image", "agentview"), ("wrist_image", "wrist"))),
-    "droid": RobotKeys((("observation/exterior_image_1_left", "agentview"), ("observation/wrist_image_left", "wrist")),
-                       ("observation/joint_position", "observation/gripper_position"), 8,
-                       (("agentview", "base_0_rgb"), ("wrist", "left_wrist_0_rgb"))),
-    "aloha": RobotKeys((("images/cam_high", "agentview"), ("images/cam_left_wrist", "wrist"),
-                        ("images/cam_right_wrist", "wrist_right")), ("state",), 14,
-                       (("agentview", "base_0_rgb"), ("wrist", "left_wrist_0_rgb"),
-                        ("wrist_right", "right_wrist_0_rgb")),
-                       optional=("wrist", "wrist_right")),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,15 +74,15 @@ class OpenpiTransforms:
         already in our form pass; other keys are kept."""
         out = {k: v for k, v in obs.items() if k not in dict(self.keys.images) and k not in self.keys.state}
         for key, cam in self.keys.images:
-            img = obs.get(key, obs.get(f"pixels/{cam}"))
+            img = obs.get(key, obs.get(image_key(cam)))
             if img is None:
                 continue
             if img.shape[-1] != 3 and img.shape[-3] == 3:  # [B, 3, h, w] -> [B, h, w, 3]
                 img = jnp.moveaxis(jnp.asarray(img), -3, -1)
-            out[f"pixels/{cam}"] = img
+            out[image_key(cam)] = img
         for alias, cam in self.keys.aliases:  # the same array under the dataset's camera name
-            if f"pixels/{cam}" in out and f"pixels/{alias}" not in out:
-                out[f"pixels/{alias}"] = out[f"pixels/{cam}"]
+            if image_key(cam) in out and image_key(alias) not in out:
+                out[image_key(alias)] = out[image_key(cam)]
         if all(k in obs for k in self.keys.state):
             parts = [jnp.asarray(obs[k], jnp.float32) for k in self.keys.state]
             rank = parts[0].ndim  # a scalar per row (DROID's gripper position [B]) becomes [B, 1]
@@ -141,11 +102,21 @@ class OpenpiTransforms:
     # ------------------------------------------------------------------ outputs
 
     def robot_actions(self, actions, state):
-        """Unnormalized actions [B, H, A] and the robot's state [B, S] -> robot actions [B, H, action_dims]."""
-        if self.delta_mask:
-            n = len(self.delta_mask)
-            actions = jnp.concatenate([actions[..., :n] + delta_shift(self.delta_mask, state, jnp), actions[..., n:]],
-                                      axis=-1)
+        """Unnormalized actions [B, H, A] and the robot's state [B, S] -> robot actions [B, H, action_dims]:
+        `absolute_actions`, then `robot_outputs`."""
+        return self.robot_outputs(self.absolute_actions(actions, state))
+
+    def absolute_actions(self, actions, state):
+        """openpi's AbsoluteActions: the robot's state [B, S] added to the `delta_mask` dims of actions [B, H, A]
+        (unchanged without a delta mask)."""
+        if not self.delta_mask:
+            return actions
+        n = len(self.delta_mask)
+        return jnp.concatenate([actions[..., :n] + delta_shift(self.delta_mask, state, jnp), actions[..., n:]], axis=-1)
+
+    def robot_outputs(self, actions):
+        """openpi's `<Robot>Outputs`: actions [B, H, A] -> the robot's [B, H, action_dims] (ALOHA: back from
+        openpi's space)."""
         actions = actions[..., : self.keys.action_dims]
         if self.adapt_to_pi:
             actions = actions * _ALOHA_FLIP

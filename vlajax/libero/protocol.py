@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from vlajax.shared.resize_pad import resize_with_pad
+from vlajax.shared.robots import PROMPT, camera_keys, state_key
 
 __all__ = ["DEMO_INITS", "DUMMY_ACTION", "EVAL_INITS", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle",
            "convert_image", "make_request", "max_steps_for", "read_line", "resize_with_pad", "send_line",
@@ -56,8 +57,8 @@ SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 # evaluation on EVAL_INITS never starts from a scene a demonstration showed
 DEMO_INITS, EVAL_INITS = range(25, 50), range(0, 25)
 # openpi's LIBERO keys (what `vlajax.serve --keys libero` and openpi's pi05_libero read)
-IMAGE_KEY, WRIST_KEY, STATE_KEY, PROMPT_KEY = ("observation/image", "observation/wrist_image",
-                                               "observation/state", "prompt")
+IMAGE_KEY, WRIST_KEY = camera_keys("libero")["agentview"], camera_keys("libero")["wrist"]
+STATE_KEY, PROMPT_KEY = state_key("libero"), PROMPT
 # extras for an RL server; an openpi server ignores keys it does not read
 EXTRA_KEYS = {"episode": "libero/episode_id",  # str: the parent's episode id
               "step": "libero/step",  # int: env steps taken after the wait

@@ -1,7 +1,8 @@
 """Action heads as pure functions of `(model, variables, obs, ...)`: losses, samplers, log-probs, values.
 
 Flow matching (pi0 convention, t = 1 is noise; see shared ALGORITHMS.md):
-  flow_loss         t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t eps + (1 - t) a, target u = eps - a.
+  flow_loss         t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t eps + (1 - t) a, target u = eps - a
+                    (`flow_loss_on_prefix` on an encoded prefix: the one copy, SFT's packed loss runs it).
   flow_sample       prefix encoded once (KV cache), K Euler steps of the expert from t = 1 to 0,
                     starting at x_1 ~ N(0, I) (cfg.flow_x1 = 'normal') or x_1 = 0 ('zeros').
                     `ode`: deterministic. `flow_sde`: one uniformly drawn step j per sample is an
@@ -62,13 +63,20 @@ def _prefix(model: VLA, variables, obs: Observation):
 
 def flow_loss(model: VLA, variables, obs: Observation, actions, rng, action_mask=None):
     """Flow-matching MSE. -> (loss scalar, metrics). Masked entries do not count."""
+    _, cache, cond = _prefix(model, variables, obs)
+    return flow_loss_on_prefix(model, variables, cache, actions, rng, action_mask, cond)
+
+
+def flow_loss_on_prefix(model: VLA, variables, cache, actions, rng, action_mask=None, cond=None):
+    """The one flow-matching loss, given the encoded prefix (a KVCache per sample: `flow_loss` encodes
+    one per row, SFT's packed batches one per sample slot) and the head's condition `cond`.
+    actions [B, H, A]; mask [B, H, A] or [B, H]. -> (loss scalar, {'flow_mse': loss})."""
     b = actions.shape[0]
     k_t, k_eps = jax.random.split(rng)
     t = jax.random.beta(k_t, 1.5, 1.0, (b,)) * 0.999 + 0.001
     eps = jax.random.normal(k_eps, actions.shape)
     x_t = t[:, None, None] * eps + (1 - t[:, None, None]) * actions
-    _, cache, cond = _prefix(model, variables, obs)
-    v, _, _ = model.apply(variables, cache, x_t, t, method="velocity", **cond)
+    v, _, _ = model.apply(variables, cache, x_t, t, method="velocity", **(cond or {}))
     m = _mask(action_mask, actions.shape)
     loss = jnp.sum(m * (v - (eps - actions)) ** 2) / jnp.maximum(m.sum(), 1.0)
     return loss, {"flow_mse": loss}
@@ -235,7 +243,13 @@ def token_log_probs(logits, temperature: float = 1.0) -> jax.Array:
 def token_loss(model: VLA, variables, obs: Observation, actions, action_mask=None):
     """Cross-entropy of the binned actions. -> (loss, metrics with token accuracy)."""
     _, cache, cond = _prefix(model, variables, obs)
-    logits, _ = model.apply(variables, cache, method="action_logits", **cond)
+    return token_loss_on_prefix(model, variables, cache, actions, action_mask, cond)
+
+
+def token_loss_on_prefix(model: VLA, variables, cache, actions, action_mask=None, cond=None):
+    """The one action-token cross-entropy, given the encoded prefix (as `flow_loss_on_prefix`).
+    -> (loss, {'token_ce', 'token_acc'})."""
+    logits, _ = model.apply(variables, cache, method="action_logits", **(cond or {}))
     target = actions_to_bins(actions, model.cfg.num_bins)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits), target[..., None], axis=-1)[..., 0]
     m = _mask(action_mask, actions.shape)

@@ -1,4 +1,4 @@
-"""A head-agnostic policy API for SFT and RL: `sample`, `log_prob`, `sft_loss`.
+"""A head-agnostic policy API for SFT and RL: `head_sample` (the one sampler), `sample`, `log_prob`, `sft_loss`.
 
 The flow head and the token head store different things to recompute a log-prob (a denoising
 chain + the stochastic step, or the sampled tokens). `PolicyOutput` carries both slots so
@@ -34,15 +34,25 @@ class PolicyOutput:
     tokens: jax.Array | None = None  # tokens: int32 [B, H, A]
 
 
+def head_sample(model: VLA, variables, obs: Observation, rng, *, deterministic: bool = False,
+                temperature: float = 1.0, logp_mask=None, x1=None):
+    """The one sampler: a chunk from the configured head. -> `heads.FlowSample` (flow: cfg.flow_sampler, or
+    the ODE with `deterministic`; `x1` [B, H, A]: the starting noise, else per cfg.flow_x1) or
+    `heads.TokenSample` (tokens at `temperature`, argmax with `deterministic`)."""
+    if model.cfg.action_head == "flow":
+        return heads.flow_sample(model, variables, obs, rng, sampler="ode" if deterministic else None,
+                                 logp_mask=logp_mask, x1=x1)
+    return heads.token_sample(model, variables, obs, rng, temperature=0.0 if deterministic else temperature,
+                              logp_mask=logp_mask)
+
+
 def sample(model: VLA, variables, obs: Observation, rng, *, deterministic: bool = False,
            temperature: float = 1.0, logp_mask=None) -> PolicyOutput:
-    """Sample a chunk with the configured head (flow: cfg.flow_sampler; tokens: `temperature`)."""
+    """`head_sample` as a `PolicyOutput` (both heads' slots)."""
+    s = head_sample(model, variables, obs, rng, deterministic=deterministic, temperature=temperature,
+                    logp_mask=logp_mask)
     if model.cfg.action_head == "flow":
-        s = heads.flow_sample(model, variables, obs, rng, sampler="ode" if deterministic else None,
-                              logp_mask=logp_mask)
         return PolicyOutput(s.actions, s.log_prob, s.value, chain=s.chain, sde_step=s.sde_step)
-    s = heads.token_sample(model, variables, obs, rng, temperature=0.0 if deterministic else temperature,
-                           logp_mask=logp_mask)
     return PolicyOutput(s.actions, s.log_prob, s.value, tokens=s.tokens)
 
 
@@ -60,7 +70,9 @@ def log_prob(model: VLA, variables, obs: Observation, out: PolicyOutput, *, temp
 
 
 def sft_loss(model: VLA, variables, obs: Observation, actions: jax.Array, rng, action_mask=None):
-    """Behaviour-cloning loss of the configured head. -> (scalar, metrics dict)."""
+    """Behaviour-cloning loss of the configured head on one `Observation` per row. -> (scalar, metrics dict).
+    The head's one loss (`heads.flow_loss` / `token_loss`); SFT trains with the same functions on its
+    packed batches (`vlajax.sft_loss`, `vlajax.sft.loss.loss_fn`)."""
     if model.cfg.action_head == "flow":
         return heads.flow_loss(model, variables, obs, actions, rng, action_mask)
     return heads.token_loss(model, variables, obs, actions, action_mask)

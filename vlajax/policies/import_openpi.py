@@ -42,13 +42,35 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import sys
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 
-from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.config.openpi import OPENPI_CONFIGS, ROBOTS, OpenpiTransforms, make_bool_mask
+from vlajax.config.schema import (
+    GEMMA_VARIANTS,
+    SIGLIP_VARIANTS,
+    ConfigError,
+    TrainConfig,
+    action_norm,
+    get_config,
+    preset_names,
+)
+from vlajax.data.normalize import NormStats
+from vlajax.data.openpi import camera_map, model_slots
+from vlajax.models import build_model, fake_observation
+from vlajax.models.openpi import openpi_params
+from vlajax.models.sp_tokenizer import PromptTokenizer
+from vlajax.policies.bridge import Bridge
+from vlajax.policies.run_files import init_fn, make_optimizer, write_policy
+from vlajax.shared import cli
+from vlajax.training import checkpoint
+from vlajax.training.train_state import TrainState
 
 __all__ = ["import_checkpoint", "infer_size", "openpi_train_config", "read_norm_stats", "read_params",
            "read_shapes", "main"]
@@ -56,8 +78,6 @@ __all__ = ["import_checkpoint", "infer_size", "openpi_train_config", "read_norm_
 
 def read_params(checkpoint_dir: str) -> dict:
     """openpi's params tree (host numpy arrays) from `DIR/params` or `DIR` itself."""
-    import orbax.checkpoint as ocp  # noqa: PLC0415
-
     d = os.path.abspath(os.path.expanduser(checkpoint_dir))
     path = os.path.join(d, "params") if os.path.isdir(os.path.join(d, "params")) else d
     if not os.path.isfile(os.path.join(path, "_METADATA")):
@@ -72,8 +92,6 @@ def read_params(checkpoint_dir: str) -> dict:
 
 def read_norm_stats(checkpoint_dir: str, asset_id: str = "") -> tuple[dict | None, str]:
     """(`{'state': NormStats, 'actions': NormStats}` or None, where they came from) of `DIR/assets/*`."""
-    from vlajax.data.normalize import NormStats  # noqa: PLC0415
-
     files = sorted(glob.glob(os.path.join(checkpoint_dir, "assets", asset_id or "*", "norm_stats.json")))
     if not files:
         if asset_id:
@@ -100,17 +118,11 @@ def read_norm_stats(checkpoint_dir: str, asset_id: str = "") -> tuple[dict | Non
 
 
 def _identity_stats(dim: int):
-    from vlajax.data.normalize import NormStats  # noqa: PLC0415
-
     z, o = np.zeros(dim, np.float32), np.ones(dim, np.float32)
     return NormStats(mean=z, std=o, q01=-o, q99=o, min=-o, max=o)
 
 
 def _bridge(cfg: TrainConfig, norm: dict, openpi=None):
-    from vlajax.config.schema import action_norm  # noqa: PLC0415
-    from vlajax.data.openpi import camera_map, model_slots  # noqa: PLC0415
-    from vlajax.policies.bridge import Bridge  # noqa: PLC0415
-
     if openpi is not None:  # the robot's cameras, slots and action dims
         return Bridge(cfg.model, openpi.cameras, norm, action_norm(cfg), cfg.data.state_norm,
                       env_action_dim=openpi.keys.action_dims, camera_map=openpi.keys.camera_map, openpi=openpi)
@@ -123,11 +135,6 @@ def _bridge(cfg: TrainConfig, norm: dict, openpi=None):
 def train_state(cfg: TrainConfig, cameras: tuple[str, ...], params: Any | None = None, rng=None):
     """The fresh TrainState `vlajax.policies.run_files.init_fn` builds (unboxed), with `params` (our layout)
     in place of the initialised ones when given (optimizer state and EMA follow them)."""
-    import flax.linen as nn  # noqa: PLC0415
-
-    from vlajax.policies.run_files import init_fn, make_optimizer  # noqa: PLC0415
-    from vlajax.training.train_state import TrainState  # noqa: PLC0415
-
     rng = jax.random.key(cfg.seed) if rng is None else rng
     fresh = nn.unbox(init_fn(cfg, cameras)(rng))
     if params is None:
@@ -139,8 +146,6 @@ def train_state(cfg: TrainConfig, cameras: tuple[str, ...], params: Any | None =
 def check_tokenizer(model_cfg) -> int:
     """The SentencePiece model of `model.tokenizer_path` exists and its ids fit `model.vocab_size`
     (ConfigError naming both otherwise). -> its vocabulary size."""
-    from vlajax.models.sp_tokenizer import PromptTokenizer  # noqa: PLC0415
-
     path = model_cfg.tokenizer_path
     try:
         n = PromptTokenizer.load(path, 1).vocab_size
@@ -163,11 +168,6 @@ def import_checkpoint(checkpoint_dir: str, cfg: TrainConfig, out: str, asset_id:
     stats identity statistics). -> a summary dict (leaves mapped, fresh leaves, norm stats' source).
     Raises ConfigError / `OpenpiLayoutError` (a ValueError) with the offending leaves named.
     """
-    from vlajax.models import build_model, fake_observation  # noqa: PLC0415
-    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
-    from vlajax.policies.run_files import write_policy  # noqa: PLC0415
-    from vlajax.training import checkpoint  # noqa: PLC0415
-
     if cfg.model.family == "vla":
         raise ConfigError(f"--config {cfg.name}: model.family is 'vla'; openpi checkpoints need a pi0 / pi05 preset")
     out = os.path.abspath(os.path.expanduser(out))
@@ -210,10 +210,6 @@ SIZE_LEAVES = ("PaliGemma/llm/embedder/input_embedding", "action_in_proj/kernel"
 
 def read_shapes(checkpoint_dir: str) -> dict[str, tuple[int, ...]]:
     """{openpi leaf path: shape} of `DIR/params` (or `DIR`) from its Orbax metadata (no array is read)."""
-    import orbax.checkpoint as ocp  # noqa: PLC0415
-
-    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
-
     d = os.path.abspath(os.path.expanduser(checkpoint_dir))
     path = os.path.join(d, "params") if os.path.isdir(os.path.join(d, "params")) else d
     if not os.path.isfile(os.path.join(path, "_METADATA")):
@@ -226,8 +222,6 @@ def read_shapes(checkpoint_dir: str) -> dict[str, tuple[int, ...]]:
 
 def _size_widths(model) -> tuple[int, int, int]:
     """The last dims of SIZE_LEAVES for a pi-family model config."""
-    from vlajax.config.schema import GEMMA_VARIANTS, SIGLIP_VARIANTS  # noqa: PLC0415
-
     return (GEMMA_VARIANTS[model.paligemma_variant]["width"], GEMMA_VARIANTS[model.action_expert_variant]["width"],
             SIGLIP_VARIANTS[model.siglip_variant.partition("/")[0]]["width"])
 
@@ -257,8 +251,6 @@ def infer_size(checkpoint_dir: str, name: str, size: str = "auto") -> str:
 
 def _short(message: str, keep: int = 3) -> str:
     """A layout error's leaf listings cut to their first `keep` leaves each (`and N more`): one short line."""
-    import re  # noqa: PLC0415
-
     def cut(listing: str) -> str:
         items = re.split(r", (?![^\[]*\])", listing)  # commas outside the shapes' brackets
         return listing if len(items) <= keep else ", ".join(items[:keep]) + f" and {len(items) - keep} more"
@@ -276,9 +268,6 @@ def openpi_train_config(name: str, *, size: str = "full", tokenizer: str = "", a
     """(TrainConfig, OpenpiTransforms | None) for openpi train config `name` (or a vlajax π preset)
     at `size`, with the named fields overridden (0 / 'config' / None = the config's). ConfigError
     for an unknown name, size or value."""
-    from vlajax.config.openpi import OPENPI_CONFIGS, ROBOTS, OpenpiTransforms, make_bool_mask  # noqa: PLC0415
-    from vlajax.config.schema import get_config, preset_names  # noqa: PLC0415
-
     if size not in SIZES:
         raise ConfigError(f"--size {size!r}: choose from {SIZES}")
     pi_presets = [n for n in preset_names() if n.startswith("pi")]
@@ -368,15 +357,10 @@ class ImportArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlajax.models.openpi import openpi_params  # noqa: PLC0415
-    from vlajax.shared import cli  # noqa: PLC0415
-
     args = cli.parse(ImportArgs, argv, prog="python -m vlajax.policies.import_openpi",
                      description=__doc__.split("\n\n")[0])
     size = args.size
     try:
-        from vlajax.config.openpi import OPENPI_CONFIGS  # noqa: PLC0415
-
         if args.config in OPENPI_CONFIGS:  # (a vlajax π preset has its sizes)
             size = infer_size(args.checkpoint, args.config, size)
         elif size not in ("auto", *SIZES):

@@ -42,6 +42,8 @@ import jax
 import numpy as np
 
 from vlajax.config.schema import DP, GEMMA_VARIANTS, MESH_AXES, TrainConfig
+from vlajax.data.openpi import is_pi, model_slots
+from vlajax.policies.run_files import init_fn
 from vlajax.training.sharding import logical_to_mesh_spec, resolve_mesh_shape
 
 _BYTES = {"float32": 4, "bfloat16": 2}
@@ -176,9 +178,6 @@ def unsplit_params(tree, mesh, rules) -> tuple[int, list[str]]:
 
 def abstract_state(cfg: TrainConfig):
     """`jax.eval_shape` of the SFT init: the boxed `TrainState` (params, opt_state, ema_params)."""
-    from vlajax.data.openpi import is_pi, model_slots  # noqa: PLC0415
-    from vlajax.policies.run_files import init_fn  # noqa: PLC0415
-
     cams = model_slots(cfg.model) if is_pi(cfg.model) else tuple(f"cam{i}" for i in range(cfg.model.num_cameras))
     return jax.eval_shape(init_fn(cfg, cams), jax.random.key(0))
 

@@ -1,6 +1,6 @@
-"""The π0 / π0.5 side of `vlajax.policies.bridge.Bridge`: env observations in openpi's input layout, jittable.
+"""The π0 / π0.5 steps of a policy's transform list (`vlajax.policies.transforms`): openpi's input layout.
 
-Training (`vlajax.data.openpi`) and the bridge build the same inputs:
+Training (`vlajax.data.openpi`) and the policy build the same inputs:
 
   images    env `pixels/<camera>` uint8 [B, h, w, 3] resized with pad to `model.image_size`
             (aspect kept, black borders) with PIL's bilinear filter in integer arithmetic, the
@@ -16,14 +16,19 @@ Training (`vlajax.data.openpi`) and the bridge build the same inputs:
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.data.openpi import check_vocab, load_tokenizer, model_slots, state_in_prompt
+from vlajax.data.openpi import check_vocab, load_tokenizer, state_in_prompt
+from vlajax.models.sp_tokenizer import StatePromptTable
+from vlajax.policies.transforms import given_tokens
 from vlajax.shared.resize_pad import pad_layout
+from vlajax.shared.robots import INSTRUCTION_ID, PROMPT, STATE, TOKEN_MASK, TOKENS, image_key
 
-__all__ = ["PiInputs", "resize_with_pad", "resize_uint8_with_pad"]
+__all__ = ["PiPrompts", "PromptTokens", "SlotImages", "TokenizePrompt", "resize_uint8_with_pad", "resize_with_pad"]
 
 
 def _with_pad(img: jax.Array, size: int, resize) -> jax.Array:
@@ -57,24 +62,14 @@ def resize_uint8_with_pad(img, size: int) -> jax.Array:
     return img.astype(jnp.float32) / 255.0
 
 
-class PiInputs:
-    """Constants and jittable functions of one π policy's inputs (built once by the Bridge).
+class PiPrompts:
+    """One π policy's prompt tokenizer and its tables, built once (`SlotImages`' sibling steps share it).
 
-    model: `ModelConfig` (family 'pi0' | 'pi05'); cameras: the env cameras (sorted);
-    camera_map ((camera, slot), ...); instructions: per task, its instruction strings;
-    optional: cameras an observation may lack (their slot is black, mask False).
+    model: `ModelConfig` (family 'pi0' | 'pi05'); instructions: per task, its instruction strings;
+    state_dims: the normalized state's width (π0.5 with the state in its prompt).
     """
 
-    def __init__(self, model, cameras: tuple[str, ...], camera_map: tuple[tuple[str, str], ...],
-                 instructions: list[list[str]], state_dims: int, optional: tuple[str, ...] = ()):
-        from vlajax.models.sp_tokenizer import StatePromptTable
-
-        self.model = model
-        self.slot = dict(camera_map)
-        missing = [c for c in cameras if c not in self.slot]
-        if missing:
-            raise ValueError(f"cameras {missing} have no openpi slot in the camera map {dict(camera_map)}")
-        self.optional = tuple(optional)
+    def __init__(self, model, instructions: list[list[str]], state_dims: int):
         tok = check_vocab(load_tokenizer(model.tokenizer_path, model.max_text_len), model)
         self.tok = tok
         n = max(len(t) for t in instructions)
@@ -91,25 +86,6 @@ class PiInputs:
         else:
             self.ids, self.mask = tok.batch_pi0(flat)
 
-    def images(self, env_obs: dict, cameras: tuple[str, ...], b: int) -> tuple[dict, dict]:
-        """Images and masks per slot (all of `model_slots`), float32 [B, S, S, 3] in [0, 1] / bool [B]."""
-        n = self.model.image_size
-        images, masks = {}, {}
-        for c in cameras:
-            key = f"pixels/{c}"
-            if key not in env_obs:
-                if c in self.optional:
-                    continue
-                raise KeyError(f"the policy reads camera {c!r} but the env observation has {sorted(env_obs)}")
-            img = jnp.asarray(env_obs[key])
-            img = resize_uint8_with_pad(img, n) if img.dtype == jnp.uint8 else resize_with_pad(
-                img.astype(jnp.float32) / 255.0, n)
-            images[self.slot[c]], masks[self.slot[c]] = img, jnp.ones((b,), bool)
-        for s in model_slots(self.model):
-            if s not in images:
-                images[s], masks[s] = jnp.zeros((b, n, n, 3), jnp.float32), jnp.zeros((b,), bool)
-        return images, masks
-
     def encode(self, texts: list[str], state=None) -> tuple[np.ndarray, np.ndarray]:
         """Host prompts [B] (and the normalized, unpadded state [B, S] when the prompt carries it)
         -> ids int32 [B, max_text_len], mask bool [B, max_text_len] (openpi's TokenizePrompt)."""
@@ -125,6 +101,86 @@ class PiInputs:
         if self.table is not None:
             return self.table.tokens(row, state)
         return jnp.asarray(self.ids)[row], jnp.asarray(self.mask)[row]
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotImages:
+    """'pixels/<camera>' -> 'images' {slot: float32 [B, size, size, 3] in [0, 1]}, 'image_masks'
+    {slot: bool [B]} for every slot of `slots`: each camera resized with pad (uint8 images with PIL's
+    integer bilinear filter, openpi's ResizeImages) into its slot (`camera_map`); a slot no camera maps to,
+    or an absent `optional` camera's, is black with mask False."""
+
+    cameras: tuple[str, ...]
+    camera_map: tuple[tuple[str, str], ...]
+    slots: tuple[str, ...]
+    size: int
+    optional: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        missing = [c for c in self.cameras if c not in dict(self.camera_map)]
+        if missing:
+            raise ValueError(f"cameras {missing} have no openpi slot in the camera map {dict(self.camera_map)}")
+
+    def __call__(self, data):
+        n, b, slot = self.size, data[STATE].shape[0], dict(self.camera_map)
+        images, masks = {}, {}
+        for c in self.cameras:
+            key = image_key(c)
+            if key not in data:
+                if c in self.optional:
+                    continue
+                raise KeyError(f"the policy reads camera {c!r} but the env observation has {sorted(data)}")
+            img = jnp.asarray(data[key])
+            img = resize_uint8_with_pad(img, n) if img.dtype == jnp.uint8 else resize_with_pad(
+                img.astype(jnp.float32) / 255.0, n)
+            images[slot[c]], masks[slot[c]] = img, jnp.ones((b,), bool)
+        for s in self.slots:
+            if s not in images:
+                images[s], masks[s] = jnp.zeros((b, n, n, 3), jnp.float32), jnp.zeros((b,), bool)
+        return {**data, "images": images, "image_masks": masks}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PromptTokens:
+    """Without 'tokens' in the data: the SentencePiece prompt of ('task_id', 'instruction_id') (π0.5: with
+    the normalized 'state' [B, S] discretized into it, composed per step); given ones pass. Runs after
+    the state is normalized and before it is padded."""
+
+    prompts: PiPrompts
+
+    def __call__(self, data):
+        if TOKENS in data:
+            return given_tokens(data)
+        b = data[STATE].shape[0]
+        task_id = jnp.broadcast_to(jnp.asarray(data.get("task_id"), jnp.int32), (b,))
+        tokens, mask = self.prompts.tokens(task_id, data[INSTRUCTION_ID], data[STATE])
+        return {**data, TOKENS: tokens, TOKEN_MASK: mask}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokenizePrompt:
+    """Host: prompts [B] -> SentencePiece 'tokens' / 'token_mask' int32 / bool [B, max_text_len] in openpi's
+    format (π0.5 with the state in its prompt: the observation's state through `state_steps`, the policy's
+    robot and normalize steps). An empty prompt is refused (no default prompt to take its place)."""
+
+    prompts: PiPrompts
+    state_steps: tuple = ()
+
+    def __call__(self, data):
+        texts = list(data[PROMPT])
+        if not all(texts):
+            raise ValueError("the policy needs a prompt (its openpi config has no default prompt)")
+        state = None
+        if self.prompts.table is not None:
+            if set(data) == {PROMPT}:
+                raise ValueError("this π0.5 policy puts the state in the prompt: encode_instructions needs the "
+                                 "observation (its state)")
+            view = data
+            for t in self.state_steps:
+                view = t(view)
+            state = np.asarray(view[STATE])
+        tokens, mask = self.prompts.encode(texts, state)
+        return {**data, TOKENS: tokens, TOKEN_MASK: mask}
 
 
 # PIL's bilinear resampling (Pillow's Resample.c), so the jitted path gives the uint8 values openpi's

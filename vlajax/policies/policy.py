@@ -16,8 +16,9 @@
 
 The keys are the policy's robot's (`vlajax.config.openpi.ROBOTS`: LIBERO's above; DROID's, ALOHA's)
 for an imported openpi policy, or our env's (`pixels/<camera>`, `state`) for any policy. The
-prompts are tokenized on the host (`Bridge.encode_instructions`); everything else is one jitted
-call of `Bridge.sample` -- the function eval, the policy server and the RL rollout run -- traced
+prompts are tokenized on the host (the policy's `prompt` transforms, `Bridge.encode_instructions`);
+everything else is one jitted call of `Bridge.sample` -- its robot, inputs and outputs transforms
+around the model's sampler, the chain eval, the policy server and the RL rollout run -- traced
 once per set of input shapes. Without `noise` the flow starts from Gaussian noise drawn from
 `fold_in(key(seed), call)` (the ODE sampler, as openpi's `sample_actions`); with `deterministic=False`
 the model's own (RL) sampler.
@@ -30,6 +31,10 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from vlajax.config.schema import TrainConfig
+from vlajax.policies.run_files import load_policy
+from vlajax.shared.robots import NOISE, PROMPT, TOKEN_MASK, TOKENS
 
 __all__ = ["Policy"]
 
@@ -57,9 +62,6 @@ class Policy:
     @classmethod
     def load(cls, directory: str, *, step: int | None = None, seed: int = 0, deterministic: bool = True) -> Policy:
         """From a policy directory (`vlajax.load_policy`: imported, SFT, RL, async RL)."""
-        from vlajax.config.schema import TrainConfig
-        from vlajax.policies.run_files import load_policy
-
         bridge, model, params, cfg, done = load_policy(directory, TrainConfig(), step)
         return cls(bridge, model, params, seed=seed, deterministic=deterministic,
                    info={"directory": directory, "step": done, "config": cfg.name})
@@ -84,21 +86,21 @@ class Policy:
         """Raw observations batched ([B, ...] arrays, `prompt` B strings) -> {'actions': float32 [B, H, A]};
         noise: float [B, H, model.action_dim] or None (Gaussian)."""
         obs = _flatten(obs)  # openpi's nested keys ({'images': {'cam_high': ...}}) as 'images/cam_high'
-        env_obs = {k: np.asarray(v) for k, v in obs.items() if k not in ("prompt", "tokens", "token_mask", "noise")}
-        if "tokens" in obs:
-            tokens, mask = np.asarray(obs["tokens"], np.int32), np.asarray(obs["token_mask"], bool)
+        env_obs = {k: np.asarray(v) for k, v in obs.items() if k not in (PROMPT, TOKENS, TOKEN_MASK, NOISE)}
+        if TOKENS in obs:
+            tokens, mask = np.asarray(obs[TOKENS], np.int32), np.asarray(obs[TOKEN_MASK], bool)
         else:
-            prompts = obs.get("prompt")
+            prompts = obs.get(PROMPT)
             b = len(next(iter(env_obs.values())))
             prompts = [None] * b if prompts is None else [prompts] if isinstance(prompts, str) else list(prompts)
             tokens, mask = self.bridge.encode_instructions(prompts, env_obs)
-        env_obs |= {"tokens": tokens, "token_mask": mask}
+        env_obs |= {TOKENS: tokens, TOKEN_MASK: mask}  # the prompt group ran on the host
         if noise is not None:
             m = self.model.cfg
             noise = np.asarray(noise, np.float32)
             if noise.shape[1:] != (m.action_horizon, m.action_dim):
                 raise ValueError(f"noise has shape {noise.shape}; expected [B, {m.action_horizon}, {m.action_dim}]")
-            env_obs["noise"] = noise
+            env_obs[NOISE] = noise
         with self._lock:
             k = self.calls
             self.calls += 1

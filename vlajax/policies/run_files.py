@@ -13,6 +13,7 @@ takes any of them, `load_config`). It imports none of them.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import typing
@@ -22,7 +23,8 @@ import flax.linen as nn
 import jax
 import optax
 
-from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.config.run import checkpoint_steps
+from vlajax.config.schema import ConfigError, ModelConfig, TrainConfig
 from vlajax.models.build import build_model
 from vlajax.models.observation import fake_observation
 from vlajax.policies.bridge import POLICY_FILE, Bridge
@@ -301,9 +303,6 @@ def identify(directory: str) -> RunIdentity:
     step 0 records the openpi leaves `vlajax.policies.import_openpi` mapped), a raw openpi checkpoint
     (`params/_METADATA`, no policy.json), a run's output directory (`checkpoints/policy.json` below it),
     an empty or missing directory, or 'unknown'."""
-    from vlajax.config.run import checkpoint_steps  # noqa: PLC0415
-    from vlajax.config.schema import ModelConfig  # noqa: PLC0415
-
     d = os.path.abspath(os.path.expanduser(directory))
     if not os.path.isdir(d):
         return RunIdentity(d, "missing")
@@ -336,6 +335,4 @@ def identify(directory: str) -> RunIdentity:
 
 
 def _glob(pattern: str) -> list[str]:
-    import glob  # noqa: PLC0415
-
     return glob.glob(pattern, recursive=True)

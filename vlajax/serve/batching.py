@@ -35,6 +35,7 @@ import numpy as np
 from vlajax.pipeline.lanes import Lifetime, PipelineStopped
 from vlajax.pipeline.scheduler import DynamicBatcher, Request
 from vlajax.serve.spec import Parsed
+from vlajax.shared.robots import NOISE, STATE, TOKEN_MASK, TOKENS, image_key
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,8 @@ class BatchedPolicy:
         def sample(params, images, state, tokens, token_mask, k, noise=None):
             self.traces += 1
             rng = jax.random.fold_in(jax.random.key(seed), k)  # batch k's key, derived inside the jitted call
-            env_obs = {**{f"pixels/{c}": images[i] for i, c in enumerate(cameras)}, "state": state,
-                       "tokens": tokens, "token_mask": token_mask, **({} if noise is None else {"noise": noise})}
+            env_obs = {**{image_key(c): images[i] for i, c in enumerate(cameras)}, STATE: state,
+                       TOKENS: tokens, TOKEN_MASK: token_mask, **({} if noise is None else {NOISE: noise})}
             # the policy eval and the RL rollout run (vlajax.policies.bridge.Bridge.sample)
             return bridge.sample(model, {"params": params}, env_obs, rng, deterministic=deterministic)[0]
 

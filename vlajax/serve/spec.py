@@ -24,14 +24,13 @@ from typing import Any
 import numpy as np
 
 from vlajax.models import tokenizer
+from vlajax.shared.robots import PROMPT, STATE, camera_keys, image_key, state_key
 
 __all__ = ["KEY_MAPS", "KeyMap", "ObsError", "ObsSpec", "Parsed"]
 
 TOKENS_KEY = "tokenized_prompt"
-# openpi's LIBERO example (examples/libero/main.py) sends these keys.
-_LIBERO_CAMERAS = {"agentview": "observation/image", "wrist": "observation/wrist_image"}
-# openpi's DROID example: two cameras; the state is joint_position [7] + gripper_position [1] ('+' joins keys)
-_DROID_CAMERAS = {"agentview": "observation/exterior_image_1_left", "wrist": "observation/wrist_image_left"}
+# openpi's LIBERO and DROID examples send the robots' keys (`vlajax.shared.robots`; DROID's state is
+# joint_position [7] + gripper_position [1], '+' joins keys)
 KEY_MAPS = ("suite", "libero", "droid")
 
 
@@ -51,13 +50,11 @@ class KeyMap:
     def make(cls, name: str, cameras: Sequence[str], overrides: Sequence[str] = ()) -> KeyMap:
         """Preset `name` ('suite' / 'libero') for `cameras`, then `overrides` ['camera=key', 'state=key', ...]."""
         if name == "suite":
-            images, state, prompt = {c: f"pixels/{c}" for c in cameras}, "state", "prompt"
-        elif name == "libero":
-            images = {c: _LIBERO_CAMERAS.get(c, f"observation/{c}") for c in cameras}
-            state, prompt = "observation/state", "prompt"
-        elif name == "droid":
-            images = {c: _DROID_CAMERAS.get(c, f"observation/{c}") for c in cameras}
-            state, prompt = "observation/joint_position+observation/gripper_position", "prompt"
+            images, state, prompt = {c: image_key(c) for c in cameras}, STATE, PROMPT
+        elif name in ("libero", "droid"):
+            robot = camera_keys(name)
+            images = {c: robot.get(c, f"observation/{c}") for c in cameras}
+            state, prompt = state_key(name), PROMPT
         else:
             raise ValueError(f"unknown key map {name!r} (choose from {', '.join(KEY_MAPS)})")
         for item in overrides:

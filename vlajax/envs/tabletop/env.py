@@ -24,6 +24,7 @@ from vlajax.envs import perturb
 from vlajax.envs import render as render_lib
 from vlajax.envs.base import Env, State
 from vlajax.envs.tabletop import c_physics, scene, tasks
+from vlajax.shared.robots import image_key
 
 PROPRIO_SIZE = 8  # ee xyz, finger l/r, ee velocity xyz
 # `privileged_state`: proprio, cube xyz, zone xy, button xy + depth, target/ref cube and family one-hots
@@ -285,7 +286,7 @@ class TabletopEnv(Env):
     def _obs(self, data: mjx.Data, episode: Mapping[str, jax.Array]):
         if self.config.obs_mode == "state":
             return self.privileged_state(data, episode)
-        obs = {f"pixels/{k}": v for k, v in self.render(data, episode).items()}
+        obs = {image_key(k): v for k, v in self.render(data, episode).items()}
         if self.config.privileged_obs:
             obs["privileged"] = self.privileged_state(data, episode)
         proprio = self.proprio(data)
