@@ -149,8 +149,11 @@ def test_merge_keeps_each_case_once_the_later_row_winning(tmp_path):
     first.write_text(json.dumps({"argv": ["a"], "cases": [row("rl.algo=grpo", "traceback"),
                                                           row("rl.algo=ppo", "ran")]}))
     second.write_text(json.dumps({"argv": ["b"], "cases": [row("rl.algo=grpo", "ran")]}))
-    merged = values.merge([str(first), str(second)])
-    assert [r["argv"] for r in merged["runs"]] == [["a"], ["b"]]
+    shared = {**row("rl.critic=head", "traceback"), "same_run_as": "rl.algo=grpo"}
+    third = tmp_path / "c.json"
+    third.write_text(json.dumps({"argv": ["c"], "cases": [shared]}))
+    merged = values.merge([str(third), str(first), str(second)])
+    assert [r["argv"] for r in merged["runs"]] == [["c"], ["a"], ["b"]]
     assert {r["name"]: (r["outcome"], r["source"]) for r in merged["cases"]} == {
-        "rl.algo=grpo": ("ran", "b.json"), "rl.algo=ppo": ("ran", "a.json")}
-    assert merged["summary"]["rl"]["ran"] == 2 and merged["summary"]["rl"]["failures"] == []
+        "rl.critic=head": ("ran", "c.json"), "rl.algo=grpo": ("ran", "b.json"), "rl.algo=ppo": ("ran", "a.json")}
+    assert merged["summary"]["rl"]["ran"] == 3 and merged["summary"]["rl"]["failures"] == []

@@ -348,7 +348,8 @@ def sweep(selected: list[Case], work: str, *, timeout_s: float, max_rss: int, pr
 
 def merge(paths: list[str]) -> dict[str, Any]:
     """One result from several sweeps' JSON files (each a sweep's, or an earlier merge): a later file's row of a
-    case (command, name, base) replaces an earlier one; each file's command line, host and load kept in `runs`."""
+    case (command, name, base) replaces an earlier one (and the cases that shared its run take its outcome);
+    each file's command line, host and load kept in `runs`."""
     runs: list[dict] = []
     rows: dict[tuple[str, str, str], dict] = {}
     for path in paths:
@@ -363,6 +364,11 @@ def merge(paths: list[str]) -> dict[str, Any]:
         for row in r["cases"]:
             rows[(row["command"], row["name"], row["base"])] = {**row, "source": row.get("source",
                                                                                     os.path.basename(path))}
+    by_name = {(r["command"], r["name"]): r for r in rows.values() if "same_run_as" not in r}
+    for r in rows.values():  # a case that shared a run takes that run's final outcome
+        first = by_name.get((r["command"], r.get("same_run_as")))
+        if first is not None:
+            r.update(outcome=first["outcome"], error=first.get("error", ""))
     cases_ = sorted(rows.values(), key=lambda row: COMMANDS.index(row["command"]) if row["command"] in COMMANDS
                     else len(COMMANDS))
     return {"runs": runs, "cases": cases_, "summary": summarize(cases_)}
