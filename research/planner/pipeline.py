@@ -25,7 +25,11 @@ class Pipeline:
     slots: int = 4  # env slots per rollout device in the slot modes (1 in sync / train_async)
     generators: int = 1  # inference batchers per rollout device
     max_batch: int = 0  # dynamic batching: fire at this many requests (0 = all slots of a generator)
-    max_wait_s: float = 0.002  # dynamic batching: fire when the oldest request waited this long
+    max_wait_s: float = 0.002  # dynamic batching: fire when the oldest request waited this long (T_max if adaptive)
+    # the lane's adaptive rule (`pipeline.adaptive_batching`, its default): a call also fires as soon as every slot
+    # with a segment in flight has posted (a slot blocked in admission -- pacing, a weight switch -- is not waited
+    # for); False: only `max_batch` / `max_wait_s`
+    adaptive: bool = True
     trigger: int = 1  # K: updates between publications
     placement: str = "colocated"
     devices: int = 1

@@ -18,9 +18,12 @@ What is modelled, piece for piece (the code it follows in brackets):
   (the bench's latency model sleeps what is left after the real step [`pipeline.latency`]);
   the compute holds the slot's device when `costs.env_on_device`.
 - **Generators** [`pipeline.scheduler.DynamicBatcher`]: one per rollout device (x `generators`);
-  fire at `max_batch` requests (all slots of the generator) or when the oldest waited
-  `max_wait_s`; an inference call holds the device for `costs.infer_seconds(rows)` (rows padded
-  to the full batch with `costs.infer_padded`, as our slots' `infer` does).
+  fire at `max_batch` requests (all slots of the generator), with `Pipeline.adaptive` (the lane's
+  default) as soon as every *active* slot has posted -- a slot is active except while its admission
+  blocks (pacing, a weight switch), as `slots.SlotRollout` (de)activates it -- or when the oldest
+  waited `max_wait_s` (T_max with `adaptive`); an inference call holds the device for
+  `costs.infer_seconds(rows)` (rows padded to the full batch with `costs.infer_padded`, as our
+  slots' `infer` does).
 - **Call variability** (`Pipeline.jitter`, off by default): a slot step's and an inference call's
   seconds x a factor drawn from the profile's timed calls of it (`costs.jitter`, mean 1), so slots
   that start together end apart and a short `max_wait_s` fires part of them.
@@ -292,14 +295,21 @@ class _Run:
             self.items.append({"window": start // self.W, "samples": n, "version_min": version})
             self.changed.fire()
 
-    def slot(self, d: int, s: int, queue: list, wake: _Signal):
+    def slot(self, d: int, s: int, queue: list, wake: _Signal, active: set):
         p, lane = self.p, f"rollouter/d{d}s{s}"
         n = self.per_slot
+
+        def away():  # admission blocks: the generator stops waiting for this slot (adaptive)
+            if s in active:
+                active.discard(s)
+                wake.fire()
+
         while True:
             while True:  # admission under the version this segment starts with
                 if not p.partial:
                     t0 = self.env.now
                     while self.installed > self.gate_current and self.inflight > 0:
+                        away()
                         yield self.changed.event
                     self._idle(lane, t0)
                     self.gate_current = max(self.gate_current, self.installed)
@@ -309,6 +319,7 @@ class _Run:
                     version = self.installed
                 t0 = self.env.now
                 while self._allowance(version) < n and self.installed <= version:
+                    away()
                     yield self.changed.event
                 self._idle(lane, t0)
                 if self._allowance(version) >= n:
@@ -318,10 +329,11 @@ class _Run:
                 if not p.partial:
                     self.inflight -= 1
                     self.changed.fire()
+            active.add(s)
             versions, computed = [], None  # computed: the last dispatched step's compute (async_dispatch)
             for _ in range(p.horizon):
                 reply = self.env.event()
-                queue.append((self.env.now, reply, computed))
+                queue.append((self.env.now, reply, computed, s))
                 wake.fire()
                 v = yield reply
                 versions.append(v)
@@ -337,13 +349,13 @@ class _Run:
             self.items.append({"window": start // self.W, "samples": n, "version_min": min(versions)})
             self.changed.fire()
 
-    def generator(self, d: int, queue: list, wake: _Signal):
+    def generator(self, d: int, queue: list, wake: _Signal, active: set):
         p = self.p
         max_batch = p.max_batch or -(-p.num_slots // p.generators)
         while True:
             while not queue:
                 yield wake.event
-            while len(queue) < max_batch:
+            while len(queue) < max_batch and not (p.adaptive and active <= {r[3] for r in queue}):
                 left = queue[0][0] + p.max_wait_s - self.env.now
                 if left <= 0:
                     break
@@ -351,12 +363,12 @@ class _Run:
             batch, queue[:] = queue[:max_batch], queue[max_batch:]
             rows = (max_batch if self.c.infer_padded else len(batch)) * self.per_slot
             version = self.installed if p.partial else self.gate_current
-            inputs = [c for _, _, c in batch if c is not None]  # async_dispatch: the batch's steps computed
+            inputs = [c for _, _, c, _ in batch if c is not None]  # async_dispatch: the batch's steps computed
             if inputs:
                 yield self.env.all_of(inputs)
             yield from self._hold([self.dev[d]], self.c.infer_seconds(rows) * self._factor("infer"), "infer")
             self.batches.append(len(batch))
-            for _, reply, _ in batch:
+            for _, reply, _, _ in batch:
                 reply.succeed(version)
 
     def trainer(self):
@@ -405,9 +417,11 @@ class _Run:
             for d in range(self.R):
                 for g in range(p.generators):
                     queue, wake = [], _Signal(self.env)
-                    for s in range(g, p.num_slots, p.generators):
-                        self.env.process(self.slot(d, s, queue, wake))
-                    self.env.process(self.generator(d, queue, wake))
+                    mine = range(g, p.num_slots, p.generators)
+                    active = set(mine)  # every slot is expected from the start (adaptive)
+                    for s in mine:
+                        self.env.process(self.slot(d, s, queue, wake, active))
+                    self.env.process(self.generator(d, queue, wake, active))
             self.env.process(self.trainer())
         self.env.run(until=self.done)
         return run_metrics(p, self.R, self.update_ends, self.env_steps, self.idle, self.consumed_log, self.batches)

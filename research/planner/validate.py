@@ -65,9 +65,12 @@ def row_pipeline(meta: dict, row: dict) -> Pipeline:
     slots = int(wl["slots"]) if "slots" in wl else int(_flag(argv, "--slots", "4"))
     disagg = row["placement"].startswith("disaggregated")
     ratio = tuple(int(x) for x in row["placement"].split()[-1].split(":")) if disagg else (1, 1)
-    max_wait_ms = row.get("max_wait_ms", meta.get("max_wait_ms", 2.0))
+    max_wait_ms = row.get("max_wait_ms")
+    max_wait_ms = meta.get("max_wait_ms", 2.0) if max_wait_ms is None else max_wait_ms
+    # the row's batching rule (rows written before the adaptive rule existed ran the fixed wait)
     return Pipeline(envs=wl["envs"], horizon=wl["horizon"], steps_per_decision=wl.get("action_horizon", 1),
                     mode=row["mode"], slots=slots, max_wait_s=max_wait_ms / 1e3,
+                    adaptive=row.get("batching") == "adaptive",
                     placement="disaggregated" if disagg else "colocated", devices=2 if disagg else 1,
                     ratio=ratio, updates=row.get("updates_timed", 8))
 

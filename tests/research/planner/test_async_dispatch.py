@@ -16,7 +16,7 @@ from tests.research.planner.test_threaded_steps import ROOT
 
 def _run(costs, slots: int = 4, wait_s: float = 0.001, **kw) -> dict:
     p = Pipeline(envs=slots, horizon=2, steps_per_decision=1, mode="rollout_async", slots=slots, updates=20,
-                 max_wait_s=wait_s, **kw)
+                 max_wait_s=wait_s, **{"adaptive": False, **kw})  # the fixed wait: what a dispatch order splits
     return simulate(p, costs)
 
 

@@ -33,7 +33,7 @@ def _jax_raw(**extra) -> dict:
 
 def _batch(wait_s: float, jitter: bool, costs: Costs) -> float:
     p = Pipeline(envs=4, horizon=2, steps_per_decision=1, mode="rollout_async", slots=4, updates=20,
-                 max_wait_s=wait_s, jitter=jitter)
+                 max_wait_s=wait_s, jitter=jitter, adaptive=False)  # the fixed wait: what the spread splits
     return simulate(p, costs)["inference_batch_mean"]
 
 
