@@ -29,9 +29,8 @@ RULES = (
     ("vlajax.training", ("vlajax.models", "vlajax.data", "vlajax.policies", "vlajax.pipeline", "vlajax.sft",
                          "vlajax.rl", "vlajax.evaluation", "vlajax.serve", "vlajax.libero", "vlajax.bench",
                          "vlajax.train")),
-    # models may reach policies (not data): `python -m vlajax.models.presets --preset` prints the SFT memory plan
-    ("vlajax.models", ("vlajax.data", "vlajax.pipeline", "vlajax.sft", "vlajax.rl", "vlajax.evaluation",
-                       "vlajax.serve", "vlajax.libero", "vlajax.bench", "vlajax.train")),
+    ("vlajax.models", ("vlajax.data", "vlajax.policies", "vlajax.pipeline", "vlajax.sft", "vlajax.rl",
+                       "vlajax.evaluation", "vlajax.serve", "vlajax.libero", "vlajax.bench", "vlajax.train")),
     ("vlajax.data", ("vlajax.policies", "vlajax.pipeline", "vlajax.sft", "vlajax.rl", "vlajax.evaluation",
                      "vlajax.serve", "vlajax.libero", "vlajax.bench", "vlajax.train")),
     ("vlajax.pipeline", ("vlajax.policies", "vlajax.sft", "vlajax.rl", "vlajax.evaluation", "vlajax.serve",

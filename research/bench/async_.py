@@ -39,12 +39,15 @@ import numpy as np
 import optax
 from jax.sharding import SingleDeviceSharding
 
-from vlajax.config.schema import AsyncConfig, MeshConfig
+from vlajax.config.schema import AsyncConfig, MeshConfig, get_config
 from vlajax.pipeline.latency import LatencyModel, with_latency
 from vlajax.pipeline.metrics import Timeline, summarize
 from vlajax.pipeline.placement import make_placement
 from vlajax.pipeline.runner import AsyncRunner, run_sync
 from vlajax.pipeline.slots import SlotRollout
+from vlajax.rl.async_workload import RLWorkload
+from vlajax.rl.setup import build
+from vlajax.shared import compile_cache
 from vlajax.training.train_state import TrainState
 
 MODES = ("sync", "train_async", "rollout_async", "train_async+rollout_async", "+streaming", "+partial_rollout")
@@ -213,11 +216,6 @@ def rl_workload(preset: str, *, envs: int, horizon: int, width: int, update_epoc
     the streaming modes then prepare each micro-batch (device transfer, advantages) as it
     arrives and run the same epochs x minibatches update as every other mode once the window is
     complete (verl's streaming: samples flow to the trainer one by one). -> (workload, spec)."""
-    import vlajax.config.presets  # noqa: F401  (registers the presets)
-    from vlajax.config.schema import get_config
-    from vlajax.rl.async_workload import RLWorkload
-    from vlajax.rl.setup import build
-    from vlajax.shared import compile_cache
 
     cfg = get_config(preset)
     compile_cache.enable(cfg.compilation_cache_dir)

@@ -43,7 +43,13 @@ from typing import Literal
 
 import numpy as np
 
+from research.planner.costs import Costs, SimLatency
+from research.planner.sim import Pipeline, simulate_mean
 from vlajax.bench import write_result
+from vlajax.config.schema import get_config
+from vlajax.libero import pool as pool_mod
+from vlajax.libero import rl_train
+from vlajax.policies import import_openpi
 from vlajax.shared import cli
 
 MODES = ("sync", "train_async", "+partial_rollout")
@@ -86,13 +92,13 @@ def _check(a: Args) -> None:
 
 def _config(a: Args, ckpt: str, mode: str, out: str):
     """The `rl-pi05-libero-dummy` preset with the bench's workload and the mode's pipeline."""
-    from vlajax.config.schema import get_config
-
     base = get_config("rl-pi05-libero-dummy")
     r = dataclasses.replace
     return r(base, name=f"bench-libero-{mode}", output_dir=out,
              model=r(base.model, tokenizer_path=os.path.join(FIXTURES, "tokenizer.model")),
-             env=r(base.env, num_envs=a.group),
+             env=r(base.env, suite="libero_spatial", num_envs=a.group),
+             libero=r(base.libero, tasks=(0,), workers=a.workers, max_steps=a.max_steps,
+                      num_steps_wait=a.num_steps_wait),
              rl=r(base.rl, init_from=ckpt, num_iterations=a.updates + 1, group_size=a.group, chunk_steps=a.replan),
              pipeline=r(base.pipeline, staleness_threshold=0.0 if mode == "sync" else 1.0,
                         partial_rollout=mode == "+partial_rollout"),
@@ -100,14 +106,10 @@ def _config(a: Args, ckpt: str, mode: str, out: str):
 
 
 def run_one(a: Args, ckpt: str, mode: str, out: str) -> dict:
-    from vlajax.libero import rl_train
-    from vlajax.libero.rl_lane import LiberoArgs
 
-    largs = LiberoArgs(suite="libero_spatial", tasks=(0,), workers=a.workers, max_steps=a.max_steps,
-                       num_steps_wait=a.num_steps_wait)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    res = rl_train.train(_config(a, ckpt, mode, out), largs)
+    res = rl_train.train(_config(a, ckpt, mode, out))
     wall = time.perf_counter() - t0
     hist, ends = res["history"], res["update_times"]
     window = ends[-1] - ends[0]
@@ -129,8 +131,6 @@ def run_one(a: Args, ckpt: str, mode: str, out: str) -> dict:
 
 def planner_costs(a: Args, sync_row: dict):
     """The planner's `Costs` from one sync run (module docstring)."""
-    from research.planner.costs import Costs, SimLatency
-
     infer = [s for n, s in sync_row["infer_times"][len(sync_row["infer_times"]) // 4:]]  # past the compiles
     upd = sync_row["update_s"][1:]
     t = math.ceil(a.max_steps / a.replan)
@@ -145,8 +145,6 @@ def planner_costs(a: Args, sync_row: dict):
 
 def predict(a: Args, sync_row: dict, modes: list[str]) -> dict:
     """{mode: predicted updates/s} from the sync run's costs (the planner's simulator, 5 seeds)."""
-    from research.planner.sim import Pipeline, simulate_mean
-
     costs, t = planner_costs(a, sync_row)
     out = {}
     for mode in modes:
@@ -163,14 +161,11 @@ def main(argv: list[str]) -> int:
     a = cli.parse(Args, argv, prog="python -m research.bench async_libero --regimes libero",
                   description=__doc__.split("\n")[0])
     _check(a)
-    from vlajax.libero import pool as pool_mod
 
     try:
         pool_mod.libero_python()
     except pool_mod.LiberoEnvMissing as e:
         cli.error(str(e))
-    import vlajax.config.presets  # noqa: F401
-    from vlajax.policies import import_openpi
 
     root = tempfile.mkdtemp(prefix="bench_async_libero_")
     ckpt = a.checkpoint

@@ -1,6 +1,6 @@
 """Peer comparison: env steps/s of vlajax's synchronous PPO vs brax's PPO, side by side.
 
-    python -m research.bench.rl_peer --json results/bench/rl_peer.json [--iterations 6] [--rounds 5] [--debug]
+    python -m research.bench rl_peer --json results/bench/rl_peer.json [--iterations 6] [--rounds 5] [--debug]
 
 One state-observation task (`rl-mlp-state`: goal/press_button, 32-dim privileged state, 4-dim
 actions, episodes of 100 steps), the same env object for both (brax wraps it with its own
@@ -32,7 +32,6 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -41,6 +40,8 @@ import numpy as np
 
 from vlajax.bench import write_result
 from vlajax.config.schema import CheckpointConfig, LoggingConfig, get_config
+from vlajax.envs import registry
+from vlajax.rl import loop
 from vlajax.shared import cli, stats
 
 NUM_ENVS, UNROLL, MINIBATCHES, EPOCHS, HIDDEN = 64, 20, 4, 4, (64, 64)
@@ -61,8 +62,6 @@ def _config(iterations: int, debug: bool):
 
 
 def run_vlajax(cfg) -> dict:
-    from vlajax.rl import loop
-
     with tempfile.TemporaryDirectory() as d:
         out = loop.train(cfg.replace(output_dir=d))
     sps = [h["env_steps_per_s"] for h in out["history"]]
@@ -83,8 +82,6 @@ def run_brax(cfg, envs: int, unroll: int, iterations: int, on_progress=None) -> 
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo
     from flax import linen
-
-    from vlajax.envs import registry
 
     env = registry.load(cfg.env.task, obs_mode="state")
     steps_per_iteration = envs * unroll * MINIBATCHES
@@ -154,7 +151,7 @@ class Args:
 
 
 def main(argv: list[str]) -> int:
-    args = cli.parse(Args, argv, prog="python -m research.bench.rl_peer", description=__doc__.split("\n")[0])
+    args = cli.parse(Args, argv, prog="python -m research.bench rl_peer", description=__doc__.split("\n")[0])
     if args.iterations < 2:
         cli.error("--iterations must be >= 2 (the first one is compilation)")
     cfg, envs, unroll = _config(args.iterations, args.debug)
@@ -181,13 +178,9 @@ def main(argv: list[str]) -> int:
         "devices": [str(d) for d in jax.devices()], "load_average_start": load_start,
         "load_average": list(os.getloadavg()),
         "seconds": round(time.time() - t0, 1),
-        "command": "python -m research.bench.rl_peer " + " ".join(argv),
+        "command": "python -m research.bench rl_peer " + " ".join(argv),
     }
     print(json.dumps({k: result[k] for k in ("round_ratios", "median_round_ratio", "ci95_round_ratio",
                                              "ratio_vlajax_over_brax", "ratio_of_best_iterations")}, indent=1))
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

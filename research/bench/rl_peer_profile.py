@@ -1,6 +1,6 @@
 """Where one PPO iteration's time goes, vlajax vs brax, on the peer bench's setting.
 
-    python -m research.bench.rl_peer_profile --json results/bench/rl_peer_profile.json [--rounds 3] [--reps 3] [--debug]
+    python -m research.bench rl_peer_profile --json results/bench/rl_peer_profile.json [--rounds 3] [--reps 3] [--debug]
 
 The setting of `research.bench.rl_peer` (`rl-mlp-state`: goal/press_button, 64 envs x 80 steps =
 5120 env steps per iteration, 4 epochs x 4 minibatches, 64-64 tanh MLPs). Every piece is built
@@ -37,7 +37,6 @@ import functools
 import json
 import os
 import statistics
-import sys
 import time
 
 import jax
@@ -46,8 +45,14 @@ import jax.numpy as jnp
 from research.bench import rl_peer
 from research.bench.rl_peer import HIDDEN, MINIBATCHES, _config, _device_put_replicated
 from vlajax.bench import write_result
+from vlajax.envs import registry
+from vlajax.envs import wrappers as w
+from vlajax.rl import learner, loop
+from vlajax.rl import rollout as ro
+from vlajax.rl.setup import build, collect, initial_env_state, iteration_keys, place_env_state
 from vlajax.shared import cli, compile_cache
 from vlajax.training import sharding
+from vlajax.training.train_state import TrainState
 
 
 def _timed(fn, clocks: dict, name: str):
@@ -78,8 +83,6 @@ class _Points:
 def _run_vlajax_with_points(cfg) -> tuple[dict, _Points]:
     """`rl_peer.run_vlajax` with a clock reading at each of the loop's per-iteration
     `MetricsLogger.scalars` calls (disabled TensorBoard: the call is the loop's progress point)."""
-    from vlajax.rl import loop
-
     points = _Points()
 
     class Logger(loop.MetricsLogger):
@@ -99,10 +102,6 @@ class VlajaxIteration:
     """`loop.train`'s iteration body, its pieces timed apart."""
 
     def __init__(self, cfg):
-        from vlajax.rl import learner
-        from vlajax.rl.setup import build, collect, initial_env_state, place_env_state
-        from vlajax.training.train_state import TrainState
-
         self.cfg, self.learner = cfg, learner
         self.mesh = mesh = sharding.make_mesh(cfg.mesh)
         rules = cfg.mesh.logical_rules
@@ -119,8 +118,6 @@ class VlajaxIteration:
         self.it = 0
 
     def run(self) -> dict[str, float]:
-        from vlajax.rl.setup import iteration_keys
-
         cfg, it = self.cfg, self.it
         with sharding.use_mesh(self.mesh, cfg.mesh.logical_rules):
             t0, c0 = time.perf_counter(), time.process_time()
@@ -144,8 +141,6 @@ class BraxRollout:
         from brax.training import acting
         from brax.training.agents.ppo import networks as ppo_networks
         from flax import linen
-
-        from vlajax.envs import registry
 
         env = brax_wrappers.wrap(registry.load(cfg.env.task, obs_mode="state"), episode_length=cfg.env.episode_length,
                                  action_repeat=1)
@@ -182,9 +177,6 @@ class EnvOnly:
     """T steps of B envs with fixed random actions, no policy: one system's env stack."""
 
     def __init__(self, cfg, envs: int, steps: int, kind: str):
-        from vlajax.envs import registry
-        from vlajax.rl import rollout as ro
-
         key = jax.random.key(cfg.seed)
         self.actions = jax.random.uniform(key, (steps, envs, 4), minval=-1.0, maxval=1.0)
         keys = jax.random.key_data(jax.random.split(key, envs))
@@ -196,8 +188,6 @@ class EnvOnly:
             step = env.step
             self.state = jax.jit(env.reset)(keys)
         elif kind == "vlajax_no_chunk":  # suite -> episode -> vmap (no chunk wrapper), brax-style auto-reset
-            from vlajax.envs import wrappers as w
-
             base = ro.make_env(cfg.env, 1).env.env  # EpisodeWrapper(SuiteEnv(...))
             env = w.VmapWrapper(w.AutoResetWrapper(base, full_reset=False), envs)
             step = env.step
@@ -240,7 +230,7 @@ class Args:
 
 
 def main(argv: list[str]) -> int:
-    args = cli.parse(Args, argv, prog="python -m research.bench.rl_peer_profile", description=__doc__.split("\n")[0])
+    args = cli.parse(Args, argv, prog="python -m research.bench rl_peer_profile", description=__doc__.split("\n")[0])
     if args.rounds < 1 or args.reps < 1:
         cli.error("--rounds and --reps must be >= 1")
     kinds = ("vlajax", "brax", "vlajax_cached_reset", "vlajax_no_chunk")
@@ -300,14 +290,10 @@ def main(argv: list[str]) -> int:
         "devices": [str(d) for d in jax.devices()], "load_average_start": load_start,
         "load_average": list(os.getloadavg()),
         "seconds": round(time.time() - t0, 1),
-        "command": "python -m research.bench.rl_peer_profile " + " ".join(argv),
+        "command": "python -m research.bench rl_peer_profile " + " ".join(argv),
     }
     if shim:
         del jax.device_put_replicated
     print(json.dumps(med, indent=1))
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""`python -m research.bench.rollout_profile --json PATH`: where one decision of the bench's pixel rollout goes.
+"""`python -m research.bench rollout_profile --json PATH`: where one decision of the bench's pixel rollout goes.
 
 The workload of `python -m vlajax.bench rollout` (16 tabletop envs from pixels, goal suite, both
 cameras at 32x32, the `sft-small` model, chunks of 8 with 4 executed; `--head flow`: the presets'
@@ -171,7 +171,7 @@ class Args:
 
 
 def main(argv: list[str]) -> int:
-    args = cli.parse(Args, argv, prog="python -m research.bench.rollout_profile", description=__doc__.splitlines()[0])
+    args = cli.parse(Args, argv, prog="python -m research.bench rollout_profile", description=__doc__.splitlines()[0])
     if min(args.num_envs, args.repeats, args.decisions, args.trace_calls) < 1:
         print("error: --num-envs, --repeats, --decisions and --trace-calls must be >= 1", file=sys.stderr)
         return 2
@@ -197,7 +197,3 @@ def main(argv: list[str]) -> int:
         print("executed-time shares (trace):", result["trace_shares"])
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

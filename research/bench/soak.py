@@ -41,12 +41,15 @@ import numpy as np
 from jax.sharding import SingleDeviceSharding
 from scipy import stats
 
+from research.bench.async_ import StandIn, StandInWorkload, mode_config, rl_workload
+from vlajax.config.schema import get_config
 from vlajax.pipeline import buffer as buffer_mod
 from vlajax.pipeline import runner as runner_mod
 from vlajax.pipeline import scheduler, weights
 from vlajax.pipeline.metrics import Timeline, WindowReporter
 from vlajax.pipeline.runner import AsyncRunner
 from vlajax.pipeline.slots import SlotRollout
+from vlajax.rl import async_loop
 from vlajax.shared import cli
 
 __all__ = ["rss_mb", "process_counts", "structure_sizes", "verdict", "slope_verdict", "main"]
@@ -102,9 +105,6 @@ def soak_train_async(a: Args) -> int:
     """The `train_async` workload (see the module docstring); exits through the run's SIGTERM path."""
     import logging
     import signal
-
-    from vlajax.config.schema import get_config
-    from vlajax.rl import async_loop
 
     # the run's log lines, as `python -m vlajax.train rl` prints them (evaluations, checkpoints, the stop line)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
@@ -265,7 +265,6 @@ def main(argv: list[str]) -> int:
         return soak_train_async(a)
     with contextlib.suppress(RuntimeError):  # only possible before the backend starts
         jax.config.update("jax_num_cpu_devices", a.cpu_devices)
-    from research.bench.async_ import StandIn, StandInWorkload, mode_config, rl_workload
 
     if a.workload == "rl":
         w, spec = rl_workload(a.preset, envs=a.envs, horizon=a.horizon, width=a.width)
@@ -320,7 +319,3 @@ def main(argv: list[str]) -> int:
     if a.plot and samples:
         plot(samples, a.plot)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

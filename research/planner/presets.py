@@ -19,7 +19,7 @@ simulators on CPU workers. Where each number comes from (seed files in /work/sha
 - communication (`pi05-libero-comm`, `PI05_COMM`, `research.planner.comm`): 3.3e9 parameters (the pi0
   paper, Black et al. 2024 -- PaliGemma 3B + a 300M action expert -- which RL-VLA3 cites for
   pi0.5; our rough count from openpi's configs: Gemma 2B 2.51B + Gemma 300M 0.31B + SigLIP
-  So400m ~0.4B = 3.2B; vlajax's own pi05: 3,353,433,872, `python -m vlajax.models.presets
+  So400m ~0.4B = 3.2B; vlajax's own pi05: 3,353,433,872, `python -m vlajax.bench memory
   --preset pi05`), 2 bytes per parameter and gradient (bf16; assumption, the seeds give no
   precision), global batch 1024 decisions, micro batch 32, 2 update epochs (RL-VLA3 Table 4,
   LIBERO; the global batch kept at 1024 at 16 and 32 GPUs: the seeds state it for 8 only), nodes

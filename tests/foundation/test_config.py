@@ -89,4 +89,4 @@ def test_every_config_field_has_a_comment():
 def test_config_reference_doc_is_up_to_date():
     from vlajax.config.reference import DOC_PATH, render
 
-    assert DOC_PATH.read_text() == render(), "run: python -m vlajax.config.reference"
+    assert DOC_PATH.read_text() == render(), "run: python scripts/config_reference.py"

@@ -18,9 +18,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from vlajax.bench import memory as bench_memory
 from vlajax.config.schema import GEMMA_VARIANTS, MeshConfig, get_config
 from vlajax.data.openpi import model_slots
-from vlajax.models import build_model, presets
+from vlajax.models import build_model
 from vlajax.models.observation import fake_observation
 from vlajax.policies import memory
 from vlajax.sft import loop as sft
@@ -137,9 +138,9 @@ def test_siglip_shards_at_64_devices_and_more():
 
 
 def test_cli_refuses_before_building():
-    assert presets.main(["--preset", "pi05", "--devices", "8", "--batch", "3"]) == 2
-    assert presets.main(["--batch", "8"]) == 2
-    assert presets.main(["--preset", "pi06"]) == 2
+    assert bench_memory.main(["--preset", "pi05", "--devices", "8", "--batch", "3"]) == 2
+    assert bench_memory.main(["--batch", "8"]) == 2
+    assert bench_memory.main(["--preset", "pi06"]) == 2
 
 
 def _pi05_params():

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vlajax.bench import memory as bench_memory
 from vlajax.config.schema import ConfigError, ModelConfig
 from vlajax.models import presets, tokenizer
 from vlajax.models.observation import Observation, fake_observation
@@ -103,10 +104,10 @@ def test_fsdp_memory_command(capsys):
     eight = presets.fsdp_bytes_per_device(abstract, 8)
     assert one["params"] == 4 * n and one["total"] == 16 * n  # fp32 params + grads + 2 Adam moments
     assert one["params"] / 8 <= eight["params"] < one["params"] / 2  # mostly split 8 ways
-    assert presets.main(["tiny", "--devices", "8"]) == 0
+    assert bench_memory.main(["tiny", "--devices", "8"]) == 0
     out = capsys.readouterr().out
     assert f"{n:,} parameters" in out and "FSDP over    8 devices" in out
-    assert presets.main(["tinny"]) == 2
+    assert bench_memory.main(["tinny"]) == 2
 
 
 def test_packed_flow_expert_equals_one_by_one(model_and_vars):

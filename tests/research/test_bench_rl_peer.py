@@ -1,4 +1,4 @@
-"""`python -m research.bench.rl_peer`: per-round ratios, their median and a bootstrap interval."""
+"""`python -m research.bench rl_peer`: per-round ratios, their median and a bootstrap interval."""
 
 import json
 

@@ -5,6 +5,8 @@ A benchmark is a module `vlajax.bench.<name>` with `main(argv: list[str]) -> int
 
 import os
 
+from vlajax.shared.atomic_files import write_json
+
 BENCHMARKS: dict[str, str] = {
     "env": "env steps/s with and without rendering vs C MuJoCo (vlajax.bench.env)",
     "fp8": "block-wise FP8 PTQ: bytes saved and action error (vlajax.bench.fp8)",
@@ -17,6 +19,8 @@ BENCHMARKS: dict[str, str] = {
               "with their pixels compared (vlajax.bench.libero, docs/libero.md)",
     "gpu-check": "the one prepared GPU check: pytest -m gpu, SFT bf16 vs TE FP8, attention, env, rollout, serve, "
                  "async, memory vs the planner; --dry-run on CPU (vlajax.bench.gpu_check, docs/gpu.md)",
+    "memory": "parameter counts and the per-device SFT memory plan of a preset, nothing allocated "
+              "(vlajax.bench.memory, docs/gpu-node.md)",
     "values": "every Literal / bool value each command reads, run to its first update or refused before compiling "
               "(vlajax.bench.values, docs/reliability.md)",
 }
@@ -27,8 +31,6 @@ def write_result(path, result: dict) -> None:
     `path` None or '' writes nothing."""
     if not path:
         return
-    from vlajax.shared.atomic_files import write_json
-
     path = os.path.abspath(os.fspath(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, result)

@@ -67,7 +67,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -76,8 +75,15 @@ from typing import Any, Literal
 import numpy as np
 
 from vlajax.bench import write_result
-from vlajax.config.schema import AsyncConfig, ModelConfig, TrainConfig
+from vlajax.config.presets.sft import SMALL_CPU_MODEL
+from vlajax.config.schema import AsyncConfig, ConfigError, ModelConfig, TrainConfig, get_config
+from vlajax.envs.tabletop import c_physics, tasks
+from vlajax.models import flops
+from vlajax.models.sp_tokenizer import train_tiny_model
 from vlajax.pipeline.latency import LatencyModel
+from vlajax.policies.memory import reduced_depth
+from vlajax.rl import async_loop, loop
+from vlajax.rl.setup import build
 from vlajax.shared import cli
 
 REGIMES = ("mjx", "cpu-sim", "emulated-farm")
@@ -119,8 +125,6 @@ def policy_model(base: TrainConfig, preset: str, depth: int = 0, image_size: int
     """`--model`: the policy of `preset` (e.g. pi0: openpi's widths) with `base`'s head and sampler fields;
     a π model at `depth` Gemma layers (both experts; 0 = the preset's) with SigLIP at its full depth, at
     `image_size` (0 = the preset's; the env renders at the model's size). Fresh weights."""
-    from vlajax.config.schema import get_config
-    from vlajax.policies.memory import reduced_depth
 
     cfg = get_config(preset)
     if depth:
@@ -136,9 +140,6 @@ def policy_model(base: TrainConfig, preset: str, depth: int = 0, image_size: int
     tok = cfg.model.tokenizer_path
     if cfg.model.family != "vla" and not (tok and os.path.exists(os.path.expanduser(tok))):
         # fresh weights: any prompt tokenizer within the vocabulary will do; a tiny one of the tabletop instructions
-        from vlajax.envs.tabletop import tasks
-        from vlajax.models.sp_tokenizer import train_tiny_model
-
         path = os.path.join(tempfile.gettempdir(), "vlajax_bench_tabletop_tokenizer.model")
         if not os.path.exists(path):
             train_tiny_model(path, sorted({i for t in tasks.TASKS for i in t.instructions()}), 1000)
@@ -153,7 +154,6 @@ def workload_model(base: TrainConfig, width: int | None) -> ModelConfig:
     becomes the VLA's expert value head (`workload_critic`)."""
     if base.env.obs_mode == "state":
         return dataclasses.replace(base.model, width=256 if width is None else width)
-    from vlajax.config.presets.sft import SMALL_CPU_MODEL
 
     fields = {f: getattr(base.model, f) for f in HEAD_FIELDS}
     if base.rl.critic == "privileged":
@@ -174,7 +174,6 @@ def model_flops(base: TrainConfig, wm: ModelConfig, steps_per_decision: int) -> 
     env steps a decision executes). The state MLP is not counted (None)."""
     if base.env.obs_mode == "state":
         return {"per_env_step": None, "note": "state MLP policy: not counted"}
-    from vlajax.models import flops
 
     cams = len(base.env.cameras)
     decision, update = flops.decision(wm, cams), flops.rl_update_sample(wm, cams)
@@ -253,8 +252,6 @@ def run_one(cfg: TrainConfig, setup: Any, regime: str, mode: str, farm: Farm | N
             per_env: bool = False) -> dict[str, Any]:
     """One run of `cfg` through the mode's production loop; its steady-state figures and what the loop reported.
     `per_env`: record each env's C MuJoCo step time (the farm's calibration; steps env by env)."""
-    from vlajax.envs.tabletop import c_physics
-    from vlajax.rl import async_loop, loop
 
     load_before = os.getloadavg()[0]
     with contextlib.ExitStack() as stack:
@@ -436,10 +433,6 @@ def main(argv: list[str]) -> int:
     import grain  # noqa: F401  (imported by the loops' first checkpoint save: not inside a timed window)
     import jax
 
-    import vlajax.config.presets  # noqa: F401  (registers the presets)
-    from vlajax.config.schema import ConfigError, get_config
-    from vlajax.rl.setup import build
-
     try:
         base = dataclasses.replace(get_config(a.preset), seed=a.seed)
     except (KeyError, ConfigError) as e:
@@ -564,7 +557,3 @@ def main(argv: list[str]) -> int:
     print(render_markdown(data), end="")
     write_result(a.json, data)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

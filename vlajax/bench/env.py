@@ -19,7 +19,6 @@ import datetime
 import os
 import pathlib
 import platform
-import sys
 import time
 from typing import Literal
 
@@ -165,7 +164,3 @@ def main(argv: list[str]) -> int:
     }
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

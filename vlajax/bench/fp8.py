@@ -28,10 +28,12 @@ import numpy as np
 import optax
 
 from vlajax.bench import write_result
-from vlajax.config.schema import ConfigError
+from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.evaluation.closed_loop import evaluate
 from vlajax.models import heads, presets, quantize
 from vlajax.models.observation import fake_observation
 from vlajax.models.vla import VLA
+from vlajax.policies.run_files import load_policy
 from vlajax.shared import cli
 
 
@@ -67,8 +69,6 @@ def _fit(model, params, obs, steps: int, lr: float):
 
 def _load(ckpt_dir: str) -> dict:
     """Trained policy from an SFT checkpoint (see `vlajax.policies.run_files.load_policy`)."""
-    from vlajax.config.schema import TrainConfig  # noqa: PLC0415
-    from vlajax.policies.run_files import load_policy  # noqa: PLC0415
 
     bridge, model, params, train_cfg, step = load_policy(ckpt_dir, TrainConfig())
     return {"bridge": bridge, "model": model, "params": params, "train_cfg": train_cfg, "step": step}
@@ -76,8 +76,6 @@ def _load(ckpt_dir: str) -> dict:
 
 def _success(trained: dict, params, params_hat, episodes_per_task: int) -> dict:
     """Closed-loop mean success of the full-precision and the PTQ weights on the same seeded episodes."""
-    from vlajax.evaluation.closed_loop import evaluate  # noqa: PLC0415
-
     out = {}
     for name, p in (("full_precision", params), ("fp8_ptq", params_hat)):
         r = evaluate(trained["train_cfg"], trained["bridge"], trained["model"], p,
@@ -179,7 +177,3 @@ def main(argv: list[str]) -> int:
     print(json.dumps(result, indent=2))
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -43,7 +43,6 @@ import datetime
 import os
 import pathlib
 import platform
-import sys
 import tempfile
 import time
 
@@ -52,6 +51,7 @@ import numpy as np
 from vlajax.bench import write_result
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
+from vlajax.libero.backend import PoolBackend, make_launcher
 from vlajax.shared import cli
 
 MODES = ("physics", "cameras-all", "cameras-policy")
@@ -133,8 +133,6 @@ def run_row(args: Args, mode: str, workers: int, variant: str, frames_dir: str) 
 def backend_row(args: Args, backend: str, workers: int, frames_dir: str) -> dict:
     """One pool on `backend`: its start, a warm-up episode per worker, then `args.episodes` timed episodes one at
     a time; per episode the driver's wall time and the worker's own seconds."""
-    from vlajax.libero.backend import PoolBackend, make_launcher
-
     def episode(tag: str, i: int, steps: int) -> P.Episode:
         return P.Episode(f"{backend}-{tag}{i}", args.suite, args.task, i % 50, max_steps=steps, policy="dummy",
                          render="policy", camera_size=args.camera_size, replan_steps=args.replan_steps, video=True)
@@ -318,7 +316,3 @@ def main(argv: list[str]) -> int:
     }
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

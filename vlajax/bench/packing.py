@@ -58,7 +58,6 @@ import datetime
 import json
 import os
 import pathlib
-import sys
 import tempfile
 import time
 from typing import Literal
@@ -67,8 +66,30 @@ import jax
 import numpy as np
 
 from vlajax.bench import write_result
-from vlajax.config.schema import GEMMA_VARIANTS
+from vlajax.config.schema import (
+    GEMMA_VARIANTS,
+    DataConfig,
+    EnvConfig,
+    LoggingConfig,
+    MeshConfig,
+    ModelConfig,
+    SFTConfig,
+    TrainConfig,
+)
+from vlajax.data import demos
+from vlajax.data.build import fit_packed_layout, make_loader, make_source, make_transform, packed_rows
+from vlajax.data.lerobot import LeRobotData
+from vlajax.data.loader import make_dataset
+from vlajax.data.normalize import load_norm_stats
+from vlajax.data.packing import PackedBatchDataset, PrefixSpec
+from vlajax.data.source import ActionChunkSource
+from vlajax.data.transforms import Compose
+from vlajax.data.writer import LeRobotWriter, policy_features
+from vlajax.models.vla import VLA
+from vlajax.policies.run_files import init_fn
+from vlajax.sft.loop import make_train_step
 from vlajax.shared import cli
+from vlajax.training import sharding
 
 BATCH = 32
 DATA = ("demos", "mixture", "synthetic")
@@ -79,8 +100,6 @@ DEMO_SUITE, MIX_SUITE = "goal", "spatial"
 
 
 def _model_config():
-    from vlajax.config.schema import ModelConfig
-
     return ModelConfig(name="bench-packing", image_size=32, patch_size=4, num_cameras=2, vit_width=32, vit_depth=1,
                        vit_heads=2, vit_mlp_dim=64, width=256, depth=4, num_heads=4, num_kv_heads=2, head_dim=64,
                        mlp_dim=3072, max_text_len=64, expert_width=64, expert_mlp_dim=128, action_dim=4,
@@ -95,8 +114,6 @@ def _instruction(rng: np.random.Generator) -> str:
 
 
 def write_mixed_dataset(root: str, episodes: int = 48, length: int = 16, seed: int = 0) -> str:
-    from vlajax.data.writer import LeRobotWriter, policy_features
-
     rng = np.random.default_rng(seed)
     with LeRobotWriter(root, fps=50, features=policy_features(("agentview", "wrist"), 32, 8, 4)) as w:
         for _ in range(episodes):
@@ -122,8 +139,6 @@ def _model(mlp_ratio: float = 0.0, text_len: int = 0):
 
 
 def _train_config(mcfg, root: str = "", mode: str = "packed"):
-    from vlajax.config.schema import DataConfig, LoggingConfig, MeshConfig, SFTConfig, TrainConfig
-
     return TrainConfig(model=mcfg, mesh=MeshConfig(dp=1), sft=SFTConfig(num_steps=1000, warmup_steps=1),
                        data=DataConfig(dataset_dir=root, batch_size=BATCH, batching=mode, num_threads=0, prefetch=2),
                        logging=LoggingConfig(progress="none"))
@@ -132,8 +147,6 @@ def _train_config(mcfg, root: str = "", mode: str = "packed"):
 def write_demos(root: str, suite: str, cameras: tuple[str, ...], episodes_per_task: int, seed: int = 0) -> dict:
     """`python -m vlajax.train demos --env.suite SUITE --env.cameras CAMERAS --data.episodes-per-task N
     --env.num-envs N --env.image-size 32 --env.episode-length 200` (what `vlajax.data.demos.run` calls) into `root`."""
-    from vlajax.config.schema import DataConfig, EnvConfig, LoggingConfig, TrainConfig
-    from vlajax.data import demos
 
     cfg = TrainConfig(seed=seed, env=EnvConfig(suite=suite, num_envs=episodes_per_task, image_size=32,
                                                episode_length=200, cameras=tuple(cameras)),
@@ -148,8 +161,6 @@ def write_demos(root: str, suite: str, cameras: tuple[str, ...], episodes_per_ta
 
 def _loader_batches(root: str, mcfg, mode: str, n_batches: int) -> tuple[list[dict], object, dict]:
     """`n_batches` host batches of `make_loader` (the SFT input pipeline) in `mode`."""
-    from vlajax.data.build import make_loader
-
     loader, info = make_loader(_train_config(mcfg, root, mode), None)
     try:
         batches = [next(loader) for _ in range(n_batches)]
@@ -162,12 +173,6 @@ def _mixture_batches(roots: list[str], mcfg, mode: str, n_batches: int, rows: in
                      row_len: int = 0) -> tuple[list[dict], object]:
     """Datasets with their own cameras and norm stats, mixed 1:1 by grain, batched by vlajax.data."""
     import grain
-
-    from vlajax.data.build import make_source, make_transform
-    from vlajax.data.normalize import load_norm_stats
-    from vlajax.data.packing import PackedBatchDataset, PrefixSpec
-    from vlajax.data.source import ActionChunkSource
-    from vlajax.data.transforms import Compose
 
     spec = PrefixSpec.from_model(mcfg, ("agentview", "wrist"))
     parts = []
@@ -188,11 +193,6 @@ def _mixture_batches(roots: list[str], mcfg, mode: str, n_batches: int, rows: in
 
 
 def _host_batches(root: str, cfg, mode: str, n_batches: int, rows: int) -> list[dict]:
-    from vlajax.data.build import make_source, make_transform
-    from vlajax.data.loader import make_dataset
-    from vlajax.data.normalize import load_norm_stats
-    from vlajax.data.packing import PrefixSpec
-    from vlajax.data.transforms import Compose
 
     src = make_source(cfg.replace(data=cfg.data.__class__(dataset_dir=root)))
     stats = load_norm_stats(root, (src.action_key, src.state_key))
@@ -247,11 +247,6 @@ class _Runner:
     """One model, its sharded train state and jitted step, shared by every data choice of a run."""
 
     def __init__(self, mcfg):
-        from vlajax.models.vla import VLA
-        from vlajax.policies.run_files import init_fn
-        from vlajax.sft.loop import make_train_step
-        from vlajax.training import sharding
-
         self.mcfg = mcfg
         cfg = _train_config(mcfg)
         self.mesh = sharding.make_mesh(cfg.mesh, jax.devices()[:1])
@@ -268,8 +263,6 @@ class _Runner:
     def measure(self, batches: dict[str, list[dict]], repeats: int) -> tuple[dict, float, dict]:
         """Seconds per mode per timed pass (modes interleaved batch by batch), compile+warm-up seconds,
         the losses of every step per mode (a non-finite loss would make the timing meaningless)."""
-        from vlajax.training import sharding
-
         dev = {m: [jax.device_put(b, sharding.data_sharding(self.mesh)) for b in bs] for m, bs in batches.items()}
         n = min(len(bs) for bs in dev.values())
         with sharding.use_mesh(self.mesh, self.rules):
@@ -295,8 +288,6 @@ class _Runner:
 
 def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_task: int) -> tuple[dict, object, dict]:
     """({mode: host batches}, PrefixSpec, the data's declaration and packing setup)."""
-    from vlajax.data.build import fit_packed_layout, packed_rows
-
     if data == "synthetic":
         cfg = _train_config(mcfg)
         root = os.path.join(workdir, "synthetic")
@@ -354,8 +345,6 @@ def _data_batches(data: str, mcfg, n_batches: int, workdir: str, episodes_per_ta
 
 
 def _describe(root: str) -> dict:
-    from vlajax.data.lerobot import LeRobotData
-
     d = LeRobotData(root)
     out = {"root": os.path.basename(root), "generator": "vlajax.data.demos.generate (python -m vlajax.train demos)",
            "episodes": d.num_episodes, "frames": len(d), "distinct_instructions": len(set(d.tasks)),
@@ -480,7 +469,3 @@ def main(argv: list[str]) -> int:
     print(json.dumps(out["rows"], indent=1))
     write_result(args.json, out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax.bench import write_result
+from vlajax.config.presets.sft import SMALL_CPU_MODEL
 from vlajax.config.schema import EnvConfig, ModelConfig
 from vlajax.data.normalize import NormStats
 from vlajax.models.vla import VLA
@@ -83,8 +84,6 @@ def _git_commit() -> str:
 def model_config(model: str, head: str) -> tuple[ModelConfig, int]:
     """(ModelConfig, executed actions per decision; 0 = all) of `--model` with `head`'s fields."""
     if model == "small":
-        from vlajax.config.presets.sft import SMALL_CPU_MODEL
-
         return dataclasses.replace(SMALL_CPU_MODEL, **HEADS[head]), 4
     return ModelConfig(**HEADS[head]), 0
 
@@ -250,7 +249,3 @@ def main(argv: list[str]) -> int:
     }
     write_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

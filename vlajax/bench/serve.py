@@ -43,7 +43,13 @@ from typing import Any
 
 import numpy as np
 
+from vlajax.config.schema import ConfigError, get_config
+from vlajax.data.normalize import NormStats
+from vlajax.policies import run_files
+from vlajax.policies.bridge import Bridge
+from vlajax.serve.codec import pack, unpack
 from vlajax.shared import cli
+from vlajax.training import checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WAIT_FLAGS = {"adaptive": "--fire-when-all-waiting", "fixed": "--no-fire-when-all-waiting"}  # --wait -> server flag
@@ -53,11 +59,6 @@ def write_init_checkpoint(directory: str, cfg, *, seed: int = 0) -> str:
     """An SFT-layout checkpoint (config.json, policy.json, step 0) of `cfg`'s freshly initialized
     model, with unit normalization statistics. -> `directory`."""
     import jax
-
-    from vlajax.data.normalize import NormStats
-    from vlajax.policies import run_files
-    from vlajax.policies.bridge import Bridge
-    from vlajax.training import checkpoint
 
     cameras = tuple(sorted(cfg.env.cameras))
 
@@ -112,8 +113,6 @@ def _server_cpu(pid: int) -> dict[str, float]:
 
 async def _measure(url: str, clients: int, warmup_s: float, seconds: float, pid: int | None = None) -> dict[str, Any]:
     from websockets.asyncio.client import connect
-
-    from vlajax.serve.codec import pack, unpack
 
     conns = [await connect(url, compression=None, max_size=None, open_timeout=60) for _ in range(clients)]
     metas = [unpack(await ws.recv()) for ws in conns]
@@ -333,7 +332,6 @@ def main(argv: list[str]) -> int:
     if a.checkpoint and not os.path.isdir(a.checkpoint):
         print(f"error: --checkpoint {a.checkpoint}: not a directory", file=sys.stderr)
         return 2
-    from vlajax.config.schema import ConfigError, get_config
 
     try:
         cfg = get_config(a.preset)

@@ -86,7 +86,8 @@ class EnvConfig:
             not (self.render_backend == "warp" and self.physics_impl != "warp"),
             "env.render_backend='warp' needs env.physics_impl='warp' (MJX renders only Warp data)",
         )
-        if self.randomize or self.robustness:  # (imports the env package only when used)
+        if self.randomize or self.robustness:
+            # lazy: the env package imports JAX; `vlajax.train --help` and config parsing stay JAX-free
             from vlajax.envs import perturb
 
             for field, parse in (("randomize", perturb.parse_ranges), ("robustness", perturb.parse_eval)):
@@ -469,6 +470,7 @@ def _load_presets() -> None:
     global _presets_loaded
     if not _presets_loaded:
         _presets_loaded = True
+        # lazy: the preset modules import this one (they register into its registry)
         from vlajax.config import presets
 
         presets.load_all()

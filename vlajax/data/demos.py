@@ -35,6 +35,8 @@ from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.data.build import dataset_dir
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.writer import LeRobotWriter, policy_features
+from vlajax.envs import experts, registry
+from vlajax.envs.tabletop import tasks as tasks_lib
 from vlajax.shared import compile_cache
 from vlajax.training.logging import PLAIN_LINES, Progress
 
@@ -46,8 +48,6 @@ BASE_CONTROL_HZ = 50  # TabletopConfig: 5 physics steps of 4 ms per control step
 
 def make_env(cfg: TrainConfig, task: str, obs_mode: str = "pixels"):
     """The unwrapped MJX env of `task` for the config's env section (pixels at env.image_size)."""
-    from vlajax.envs import registry
-
     over = registry.config_from_env_config(cfg.env)
     over["obs_mode"] = obs_mode
     return registry.load(task, over)
@@ -85,8 +85,6 @@ def swap_target(env, state, k: jax.Array):
     (it names the new target's colour) and the cameras re-rendered. For `data.demo_target_swap`."""
     from mujoco import mjx
 
-    from vlajax.envs.tabletop import tasks as tasks_lib
-
     idx = env.idx
     adr = jnp.asarray(idx.cube_qpos)
     a0, ak = adr[0] + jnp.arange(7), adr[k] + jnp.arange(7)
@@ -123,8 +121,6 @@ def expert_rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, e
     the target (`swap_target`): every scene appears with each of its three cubes as the target, the
     instruction naming that cube's colour (object suite: the same first frame, three different
     trajectories, told apart only by the colour word)."""
-    from vlajax.envs import experts
-
     act = jax.vmap(experts.make_expert(env))
     reset = jax.vmap(lambda k: env.reset_task(k, task_id))
     step = jax.vmap(env.step)
@@ -169,8 +165,6 @@ def first_frames(env, num_scenes: int, root: jax.Array, batch: int = 48) -> dict
         zone         float32 [M, 2]                   the square's xy (where the target goes)
         scene        int64 [M]
     """
-    from vlajax.envs import registry
-    from vlajax.envs.tabletop import tasks as tasks_lib
 
     tids = np.asarray([registry.ALL_ENVS.index(n) for n in registry.SUITES["object"]], np.int32)
     cams = tuple(env.config.cameras)
@@ -240,8 +234,6 @@ def episode_lengths(success: np.ndarray) -> np.ndarray:
 
 def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
     """Write the dataset at `out`. Returns a summary (episodes, frames, success rate per task)."""
-    from vlajax.envs import registry
-    from vlajax.envs.tabletop import tasks as tasks_lib
 
     try:
         names = registry.tasks_for(cfg.env)

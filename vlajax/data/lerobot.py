@@ -33,6 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vlajax.data.stats import aggregate
+from vlajax.data.video import read_frame
+
 __all__ = [
     "CODEBASE_VERSION", "DEFAULT_FEATURES", "DatasetError", "LAYOUT_KEYS", "LeRobotData", "read_parquet",
     "image_features", "layout_keys",
@@ -217,8 +220,6 @@ class LeRobotData:
         if os.path.exists(self._p("meta/stats.json")):
             self.stats = read_json(self._p("meta/stats.json"))
         elif os.path.exists(self._p("meta/episodes_stats.jsonl")):
-            from vlajax.data.stats import aggregate
-
             per_ep = read_jsonl(self._p("meta/episodes_stats.jsonl"))
             self.stats = aggregate([{k: {s: np.asarray(v) for s, v in st.items()} for k, st in r["stats"].items()}
                                     for r in per_ep])
@@ -337,8 +338,6 @@ class LeRobotData:
         return path, start
 
     def _video_frame(self, key: str, i: int) -> np.ndarray:
-        from vlajax.data.video import read_frame
-
         path, start = self._video_path(key, int(self.episode_of[i]))
         ts = start + float(self.columns["timestamp"].reshape(-1)[i])
         try:

@@ -29,6 +29,7 @@ from vlajax.data.packing import Batching, PackedBatchDataset, PrefixSpec
 from vlajax.data.source import ActionChunkSource
 from vlajax.data.transforms import DataTransformFn
 from vlajax.training import distributed
+from vlajax.training.sharding import data_sharding
 
 __all__ = ["make_dataset", "Loader"]
 
@@ -98,7 +99,6 @@ class Loader(grain.DatasetIterator):
     def _to_global(self, host: dict) -> Any:
         if self._mesh is None:
             return host
-        from vlajax.training.sharding import data_sharding
 
         pi = jax.process_index()
         slots, rows = host["sample_mask"].shape[0], host["segment_ids"].shape[0]

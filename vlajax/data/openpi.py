@@ -38,6 +38,7 @@ from vlajax.data.lerobot import DatasetError
 from vlajax.data.normalize import NormStats
 from vlajax.data.packing import PrefixSpec
 from vlajax.data.source import ActionChunkSource
+from vlajax.data.stats import RunningStats
 from vlajax.data.transforms import (
     AugmentImages,
     Group,
@@ -48,6 +49,7 @@ from vlajax.data.transforms import (
     SelectCameras,
     Unnormalize,
 )
+from vlajax.models.sp_tokenizer import PromptTokenizer
 
 __all__ = ["SLOTS", "model_slots", "is_pi", "state_in_prompt", "camera_map", "prefix_spec", "check_source",
            "make_transform", "TokenizePi", "load_tokenizer", "check_vocab", "DeltaActions", "AbsoluteActions",
@@ -117,8 +119,6 @@ def check_source(cfg: TrainConfig, src: ActionChunkSource) -> None:
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(path: str, max_len: int):
     """The SentencePiece prompt tokenizer of `model.tokenizer_path` (cached per path and length)."""
-    from vlajax.models.sp_tokenizer import PromptTokenizer
-
     return PromptTokenizer.load(path, max_len)
 
 
@@ -254,8 +254,6 @@ def openpi_norm_stats(src: ActionChunkSource, delta_mask: tuple[bool, ...] = (),
     the episode's end, as LeRobot's `delta_timestamps` clamp) after the data transforms -- DeltaActions
     on `delta_mask` -- into one `vlajax.data.stats.RunningStats` per key: mean / std exact, q01 / q99 from
     its histograms, min / max kept. Float32 [S] / [A] each."""
-    from vlajax.data.stats import RunningStats
-
     total = len(src)
     n_batches = total // batch_size
     bounds = [(b * batch_size, (b + 1) * batch_size) for b in range(n_batches)] or [(0, total)]

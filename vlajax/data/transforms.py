@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from vlajax.data.normalize import Mode, NormStats, normalize, unnormalize
+from vlajax.models import tokenizer
 from vlajax.shared.resize_pad import resize_with_pad
 
 __all__ = [
@@ -180,9 +181,7 @@ class Tokenize:
     encode: Callable[[str, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     def __call__(self, sample: dict) -> dict:
-        encode = self.encode
-        if encode is None:
-            from vlajax.models.tokenizer import encode
+        encode = self.encode or tokenizer.encode
         ids, mask = encode(sample["instruction"], self.max_len)
         return {**sample, "tokens": np.asarray(ids, np.int32), "token_mask": np.asarray(mask, bool)}
 

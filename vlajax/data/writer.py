@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from vlajax.data.lerobot import CODEBASE_VERSION, DEFAULT_FEATURES, DatasetError
 from vlajax.data.stats import STAT_NAMES, aggregate, episode_stats
+from vlajax.data.video import VideoEncoder
 
 __all__ = ["LeRobotWriter", "image_feature", "video_feature", "policy_features"]
 
@@ -246,8 +247,6 @@ class LeRobotWriter:
 
     def _encode(self, name: str, frames: np.ndarray) -> tuple[int, int, float]:
         """Append an episode's frames to camera `name`'s current mp4 -> (chunk, file, from_timestamp)."""
-        from vlajax.data.video import VideoEncoder
-
         enc = self._videos[name]
         chunk, file = self._video_files[name]
         if enc is not None and enc.size() >= self.video_files_size_in_mb * 1024 * 1024:

@@ -8,19 +8,18 @@ phases; a phase gives an end-effector target, a gripper command, and when to mov
     es = experts.init_state()                     # or jax.vmap over a batch
     action, es = act(state, es)
 
-`python -m vlajax.envs.experts [--episodes 50]` prints the per-task success table.
+`scripts/expert_success.py [--episodes 50]` prints the per-task success table.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 
+from vlajax.envs import registry
 from vlajax.envs.tabletop import scene, tasks
 
 OPEN, CLOSE = -1.0, 1.0
@@ -143,8 +142,6 @@ def rollout(env, rng: jax.Array, task_id: jax.Array, num_episodes: int, episode_
 
 def success_table(names, num_episodes: int, episode_length: int, seed: int = 0) -> dict[str, float]:
     """Expert success rate per task over `num_episodes` randomized episodes (state observations)."""
-    from vlajax.envs import registry
-
     out = {}
     env = registry.load(names[0], obs_mode="state")  # one compiled rollout; the task id is an input
     run = jax.jit(functools.partial(rollout, env, num_episodes=num_episodes, episode_length=episode_length))
@@ -155,32 +152,3 @@ def success_table(names, num_episodes: int, episode_length: int, seed: int = 0) 
         out[name] = float(jnp.mean(ever))
         print(f"{name:32s} {out[name] * 100:6.1f}%   ({time.time() - t0:.1f} s)", flush=True)
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Args:
-    """The command line (`--help` lists every option with its comment)."""
-
-    episodes: int = 50  # randomized episodes per task
-    episode_length: int = 150  # control steps per episode
-    tasks: tuple[str, ...] = ()  # task names (default: all)
-    seed: int = 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vlajax.shared import cli, compile_cache
-
-    args = cli.parse(Args, argv, prog="python -m vlajax.envs.experts", description=__doc__.splitlines()[0])
-    from vlajax.envs import registry
-
-    compile_cache.enable()
-    names = args.tasks or list(registry.ALL_ENVS)
-    print(f"scripted-expert success over {args.episodes} randomized episodes, {args.episode_length} steps each")
-    table = success_table(names, args.episodes, args.episode_length, args.seed)
-    worst = min(table.values())
-    print(f"mean {sum(table.values()) / len(table) * 100:.1f}%   min {worst * 100:.1f}%")
-    return 0 if worst >= 0.9 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.envs.tabletop import tasks
+from vlajax.evaluation import closed_loop as evaluation
 from vlajax.serve.client import RemotePolicy, ServerError
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,6 @@ class RemoteBridge:
             raise
 
     def _host_act(self, task_id, instruction_id, state, *images) -> np.ndarray:
-        from vlajax.envs.tabletop import tasks
-
         texts = [tasks.TASKS[int(t)].instructions()[int(i)] for t, i in zip(task_id, instruction_id)]
         obs = [{**{k: np.asarray(img[n]) for (_, k), img in zip(self.image_keys, images)},
                 self.state_key: np.asarray(state[n], np.float32), self.prompt_key: texts[n]} for n in range(len(texts))]
@@ -133,8 +133,6 @@ def run(cfg: TrainConfig) -> int:
     compiling or running the episodes abandons the evaluation at once -- the connections to the server are
     closed (a websocket close, code 1000, so the server frees them at once), one line, exit 0, nothing
     written; during the writing the report is finished first."""
-    from vlajax.evaluation import closed_loop as evaluation
-
     url = cfg.sft.eval_policy_server
     if not url:
         return evaluation.run(cfg)

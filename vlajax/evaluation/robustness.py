@@ -35,7 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from vlajax.config.schema import ConfigError, TrainConfig
-from vlajax.evaluation import closed_loop
+from vlajax.data.demos import make_env
+from vlajax.envs import perturb, registry
+from vlajax.evaluation import closed_loop, remote
 from vlajax.evaluation.closed_loop import EVAL_STREAM, episode_keys, result_dir, stop_cleanly, write_report
 from vlajax.policies.run_files import checkpoint_dir, load_run_policy
 from vlajax.shared import compile_cache
@@ -50,8 +52,6 @@ _RUNNERS: dict = {}  # the last setup's jitted closed loop (levels are its argum
 
 def plan(spec: str) -> list[tuple[str, int]]:
     """[(axis, level)] to run: the baseline first, then every axis's levels of `spec`."""
-    from vlajax.envs import perturb
-
     try:
         axes = perturb.parse_eval(spec)
     except ValueError as e:
@@ -76,8 +76,6 @@ def run_levels(cfg: TrainConfig, bridge, model, params, *, spec: str | None = No
                episodes_per_task: int | None = None, gifs: bool = True) -> tuple[dict[str, Any], dict]:
     """The episodes of `evaluate_robustness`, nothing written. -> (result, failure clips: `{axis: (level,
     task, frames uint8 [S, h, w, 3])}`, one failed episode per perturbed axis at its highest failing level)."""
-    from vlajax.data.demos import make_env
-    from vlajax.envs import perturb, registry
 
     spec = spec or cfg.env.robustness or "all"
     runs = plan(spec)
@@ -203,8 +201,6 @@ def plot(result: dict[str, Any], path: str) -> bool:
 def eval_command(cfg: TrainConfig) -> int:
     """The `eval` command: this module's table when `env.robustness` is set, else
     `vlajax.evaluation.remote.run` (a checkpoint through `vlajax.evaluation.closed_loop.run`, or a policy server)."""
-    from vlajax.evaluation import remote
-
     if not cfg.env.robustness:
         return remote.run(cfg)
     if cfg.sft.eval_policy_server:

@@ -27,6 +27,7 @@ from vlajax.models.heads import (
 )
 from vlajax.models.observation import Observation, fake_observation
 from vlajax.models.policy import PolicyOutput, clip_actions, log_prob, sample, sft_loss
+from vlajax.models.presets import PRESETS, get_model_config
 from vlajax.models.quantize import dequantize_params, quantize_params
 from vlajax.models.transformer import KVCache
 from vlajax.models.vla import VLA
@@ -48,11 +49,3 @@ __all__ = [
     "quantize_params", "dequantize_params",
 ]
 
-
-def __getattr__(name: str):
-    # Lazy, so `python -m vlajax.models.presets` does not import its own module twice.
-    if name in ("PRESETS", "get_model_config"):
-        from vlajax.models import presets  # noqa: PLC0415
-
-        return getattr(presets, name)
-    raise AttributeError(f"module 'vlajax.models' has no attribute {name!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 from vlajax.config.schema import ModelConfig
+from vlajax.models.openpi import Pi0
 from vlajax.models.vla import VLA
 
 
@@ -17,6 +18,4 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     """The network for `cfg`: `VLA(cfg)` for family 'vla', openpi's pi0 / pi0.5 otherwise."""
     if cfg.family == "vla":
         return VLA(cfg)
-    from vlajax.models.openpi import Pi0  # noqa: PLC0415  (imported only when a pi family is asked for)
-
     return Pi0(cfg)

@@ -38,7 +38,6 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 __all__ = ["NUM_STATE_BINS", "PromptTokenizer", "StatePromptTable", "clean_prompt", "discretize_state"]
 
@@ -230,28 +229,3 @@ def train_tiny_model(path: str, texts: Sequence[str], vocab_size: int = 1000) ->
     with open(path, "wb") as f:
         f.write(buf.getvalue())
     return path
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerArgs:
-    """The command line of `main` (`--help` lists every option with its comment)."""
-
-    out: tyro.conf.Positional[str]  # the .model file to write
-    vocab_size: int = 1000  # pieces at most (the dummy presets take 1,024)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m vlajax.models.sp_tokenizer OUT.model [--vocab-size N]`: a tiny SentencePiece model
-    trained on the tabletop tasks' instructions (for the dummy presets' `model.tokenizer_path`)."""
-    from vlajax.envs.tabletop import tasks
-    from vlajax.shared import cli
-
-    args = cli.parse(TokenizerArgs, argv, prog="python -m vlajax.models.sp_tokenizer", description=main.__doc__)
-    texts = sorted({i for t in tasks.TASKS for i in t.instructions()})
-    path = train_tiny_model(args.out, texts, args.vocab_size)
-    print(f"wrote {path} ({PromptTokenizer.load(path, 1).vocab_size} pieces)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

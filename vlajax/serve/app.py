@@ -19,11 +19,18 @@ import os
 import sys
 from typing import Literal
 
+import jax
 import tyro
 
+from vlajax.config.schema import TrainConfig
+from vlajax.data.transforms import resize_with_pad
+from vlajax.policies.bridge import POLICY_FILE
+from vlajax.policies.policy import deterministic_answers
+from vlajax.policies.run_files import load_policy
 from vlajax.serve.batching import BatchedPolicy, default_buckets
 from vlajax.serve.server import PolicyServer
 from vlajax.serve.spec import KeyMap, ObsSpec
+from vlajax.shared import compile_cache
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +93,6 @@ class ServeArgs:
 
 def _policy_json(checkpoint: str) -> dict:
     """The raw `policy.json` of a checkpoint directory (or of the run of a `<dir>/<step>`)."""
-    from vlajax.policies.bridge import POLICY_FILE
-
     d = os.path.abspath(os.path.expanduser(checkpoint))
     for path in (os.path.join(d, POLICY_FILE), os.path.join(os.path.dirname(d), POLICY_FILE)):
         if os.path.isfile(path):
@@ -130,13 +135,6 @@ def _resize(fn, size: int, img):
 
 def build(args: ServeArgs) -> PolicyServer:
     """Load the checkpoint and compile every bucket. -> a server ready to `run()`."""
-    import jax
-
-    from vlajax import load_policy
-    from vlajax.config.schema import TrainConfig
-    from vlajax.policies.policy import deterministic_answers
-    from vlajax.shared import compile_cache
-
     compile_cache.enable(TrainConfig().compilation_cache_dir)
     if args.replicas > len(jax.local_devices()):
         raise ValueError(f"--replicas {args.replicas}: this process has {len(jax.local_devices())} local device(s) "
@@ -156,8 +154,6 @@ def build(args: ServeArgs) -> PolicyServer:
     size = train_cfg.env.image_size or bridge.model.image_size
     resize = None
     if bridge.model.family != "vla":  # π policies: any image size, resized with pad as openpi's ResizeImages
-        from vlajax.data.transforms import resize_with_pad
-
         size = bridge.model.image_size
         resize = functools.partial(_resize, resize_with_pad, size)
 

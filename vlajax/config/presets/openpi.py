@@ -4,7 +4,7 @@
                             experts at openpi's `dummy` size, SigLIP mu/14 with 2 blocks, a 1,024-piece
                             vocabulary, action dim 32, horizon 10, 224x224 images; CPU tests and smoke
                             runs. `model.tokenizer_path` must name a SentencePiece model with ids < 1024
-                            (`python -m vlajax.models.sp_tokenizer OUT.model` trains one on the tasks).
+                            (`scripts/train_tokenizer.py OUT.model` trains one on the tasks).
     pi0, pi05               openpi's full sizes (PaliGemma gemma_2b + gemma_300m expert, SigLIP
                             So400m/14, 257,152 pieces, bf16) for GPU pods; the tokenizer is openpi's
                             `paligemma_tokenizer.model` at its cache path.
