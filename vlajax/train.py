@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import tyro
 
+from vlajax.config.help import command_help, fields_help
 from vlajax.config.schema import ConfigError, TrainConfig, get_config, parse_errors, preset_descriptions
-from vlajax.preflight import preflight
+from vlajax.preflight import preflight, reads
 
 PROG = "python -m vlajax.train"
 # Booleans are flags, as in every vlajax tool (`vlajax.shared.cli`): `--pipeline.enabled` / `--pipeline.no-enabled`.
@@ -73,7 +74,7 @@ def _top_help() -> str:
         f"presets (--preset, default {DEFAULT_PRESET!r}):",
         *(f"  {name:12s} {desc}" for name, desc in preset_descriptions().items()),
         "",
-        "config fields (the same for every command; `COMMAND --help` shows a preset's values):",
+        f"config fields (the same for every command; values of preset {DEFAULT_PRESET!r}):",
     ]
     return "\n".join(lines)
 
@@ -209,6 +210,19 @@ def _stop_request(command: str) -> contextlib.AbstractContextManager:
     return stop_request(command)
 
 
+def _command_help(command: str, args: list[str]) -> int:
+    """`COMMAND --help`: the fields the command reads, one line each, at the preset's values and the overrides."""
+    try:
+        cfg = parse(command, [a for a in args if a not in ("-h", "--help")])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    c = COMMANDS[command]
+    print(command_help(f"{PROG} {command}", f"{c.description}. Values: preset {cfg.name!r}.", cfg,
+                       lambda field: reads(command, field, cfg), c.aliases))
+    return 0
+
+
 def _verbose(args: list[str]) -> bool:
     """`--logging.verbose` among `args` (the last of it and `--logging.no-verbose` wins)."""
     flags = [a for a in args if a in ("--logging.verbose", "--logging.no-verbose")]
@@ -219,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
-        with contextlib.suppress(SystemExit):
-            tyro.cli(TrainConfig, args=["--help"], prog=f"{PROG} COMMAND", config=_TYRO_CONFIG)
+        print(fields_help(get_config(DEFAULT_PRESET)))
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
@@ -228,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         print(f"error: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
+    if "-h" in rest or "--help" in rest:
+        return _command_help(command, rest)
     from vlajax.training.logging import setup_console  # noqa: PLC0415 (it imports jax: not for --help or a typo)
 
     setup_console(verbose=_verbose(rest))  # before anything starts JAX: its backend probing lines stay off

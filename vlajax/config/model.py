@@ -35,8 +35,7 @@ class ModelConfig:
     """
 
     name: str = "tiny"  # label of the model size, for logs and checkpoints
-    # model family: our VLA (the fields below), or openpi's pi0 / pi0.5 (vlajax.models.openpi; sized
-    # by the paligemma_/action_expert_/siglip_ fields, the VLA's tower sizes are then unused)
+    # network: our VLA, or openpi's pi0 / pi0.5 (sized by the paligemma_/action_expert_/siglip_ fields)
     family: Literal["vla", "pi0", "pi05"] = "vla"
     paligemma_variant: Literal["dummy", "gemma_300m", "gemma_2b"] = "gemma_2b"  # pi: the VLM's Gemma size
     action_expert_variant: Literal["dummy", "gemma_300m", "gemma_2b"] = "gemma_300m"  # pi: the expert's Gemma size
@@ -47,9 +46,7 @@ class ModelConfig:
     # Vision tower.
     image_size: int = 32  # square input image side in pixels (images are resized to it)
     patch_size: int = 8  # ViT patch side in pixels
-    # how the ViT makes its patch tokens: 'patch' = a linear embedding of each patch's pixels; 'conv' =
-    # log2(patch_size) 3x3 stride-2 convolutions, each with LayerNorm and GELU, then the same linear map
-    # (a non-linear filter sees objects of a few pixels before a patch mixes them; patch_size = 2^k)
+    # ViT patch tokens: 'patch' = linear patch embedding; 'conv' = log2(patch_size) stride-2 convs, then it
     vision_stem: Literal["patch", "conv"] = "patch"
     num_cameras: int = 2  # cameras the prefix has room for (each gives (image_size/patch_size)^2 tokens)
     vit_width: int = 64  # ViT embedding width
@@ -78,36 +75,23 @@ class ModelConfig:
     num_denoise_steps: int = 4  # Euler steps of the flow sampler
     flow_sampler: Literal["ode", "flow_sde", "flow_noise"] = "ode"  # stochastic variants give log-probs
     noise_level: float = 0.5  # flow_sde noise scale (sigma_t = noise_level * sqrt(t / (1 - t)))
-    # flow sampler's start x_1: 'normal' = N(0, I) per chunk (pi0); 'zeros' = x_1 = 0, so the ODE
-    # policy is deterministic and flow_sde's credited step noise is all of a chunk's randomness
+    # flow sampler's start x_1: 'normal' = N(0, I) per chunk (pi0); 'zeros' = 0 (a deterministic ODE policy)
     flow_x1: Literal["normal", "zeros"] = "normal"
-    # flow_sde: 'one' = one uniformly drawn denoising step per chunk is stochastic (its log-density
-    # is the log-prob); 'all' = every step is an SDE step and the log-prob sums all K of them;
-    # 'last' = only the last step is stochastic and the learner re-runs the K - 1 ODE steps before
-    # it from the stored x_1, so the log-prob is the exact density of the executed actions given x_1
+    # flow_sde: which denoising steps are stochastic (their log-density is the log-prob): one drawn step, all, or the
+    # last
     flow_sde_steps: Literal["one", "all", "last"] = "one"
     noise_std_min: float = 0.08  # flow_noise: lower bound of the learned per-step std
     noise_std_max: float = 0.16  # flow_noise: upper bound of the learned per-step std
     num_bins: int = 256  # token head: bins per action dim
     value_head: Literal["none", "prefix", "expert"] = "none"  # where the PPO value head reads from
-    # auxiliary target head on the prefix (SFT only; attention pooling over the prefix's last hidden
-    # states + MLP, trained with `sft.aux_target_weight` x MSE): 'grasp_place' = the episode's grasp
-    # point (fingertip xy = state[:2] at its first frame whose action[3] closes the gripper) and its
-    # final state[:2], both fixed per episode, derived from the recorded demos (tabletop layout), normalized;
-    # 'grasp_place_pregrasp' = the same, the loss only on the frames before the grasp (after it the
-    # gripper's position in the images gives the grasp point away); 'grasp_place_start' = only on the
-    # frames before the fingertips moved 2 cm from the episode's start (the gripper shows nothing yet)
+    # auxiliary head on the prefix predicting the episode's grasp and place xy (SFT only); the variants mask the
+    # frames it trains on
     aux_target: Literal["none", "grasp_place", "grasp_place_pregrasp", "grasp_place_start"] = "none"
-    # K > 0: the aux head gives the grasp xy (aux dims 0-1) as a K x K classification over a grid of the
-    # normalized plane [-2.5, 2.5]^2 (cross-entropy against a Gaussian of std half a bin around the target;
-    # read back as the probability-weighted centre of the 3 x 3 bins around the most likely one), so a
-    # head unsure between two cubes picks one instead of regressing to their middle; the place xy stays
-    # a regression. 0 = the whole target is regressed (MSE)
+    # K > 0: the aux head classifies the grasp xy over a K x K grid (place xy stays regressed); 0 = all regressed
+    # (MSE)
     aux_grasp_bins: int = 0
-    # condition the action head on the aux target: the D target numbers enter the flow
-    # expert's action tokens (the token head's queries) through one projection. SFT teacher-forces the
-    # episode's own target (+ `sft.target_noise`); sampling, log-probs and values (eval, RL, serving) use
-    # the model's own `aux_target` prediction from the prefix, gradient-stopped. Needs model.aux_target
+    # feed the aux target into the action head (SFT: the episode's own; sampling: the model's prediction); needs
+    # model.aux_target
     target_conditioning: bool = False
     # Numerics and kernels.
     dtype: Literal["float32", "bfloat16"] = "float32"  # activation dtype
@@ -117,12 +101,9 @@ class ModelConfig:
     remat: bool = False  # recompute each transformer block in the backward pass (saves activation memory)
     # pi families: SentencePiece model file of the prompts (openpi's paligemma_tokenizer.model)
     tokenizer_path: str = ""
-    # pi05: the normalized state discretized into the prompt (openpi's discrete_state_input; False =
-    # pi0's prompt format and no state at all, as openpi's pi05_libero)
+    # pi05: the normalized state discretized into the prompt (False = pi0's prompt, no state)
     discrete_state_input: bool = True
-    # parameters that train (SFT and RL): 'all'; 'expert' = the VLM frozen, the action expert,
-    # action/time/state projections and value head train (piRL); 'lora' = openpi's LoRA fine-tuning (the
-    # Gemma weights of the experts with a LoRA rank frozen, their LoRA factors and everything else train)
+    # what trains: 'all'; 'expert' = the action expert and projections (VLM frozen); 'lora' = openpi's LoRA factors
     trainable: Literal["all", "expert", "lora"] = "all"
 
     def __post_init__(self):

@@ -21,8 +21,7 @@ class CheckpointConfig:
     every_steps: int = 100
     max_to_keep: int = 3  # newest checkpoints kept
     async_save: bool = True  # write in a background thread while training continues
-    # resume from the newest checkpoint in dir when one exists; False: a fresh run, refused (before anything is built)
-    # when dir already holds steps, which its saves would collide with
+    # resume from the newest checkpoint in dir; False: a fresh run (refused when dir already holds steps)
     resume: bool = True
 
     def __post_init__(self):
@@ -65,13 +64,10 @@ class LoggingConfig:
     every_steps: int = 10
     progress: Literal["rich", "plain", "none"] = "rich"  # console progress display
     video_every: int = 0  # write rollout videos every N evals (0 = off)
-    # INFO lines of every library (JAX's backend probing, Orbax's save internals) and of vlajax's per-save detail,
-    # with timestamps; off: vlajax's own INFO lines and every library's warnings
+    # every library's INFO lines (JAX, Orbax) and vlajax's per-save detail; off: vlajax's lines and warnings
     verbose: bool = False
     heartbeat_s: float = 25.0  # a progress line after this many seconds without one (0 = none)
-    # `eval`: the folder its results go under (as <run>-<suite>-step-<N>); '' = beside the evaluated run,
-    # <run>/eval/<suite>-step-<N> (or under --output-dir when the command line sets one)
-    eval_out: str = ""
+    eval_out: str = ""  # `eval`: the folder its results go under ('' = beside the evaluated run, <run>/eval/)
     overwrite: bool = False  # `eval`: replace an existing result of that name (default: keep it, write NAME-2)
 
     def __post_init__(self):

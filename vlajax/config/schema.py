@@ -45,28 +45,21 @@ __all__ = [  # the names other modules import from here (the sections live in th
 class EnvConfig:
     """Simulation: the task suite, batch of envs, cameras and control."""
 
-    # task suite: 'spatial' | 'object' | 'goal' (vlajax.envs.registry.SUITES); `demos` also takes a LIBERO suite
-    # 'libero_*' (its scripted expert on LIBERO's workers, vlajax.libero.demos; env.task then = task indices '0,3')
-    suite: str = "spatial"
+    suite: str = "spatial"  # task suite: 'spatial' | 'object' | 'goal', or a LIBERO suite 'libero_*' (docs/libero.md)
     task: str = ""  # one task, e.g. 'goal/stack' (vlajax.envs.registry.ALL_ENVS), or '' for the whole suite
     num_envs: int = 16  # parallel envs per process
     obs_mode: Literal["pixels", "state"] = "pixels"  # pixels: cameras + state; state: state only
     image_size: int = 32  # rendered image side in pixels (the env's own default is 64)
     cameras: tuple[str, ...] = ("agentview", "wrist")  # cameras rendered for the policy (subset of these two)
     render_backend: Literal["jax", "warp"] = "jax"  # pure-JAX ray caster (CPU default) or MJX-Warp
-    # MJX implementation "jax" or "warp" (warp is required for warp rendering), or "c": C MuJoCo
-    # on the host through a callback (the LIBERO-style CPU simulator; single-device rollouts), or "auto"
-    # (default): the RL rollout picks C MuJoCo on a one-device CPU host (2.2-2.5x MJX decisions/s there, bench
-    # rollout --physics mjx c) and MJX on accelerators / sharded rollouts; other envs (demos, SFT eval) MJX.
-    # The quickstart's policies act the same on both simulators (experiments/physics-default/README.md)
+    # simulator: MJX 'jax' or 'warp', 'c' = C MuJoCo on the host, 'auto' = C for one-device CPU RL rollouts, else MJX
     physics_impl: Literal["jax", "warp", "c", "auto"] = "auto"
     episode_length: int = 200  # low-level control steps before truncation
     action_repeat: int = 1  # multiplies the env's 5 physics steps (4 ms each) per control step
-    # domain randomization for demos and RL: 'axis=lo:hi,...' (e.g. 'camera=0:2,lighting=0:1'); each
-    # episode draws every named perturbation axis's level from [lo, hi] (vlajax/envs/perturb.py; '' = off)
+    # domain randomization for demos and RL: 'axis=lo:hi,...' (e.g. 'camera=0:2'); each episode draws its levels ('' =
+    # off)
     randomize: str = ""
-    # robustness evaluation: perturbation axes and levels ('all', 'camera,lighting', 'camera=1:3');
-    # `eval` then runs docs/robustness.md's table, RL logs it at every evaluation ('' = off)
+    # robustness evaluation axes and levels ('all', 'camera,lighting', 'camera=1:3'; docs/robustness.md; '' = off)
     robustness: str = ""
 
     def __post_init__(self):
@@ -121,36 +114,24 @@ class DataConfig:
     pack_rows: int = 0  # packed: prefix rows per global batch (0 = sized by a first-fit of the data's prefix lengths)
     pack_row_len: int = 0  # packed: tokens per row (0 = 2 x model.prefix_len)
     max_segments_per_row: int = 0  # packed: samples per row at most (0 = no limit)
-    # actions: q01/q99 -> [-1, 1], z-score, or min/max -> [-1, 1]; 'auto' = quantile for the flow
-    # head, min_max for the token head (its bins cover [-1, 1]: quantile would put each dim's
-    # rarest 1%, e.g. the gripper's opening commands, outside every bin). See `action_norm(cfg)`.
+    # action normalization: quantile (q01/q99), z-score or min/max; 'auto' = quantile for flow, min_max for tokens
     action_norm: Literal["auto", "quantile", "mean_std", "min_max"] = "auto"
     state_norm: Literal["quantile", "mean_std"] = "mean_std"  # proprioceptive state normalization
     camera_dropout: float = 0.0  # training: drop each camera but the first (sorted) from this fraction of samples
     episodes_per_task: int = 50  # demos: successful expert episodes written per task
-    # demos: DART-style perturbations -- at every control step with this probability (when none is
-    # running and the fingertips are above 5 cm: never in a grasp or placement) the executed action is
-    # replaced for 1..demo_perturb_steps steps by a random full-speed xy(z) move (gripper command kept);
-    # the recorded label stays the expert's action, so the data show recoveries whose direction only
-    # the scene and the instruction give, not the gripper's own motion (0 = the expert's own trajectories)
+    # demos: per-step probability of a short random move replacing the expert's action (labels stay the expert's)
     demo_perturb_prob: float = 0.0
     demo_perturb_steps: int = 6  # demos: longest perturbation (control steps); lengths are uniform in 1..this
-    # demos, object suite: every scene is run three times, each of its cubes once the target (the
-    # instruction names that cube's colour), so the scene alone never tells the target (vlajax.data.demos.swap_target)
-    demo_target_swap: bool = False
+    demo_target_swap: bool = False  # demos, object suite: run every scene three times, each cube once the named target
     video: bool = False  # demos: store cameras as AV1 video instead of PNG image features
     demo_workers: int = 2  # demos on a LIBERO suite (vlajax.libero.demos): LIBERO worker processes
     demo_image_size: int = 256  # demos on a LIBERO suite: both cameras' render size (openpi's LIBERO data: 256)
     demo_max_steps: int = 0  # demos on a LIBERO suite: step limit after the 10-step wait (0 = the suite's)
     demo_keep_failures: bool = False  # demos on a LIBERO suite: write the expert's failed episodes too
-    # SFT, object suite, model.aux_target='grasp_place': this fraction of each epoch's samples are rendered
-    # first frames (gripper at home, each scene three times with each cube the named target) that train only
-    # the aux head (no actions: the action loss skips them; aux weight sft.aux_start_weight), so the colour
-    # word's binding to a place is learned on many more scenes than the demos hold (0 = off)
+    # SFT, object suite, with model.aux_target: fraction of samples that are first frames training only the aux head
     grounding_fraction: float = 0.0
     grounding_scenes: int = 1000  # data.grounding_fraction: scenes rendered for it when SFT starts (3 frames each)
-    # pi families: 'camera=slot' entries putting our cameras into openpi's image slots
-    # (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb; a slot without a camera is masked)
+    # pi families: 'camera=slot' entries mapping our cameras to openpi's image slots (an empty slot is masked)
     camera_map: tuple[str, ...] = ("agentview=base_0_rgb", "wrist=left_wrist_0_rgb")
 
     def __post_init__(self):
@@ -186,23 +167,15 @@ class SFTConfig:
     eval_policy_server: str = ""  # eval command: ws://HOST:PORT of a policy server to evaluate ('' = --checkpoint)
     eval_connections: int = 16  # eval --policy-server: connections (requests in flight; the server batches them)
     time_limit_minutes: float = 0.0  # stop (with a checkpoint) once training ran this long (0 = no limit)
-    # checkpoint directory (an SFT run's or `vlajax.policies.import_openpi`'s) whose weights start the run;
-    # its model config must match this one's sizes ('' = fresh weights); a policy trained on delta actions
-    # (imported pi0_libero: its policy.json's delta mask) trains on openpi's DeltaActions (docs/models.md)
+    # checkpoint directory whose weights start the run (an SFT run or an imported openpi policy; '' = fresh)
     init_from: str = ""
-    # with init_from a policy trained on delta actions: 'auto' = openpi's DeltaActions on its mask (its robot's
-    # data) and the policy keeps its transforms; 'off' = train on the dataset's actions as they are and save
-    # the policy without the source's robot transforms (another embodiment, e.g. our tabletop env's data; the
-    # only way to fine-tune a source in openpi's ALOHA space, adapt_to_pi, which 'auto' refuses)
+    # init_from a delta-action policy: 'auto' = train on its DeltaActions; 'off' = the dataset's actions as they are
     delta_actions: Literal["auto", "off"] = "auto"
     # weight of the auxiliary target loss (MSE of `model.aux_target`); only with model.aux_target set
     aux_target_weight: float = 1.0
-    # model.aux_target='grasp_place': weight of the auxiliary loss on an episode's start frames (before the
-    # fingertips moved 2 cm, gripper at home: only the instruction tells the target) relative to the other
-    # frames, which weigh 1 (the loss stays a weighted mean); 1 = every frame alike
+    # with model.aux_target: weight of the aux loss on an episode's start frames (others weigh 1)
     aux_start_weight: float = 1.0
-    # model.target_conditioning: std of the Gaussian noise added to the teacher-forced target (normalized
-    # units, per dim) so the action head tolerates the prediction's error at inference (0 = exact targets)
+    # with model.target_conditioning: std of the noise added to the teacher-forced target (0 = exact)
     target_noise: float = 0.0
 
     def __post_init__(self):
@@ -230,8 +203,7 @@ class RLConfig:
     num_iterations: int = 100  # collect -> update iterations
     rollout_length: int = 16  # chunk decisions collected per env per iteration
     group_size: int = 8  # GRPO: rollouts per initial state (divides env.num_envs)
-    # GRPO: 'balanced' deals the suite's tasks to the groups in turn (every task gets its share of
-    # groups each iteration); 'random' draws each group's task uniformly
+    # GRPO: 'balanced' deals the suite's tasks to the groups in turn; 'random' draws each group's task
     group_tasks: Literal["balanced", "random"] = "balanced"
     gamma: float = 0.99  # discount per chunk decision
     gae_lambda: float = 0.95  # GAE lambda
@@ -241,59 +213,39 @@ class RLConfig:
     value_coef: float = 0.5  # value-loss weight (PPO)
     value_clip: float = 0.0  # clip the value around the old value (0 = off)
     entropy_coef: float = 0.0  # entropy bonus weight
-    # KL penalty to the reference policy: the run's initial params (init_from or fresh), frozen. VLA policies estimate
-    # a decision's KL as the sum of its scored entries' k3 (tokens, flow-chain dims); the state MLP per decision
-    kl_coef: float = 0.0
+    kl_coef: float = 0.0  # weight of the KL penalty to the frozen initial policy (0 = off)
     behaviour_weight_cap: float = 2.0  # decoupled PPO: cap on pi_prox / pi_behaviour
     # above the cap: 'truncate' to the cap (verl's truncated IS, which keeps the sample's gradient) or 'drop' the
     # sample (AReaL)
     behaviour_weight_mode: Literal["drop", "truncate"] = "truncate"
-    # granularity of the importance ratios: 'decision' = one ratio per chunk (the product over its
-    # scored entries); 'factor' = one per scored entry (a token of the token head, an (action step,
-    # dim) entry of the flow chain), clipped and behaviour-weighted per entry and averaged over the
-    # decision's entries, as token-level PPO (DAPO / verl); VLA policies only
+    # importance ratios: 'decision' = one per chunk; 'factor' = one per token / flow entry (token-level PPO)
     ratio_level: Literal["decision", "factor"] = "decision"
     filter_zero_advantage: bool = True  # GRPO: drop groups whose rewards have zero variance
     advantage_eps: float = 1e-6  # GRPO: added to the group std before dividing
     group_std_normalize: bool = True  # GRPO: divide by the group std (False = Dr. GRPO, mean only)
     normalize_advantages: Literal["none", "batch", "minibatch"] = "minibatch"  # standardize over valid decisions
-    # weight on negative advantages in the policy loss, applied to the advantages the loss sees (after
-    # `normalize_advantages`): 1 = the usual policy gradient; 0 = positive-sample reinforcement only (raise the
-    # probability of better-than-baseline samples, never push mass off worse ones: sharpens the policy toward its
-    # successful modes, Zhu et al. 2025 "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning");
-    # in between, W-REINFORCE-style down-weighting. With normalize_advantages='none' and GRPO the sign is that of
-    # the return against its group's mean
+    # weight on negative advantages in the policy loss: 1 = plain policy gradient, 0 = positive samples only
     negative_advantage_weight: float = 1.0
-    # token head: sampling temperature of the rollouts' bins (logits / T); the learner scores the stored tokens at
-    # the same T, so fresh-data ratios stay 1. Evaluation stays greedy whatever T is. T < 1 draws rollouts closer
-    # to the greedy policy that evaluation measures; T > 1 explores more. Other heads refuse T != 1. The quickstart
-    # runs T 0.5 with rl.kl_coef 0.04 (experiments/quickstart/README.md)
+    # token head: sampling temperature of the rollouts (evaluation stays greedy); other heads need 1
     temperature: float = 1.0
-    # skip the remaining minibatch updates once approx KL exceeds this (0 = off). Off by default: with stale
-    # samples it cut updates short and the policy unlearned (experiments/async-equivalence/README.md)
-    target_kl: float = 0.0
+    target_kl: float = 0.0  # skip the remaining minibatch updates once the approximate KL exceeds this (0 = off)
     update_epochs: int = 2  # passes over each collected batch
     num_minibatches: int = 4  # minibatches per epoch (one optimizer update each)
     micro_batches: int = 1  # gradient-accumulation steps per minibatch
     learning_rate: float = 1e-4  # optimizer learning rate
-    # linear warmup of every learning rate from 0 over this many optimizer steps (0 = off): Adam's first
-    # steps move every parameter by ~the full rate whatever the gradient's size (m / sqrt(v) ~ sign(g))
-    lr_warmup_steps: int = 0
+    lr_warmup_steps: int = 0  # linear warmup of every learning rate over this many optimizer steps (0 = off)
     value_learning_rate: float = 0.0  # learning rate of the critic's own params (0 = rl.learning_rate)
-    # PPO's critic: 'head' = the policy's own value head (VLA: `model.value_head`, on the policy's
-    # features); 'privileged' = an MLP on the simulator's privileged state [32] (asymmetric
-    # actor-critic: the pixel policy never sees it; deployment needs no critic)
+    # PPO's critic: 'head' = the policy's value head; 'privileged' = an MLP on the simulator's state
     critic: Literal["head", "privileged"] = "head"
     critic_width: int = 256  # rl.critic='privileged': hidden width of its 2-layer MLP
     critic_warmup_iterations: int = 0  # first N iterations train only the critic (policy advantages zeroed)
     grad_clip: float = 1.0  # global-norm gradient clipping (0 = off)
     eval_every: int = 10  # closed-loop eval every N iterations (0 = only at the end, -1 = never)
     eval_episodes_per_task: int = 20  # episodes per task in each RL evaluation
-    eval_seed: int = -1  # seed of the evaluation episodes (-1 = the run's seed; fix it to compare seeds)
+    eval_seed: int = -1  # RNG seed of the evaluation episodes (-1 = the run's seed)
     init_from: str = ""  # SFT checkpoint directory to start from ('' = fresh weights)
     chunk_steps: int = 0  # actions of each predicted chunk executed per decision (0 = the whole chunk)
-    # env reward: 'shaped' = shaped terms every step + success bonus; 'success' = bonus only;
-    # 'progress' = bonus + the change of the shaped terms (potential-based: return = bonus + final terms)
+    # 'shaped' = shaped terms + success bonus; 'success' = bonus only; 'progress' = bonus + change of the shaped terms
     reward: Literal["shaped", "success", "progress"] = "shaped"
 
     def __post_init__(self):
@@ -339,13 +291,9 @@ class AsyncConfig:
     enabled: bool = False  # False = the synchronous collect -> update loop
     placement: Literal["colocated", "disaggregated", "hybrid"] = "colocated"  # device groups per role
     placement_ratio: str = "1:1"  # 'rollout:train' device split per host (hybrid: rollout share; training uses all)
-    # extra fraction of a sync window rollout may run ahead (0 = sync). 1 learns as much as sync within 10 points
-    # (GRPO tokens, PPO flow); 2 learns less and is not recommended (experiments/async-equivalence/README.md).
-    # verl's fully-async recipe recommends < 1
-    staleness_threshold: float = 0.0
+    staleness_threshold: float = 0.0  # extra fraction of a sync window rollout may run ahead of the learner (0 = sync)
     trigger_parameter_sync_step: int = 1  # trainer updates between weight publications
-    # micro-batches the trainer pulls per update (one slot segment each, or one whole collect with one slot);
-    # with streaming each is one learner micro-batch: rl.micro_batches must equal it (async_workload.check_streaming)
+    # micro-batches the trainer pulls per update; with streaming rl.micro_batches must equal it
     require_batches: int = 1
     partial_rollout: bool = False  # episodes in flight continue under new weights
     use_rollout_log_probs: bool = True  # True: behaviour log-probs as old; False: recompute proximal
@@ -354,9 +302,7 @@ class AsyncConfig:
     num_generators: int = 1  # inference batchers the slots are routed over (fine-grained env sharding)
     max_batch: int = 0  # dynamic batching: fire at this many waiting requests (0 = all slots)
     max_wait_ms: float = 5.0  # dynamic batching: fire when the oldest request waited this long (T_max)
-    # dynamic batching: also fire as soon as every env slot with a segment in flight has posted (slots in
-    # lockstep are one forward); False: only max_batch / max_wait_ms
-    adaptive_batching: bool = True
+    adaptive_batching: bool = True  # dynamic batching also fires once every slot with a segment in flight has posted
     # a queue / pacing / weights wait fails after this long only if no other lane was busy meanwhile (stuck)
     queue_timeout_s: float = 120.0
     # a lane busy this long without a heartbeat is stalled (its first iteration, which compiles: 10x;
