@@ -75,7 +75,7 @@ def command(a: Args, seed: int, physics: str, out_dir: str) -> list[str]:
     return [sys.executable, "-m", "vlajax.train", "eval", "--preset", "rl-grpo-tokens",
             "--checkpoint", os.path.join(a.work, f"seed-{seed}", "sft", "checkpoints"), "--suite", "goal",
             "--sft.eval-episodes-per-task", "20", "--sft.eval-replan-steps", "4", "--seed", str(seed),
-            "--env.physics-impl", physics, "--output-dir", out_dir, "--logging.progress", "plain"]
+            "--env.physics-impl", physics, "--output-dir", out_dir]
 
 
 def run(a: Args) -> None:

@@ -87,7 +87,8 @@ def run_one(a: Args, arm: str, seed: int) -> dict:
     if not os.path.isfile(os.path.join(ckpt, "policy.json")):
         _main(["sft", *common, *model, "--data.dataset-dir", demos, *sft, "--sft.eval-every", "-1"])
     length = ["--env.episode-length", str(a.episode_length)] if a.episode_length else []
-    _main(["eval", *common, *model, *length, "--checkpoint", ckpt, "--robustness", ",".join(AXES),
+    # eval reads the model from the checkpoint (it refuses --model.* flags)
+    _main(["eval", *common, *length, "--checkpoint", ckpt, "--robustness", ",".join(AXES),
            "--episodes-per-task", str(a.eval_episodes_per_task)])
     evals = os.path.join(root, "eval")
     (sub,) = [d for d in os.listdir(evals) if d.startswith("robustness-")]  # robustness-<suite>-step-<n>

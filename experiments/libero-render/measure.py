@@ -22,7 +22,7 @@ Each path's wall time per frame (both cameras) is recorded; the pixels are compa
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -30,21 +30,27 @@ import statistics
 import time
 
 import numpy as np
+import tyro
 
 from vlajax.libero.protocol import convert_image
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The command line (`--help` lists every option with its comment)."""
+
+    size: int = 64  # the policy's image size (rendered natively)
+    base: int = 256  # the render size of the resized path (openpi's 256)
+    frames: int = 40  # frames rendered by each path
+    suite: str = "libero_spatial"  # the LIBERO suite
+    task: int = 0  # the task index within the suite
+    out: str = "results/libero-render"  # folder of render.json and side_by_side.png
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=64, help="the policy's image size (rendered natively)")
-    ap.add_argument("--base", type=int, default=256, help="the render size of the resized path (openpi's 256)")
-    ap.add_argument("--frames", type=int, default=40)
-    ap.add_argument("--suite", default="libero_spatial")
-    ap.add_argument("--task", type=int, default=0)
-    ap.add_argument("--out", default="results/libero-render")
-    a = ap.parse_args()
+    a = tyro.cli(Args, description=__doc__.splitlines()[0])
 
     from libero.libero import benchmark, get_libero_path
     from libero.libero.envs import OffScreenRenderEnv
