@@ -2,12 +2,12 @@
 
 Every value a command offers, run to its first update -- or refused before anything compiles. The values
 come from the schema, never from a list here (`vlajax.bench.values_cases`): every `Literal[...]`,
-`tuple[Literal[...], ...]` and `bool` field of the config sections a command reads (`TrainConfig` for
-`demos`, `sft`, `rl`, `eval`; `vlajax.serve.app.ServeArgs` for `serve`; each benchmark's `Args` for
-`bench.NAME`), each of its values alone, plus the products of the field groups in `PAIRINGS` (the pairings
-that reach different code: pipeline placement x streaming, physics x renderer on this host's device kind,
-head x algorithm x sampler, a benchmark's simulator x head / regime x mode). A field added to a section
-tomorrow is in tomorrow's sweep.
+`tuple[Literal[...], ...]` and `bool` field a command reads (the `TrainConfig` fields that
+`vlajax.preflight.READS` gives `demos`, `sft`, `rl`, `eval`; `vlajax.serve.app.ServeArgs` for `serve`; each
+benchmark's `Args` for `bench.NAME`), each of its values alone, plus the products of the field groups in
+`PAIRINGS` (the pairings that reach different code: pipeline placement x streaming, physics x renderer on
+this host's device kind, head x algorithm x sampler, a benchmark's simulator x head / regime x mode). A field
+added to a section tomorrow is in tomorrow's sweep.
 
 Each case is a real command line at a tiny size (`BASES`: a small preset, 1 step / 1 iteration / 1
 episode; a benchmark's fewest envs, steps and repeats): it is first validated in this process exactly as the
@@ -49,7 +49,6 @@ from vlajax.bench.values_cases import (
     BENCH_COMMANDS,
     COMMANDS,
     PAIRINGS,
-    SECTIONS,
     TRAIN_COMMANDS,
     Case,
     argv,
@@ -65,7 +64,7 @@ from vlajax.bench.values_cases import (
 )
 from vlajax.shared import cli
 
-__all__ = ["BASES", "BENCH_COMMANDS", "COMMANDS", "PAIRINGS", "SECTIONS", "TRAIN_COMMANDS", "argv", "cases",
+__all__ = ["BASES", "BENCH_COMMANDS", "COMMANDS", "PAIRINGS", "TRAIN_COMMANDS", "argv", "cases",
            "command_fields", "expand", "main", "merge", "out_dir", "schema_fields", "subset", "sweep", "validate"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

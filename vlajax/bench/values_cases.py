@@ -2,8 +2,8 @@
 
 A case is one command at a tiny size with one offered value set (or one combination of a pairing's values).
 The offered values are every `Literal[...]` field (also `tuple[Literal[...], ...]`: each value alone) and
-every `bool` field of the config sections a command reads (`SECTIONS`: `TrainConfig` for `demos`, `sft`,
-`rl`, `eval`; `vlajax.serve.app.ServeArgs` for `serve`; each benchmark's own `Args` for `bench.NAME`). A
+every `bool` field a command reads (the `TrainConfig` fields `vlajax.preflight.READS` says `demos`, `sft`,
+`rl`, `eval` read; `vlajax.serve.app.ServeArgs` for `serve`; each benchmark's own `Args` for `bench.NAME`). A
 field added tomorrow is a case tomorrow; nothing here lists values.
 """
 
@@ -25,14 +25,6 @@ TRAIN_COMMANDS = ("demos", "sft", "rl", "eval", "serve")
 # every benchmark but this sweep itself, as `bench.NAME` (its own options are the runs' harness, not a workload)
 BENCH_COMMANDS = tuple(f"bench.{name}" for name in BENCHMARKS if name != "values")
 COMMANDS = TRAIN_COMMANDS + BENCH_COMMANDS
-# the config sections each training command reads (serve: the fields of its own ServeArgs)
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "demos": ("env", "data"),
-    "sft": ("model", "data", "sft", "checkpoint", "logging"),
-    "rl": ("model", "env", "rl", "pipeline", "checkpoint", "logging"),
-    "eval": ("env", "sft"),
-    "serve": ("serve",),
-}
 # field groups whose joint values reach different code: every combination is a case
 PAIRINGS: dict[str, tuple[tuple[str, ...], ...]] = {
     "demos": (("env.physics_impl", "env.render_backend"),),
@@ -126,8 +118,10 @@ def command_fields(command: str, schema: type | None = None) -> list[tuple[str, 
         skip = HARNESS_FIELDS.get(command, ())
         return [(k, v) for k, v in schema_fields(schema or bench_module(command).Args) if k not in skip]
     from vlajax.config.schema import TrainConfig
+    from vlajax.preflight import reads
 
-    return [(k, v) for k, v in schema_fields(schema or TrainConfig) if k.split(".")[0] in SECTIONS[command]]
+    # what the command reads is preflight's (`READS`): the flags it would refuse as unread are no case of it
+    return [(k, v) for k, v in schema_fields(schema or TrainConfig) if reads(command, k)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +258,7 @@ def validate(command: str, args: list[str]) -> tuple[str, str, Any]:
     `preflight` as `vlajax.train.main`; serve: `ServeArgs` and its `check`; a benchmark: its `Args` and its
     `_check` where it has one (the rest of its checks run first thing in its `main`)."""
     from vlajax.config.schema import ConfigError
-    from vlajax.train import parse, preflight
+    from vlajax.train import overrides, parse, preflight
 
     try:
         if command == "serve":
@@ -275,7 +269,7 @@ def validate(command: str, args: list[str]) -> tuple[str, str, Any]:
             module = bench_module(command)
             return _parse_tool(module.Args, args, getattr(module, "_check", None))
         cfg = parse(command, args)
-        preflight(cfg, command)
+        preflight(cfg, command, flags=overrides(command, args))  # as main: flags the command does not read refused
     except ConfigError as e:
         return "refused", f"error: {e}", None
     except SystemExit as e:  # tyro's own refusal of a value (exit 2); any other exit is this sweep's
