@@ -39,7 +39,7 @@ OUT = os.environ.get("VLAJAX_QUICKSTART_DIR", "runs/quickstart-libero")
 SIZES = {
     # demos per task, SFT steps, RL updates, evaluate every N updates (and at 0), held-out inits per task in each
     # evaluation, tasks (() = every task of the suite), step limits (0 = the suite's), SFT preset
-    "default": dict(episodes=5, sft_steps=600, rl_iterations=6, eval_every=3, eval_inits=3, tasks=(),
+    "default": dict(episodes=5, sft_steps=2000, rl_iterations=6, eval_every=3, eval_inits=3, tasks=(),
                     demo_max_steps=0, max_steps=0, sft_preset="sft-libero-small"),
     "smoke": dict(episodes=1, sft_steps=2, rl_iterations=1, eval_every=1, eval_inits=1, tasks=(0,),
                   demo_max_steps=12, max_steps=10, sft_preset="sft-libero-tiny"),
