@@ -58,3 +58,16 @@ def test_spec_parses_an_example_and_names_problems():
     # vocabulary 300 < the tokenizer's word ids: a known word becomes an unknown token for this policy
     with pytest.raises(ObsError, match="unknown prompt token"):
         spec.parse({**spec.example(), "prompt": "press the red button"})
+
+
+def test_a_joined_state_key_is_advertised_and_sent_as_its_parts():
+    """The droid key map joins the state from two wire keys: the metadata and the example name those two keys
+    (what a client that builds its request from the metadata sends), and the server parses that request."""
+    spec = ObsSpec(KeyMap.make("droid", ("agentview",)), (8, 8, 3), 8, max_text_len=6, vocab_size=300)
+    meta = spec.metadata()
+    assert meta["observation/joint_position"]["shape"] == [7] and meta["observation/gripper_position"]["shape"] == [1]
+    assert spec.keys.state not in meta
+    request = {k: np.ones(e["shape"], np.float32) if e["dtype"] == "float32" else
+               np.zeros(e["shape"], np.uint8) if e["dtype"] == "uint8" else "xyz" for k, e in meta.items()}
+    assert spec.parse(request).state.shape == (8,)
+    assert spec.parse(spec.example("xyz")).state.shape == (8,)

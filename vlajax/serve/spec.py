@@ -117,7 +117,11 @@ class ObsSpec:
             out[key] = {"shape": list(self.image_shape), "dtype": "uint8", "camera": cam}
             if self.resize is not None:
                 out[key]["resized"] = f"any [h, w, 3] is resized with pad to {list(self.image_shape)}"
-        out[self.keys.state] = {"shape": [self.state_dim], "dtype": "float32"}
+        for part, n in self.state_parts():
+            out[part] = {"shape": [n], "dtype": "float32"}
+            if part != self.keys.state:
+                out[part]["joined"] = (f"the state is {self.keys.state.replace('+', ' + ')} concatenated: any "
+                                       f"split of its {self.state_dim} values")
         out[self.keys.prompt] = {"shape": [], "dtype": "str",
                                  "alternative": f"{TOKENS_KEY}: int32 [<= {self.max_text_len}] "
                                                 f"ids < {self.vocab_size}"}
@@ -127,9 +131,17 @@ class ObsSpec:
         """A valid request (random images, zero state) -- for clients' smoke tests and the bench."""
         rng = np.random.default_rng(seed)
         obs: dict[str, Any] = {k: rng.integers(0, 256, self.image_shape, dtype=np.uint8) for _, k in self.keys.images}
-        obs[self.keys.state] = np.zeros((self.state_dim,), np.float32)
+        for part, n in self.state_parts():
+            obs[part] = np.zeros((n,), np.float32)
         obs[self.keys.prompt] = prompt
         return obs
+
+    def state_parts(self) -> list[tuple[str, int]]:
+        """(wire key, size) of the state's keys: one key of `state_dim`, or a joined key's parts ('a+b': the state is
+        their values concatenated, any split accepted), the first with `state_dim` less one per later part (DROID:
+        7 joint positions + 1 gripper position)."""
+        parts = self.keys.state.split("+")
+        return [(parts[0], self.state_dim - len(parts) + 1)] + [(p, 1) for p in parts[1:]]
 
     def parse(self, obs: Any) -> Parsed:
         """Validated inputs of one request; raises `ObsError` naming the problem."""
