@@ -148,7 +148,7 @@ def test_merge_keeps_each_case_once_the_later_row_winning(tmp_path):
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     first.write_text(json.dumps({"argv": ["a"], "cases": [row("rl.algo=grpo", "traceback"),
                                                           row("rl.algo=ppo", "ran")]}))
-    second.write_text(json.dumps({"argv": ["b"], "cases": [row("rl.algo=grpo", "ran")]}))
+    second.write_text(json.dumps({"argv": ["b"], "cases": [row("rl.algo=grpo", "ran"), row("rl.algo=gone", "ran")]}))
     shared = {**row("rl.critic=head", "traceback"), "same_run_as": "rl.algo=grpo"}
     third = tmp_path / "c.json"
     third.write_text(json.dumps({"argv": ["c"], "cases": [shared]}))
@@ -156,4 +156,5 @@ def test_merge_keeps_each_case_once_the_later_row_winning(tmp_path):
     assert [r["argv"] for r in merged["runs"]] == [["c"], ["a"], ["b"]]
     assert {r["name"]: (r["outcome"], r["source"]) for r in merged["cases"]} == {
         "rl.critic=head": ("ran", "c.json"), "rl.algo=grpo": ("ran", "b.json"), "rl.algo=ppo": ("ran", "a.json")}
+    assert [r["name"] for r in merged["not_cases_now"]] == ["rl.algo=gone"]
     assert merged["summary"]["rl"]["ran"] == 3 and merged["summary"]["rl"]["failures"] == []
