@@ -2,9 +2,9 @@
 
 collect -> update -> repeat, colocated: one jitted `collect` (the `lax.scan` rollout of
 `vlajax.rl.rollout` with the policy, then advantages and the flat learner batch) and one
-jitted `learner.update` per iteration. It follows `vlajax.sft.smoke` piece by piece: distributed
-start-up, compile cache, mesh, a train state built on its shards, jitted steps with the state
-donated, TensorBoard scalars, progress, async Orbax checkpoints and exact resume.
+jitted `learner.update` per iteration. The run skeleton (`vlajax.training.run.Run`) owns the
+start-up (distributed, compile cache, mesh), the train state on its shards, TensorBoard scalars,
+progress, async Orbax checkpoints, exact resume and the stop regions.
 
 Policies (`vlajax.rl.setup.build`):
 - `env.obs_mode='state'`: the MLP Gaussian chunk policy (`vlajax.rl.mlp_policy`), hidden
@@ -36,7 +36,6 @@ import collections
 import contextlib
 import functools
 import logging
-import os
 import time
 from typing import Any
 
@@ -44,9 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from vlajax.config.schema import TrainConfig
-from vlajax.policies import run_files
 from vlajax.rl import learner
-from vlajax.rl.rollout import rollout_physics
 from vlajax.rl.setup import (
     Setup,
     build,
@@ -57,13 +54,12 @@ from vlajax.rl.setup import (
     initial_env_state,
     iteration_keys,
     log_eval,
+    make_learner,
+    open_policy_checkpoints,
     place_env_state,
 )
-from vlajax.shared import compile_cache
-from vlajax.training import checkpoint, distributed, sharding
-from vlajax.training.logging import PLAIN_LINES, MetricsLogger, Progress
-from vlajax.training.preemption import nothing_new, stop_request
-from vlajax.training.train_state import TrainState
+from vlajax.training import sharding
+from vlajax.training.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -79,132 +75,82 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
     10,000 iterations (bounded memory on runs of any length). Raises
     `learner.NonFiniteError` (after closing the checkpointer) on a non-finite update.
     """
-    with stop_request("rl") as stop, contextlib.ExitStack() as shown:
-        saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
-        kept = lambda: nothing_new(saved["step"], "iteration")  # noqa: E731
-        with stop.abandonable("set-up (before the first iteration)", kept):  # nothing new yet: abandon at once
-            # ---- Start-up: processes, compile cache, mesh ----------------------------------------
-            distributed.initialize(cfg.distributed)
-            stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
-            # the console from here on: what phase runs, iteration lines, a heartbeat after logging.heartbeat_s
-            progress = shown.enter_context(Progress(cfg.rl.num_iterations, f"rl {cfg.name}", cfg.logging.progress,
-                                                    cfg.logging.every_steps, heartbeat_s=cfg.logging.heartbeat_s,
-                                                    max_lines=PLAIN_LINES))
-            compile_cache.enable(cfg.compilation_cache_dir)
-            mesh = sharding.make_mesh(cfg.mesh)
-            rules = cfg.mesh.logical_rules
+    total = cfg.rl.num_iterations
+    with Run(cfg, "rl", unit="iteration", total=total) as run:
+        with run.setting_up():  # nothing new yet: a signal abandons at once
+            # ---- Start-up: processes, console, compile cache, mesh; the policy and its envs -------
+            mesh = run.start(progress=f"rl {cfg.name}")
             if setup is None:
-                with progress.phase(f"building {cfg.env.num_envs} envs and the policy"):
+                with run.phase(f"building {cfg.env.num_envs} envs and the policy"):
                     setup = build(cfg, mesh)
             decisions = check_decisions(cfg, setup, mesh)
             log.info("rl: %s %s, %d envs, %d decisions per iteration, mesh %s", cfg.rl.algo, setup.actor.name,
                      cfg.env.num_envs, decisions, dict(mesh.shape))
 
             # ---- Train state on its shards; jitted collect and update ----------------------------
-            tx = learner.make_optimizer(cfg.rl)
-
-            def init(rng):
-                return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
-
-            with progress.phase("building the train state, compiling its init"):
-                state, state_shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(cfg.seed))
+            learn = make_learner(run, setup)
+            state = learn.state
             n_params = sum(x.size for x in jax.tree.leaves(state.params))
-            # rl.kl_coef > 0: the initial policy (init_from or fresh, before any resume), frozen, is the reference
-            ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
             ref_fn = jax.jit(functools.partial(learner.with_reference, setup.actor.logp_value))
             collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
-            update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
-                                in_shardings=(None, state_shardings, None), out_shardings=(state_shardings, None),
-                                donate_argnums=(1,))
-            with sharding.use_mesh(mesh, rules), progress.phase(f"resetting {cfg.env.num_envs} envs"):
+            with sharding.use_mesh(mesh, run.rules), run.phase(f"resetting {cfg.env.num_envs} envs"):
                 env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
 
-            # ---- Checkpoints and resume ----------------------------------------------------------
-            ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
-            if setup.bridge is not None and distributed.is_main_process():  # the checkpoints are a policy
-                run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "rl",
-                                       rollout_physics=rollout_physics(cfg.env))
-            pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})
+            # ---- Checkpoints (a policy: config.json, policy.json) and resume ---------------------
+            ckpt_dir = open_policy_checkpoints(run, setup, "rl", cfg.env)
+            pack = lambda s, e: {"train": s} | ({} if e is None else {"env": env_leaves(e)})  # noqa: E731
+            restored, extra = run.restore(pack(state, env_state))
             start, env_steps = 0, 0.0
-            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-                with progress.phase("restoring the newest checkpoint"):
-                    restored, extra = ckpt.restore(checkpoint.abstract_state(pack(state, env_state)))
+            if extra is not None:
                 state = restored["train"]
                 env_state = None if env_state is None else env_unleaves(env_state, restored["env"])
-                start, env_steps = int(extra["iteration"]), float(extra["env_steps"])
-                saved["step"] = start
+                start, env_steps = run.resumed_at(int(extra["iteration"])), float(extra["env_steps"])
                 log.info("rl: resumed from iteration %d", start)
+
         # ---- Train ---------------------------------------------------------------------------
-        logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
-
-        def cleanup():  # an abandoned region: the checkpoint write in flight, then the TensorBoard events
-            ckpt.wait()
-            logger.close()
-
-        total = cfg.rl.num_iterations
-        end = total if stop_at is None else min(stop_at, total)
+        logger = run.open_logger()
         history: collections.deque[dict] = collections.deque(maxlen=10_000)
         evals = []
         times: collections.deque[list[float]] = collections.deque(maxlen=10_000)  # monotonic start, end, env steps
         t_start = time.perf_counter()
-        status = "done"
-        try:
-            progress.resume(start)
-            with sharding.use_mesh(mesh, rules):
-                if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
-                    with (stop.abandonable("the evaluation at iteration 0", kept, cleanup),
-                          progress.phase("evaluating iteration 0")):
-                        evals.append(log_eval(setup, logger, state.params, 0, env_steps))
-                safe_at = start  # the newest iteration whose state a rerun gets back (saved, or the start)
-                for it in range(start, end):
-                    # nothing since that state would be lost: a signal abandons the iteration at once
-                    region = (stop.abandonable(f"iteration {it + 1} (its predecessor is saved)", kept, cleanup)
-                              if safe_at == it else contextlib.nullcontext())
-                    with region:
-                        t0, m0 = time.perf_counter(), time.monotonic()
-                        k_collect, k_update = iteration_keys(cfg.seed, it)
-                        # the first iteration's compiles on the console (each call returns once it is dispatched)
-                        phase = progress.phase if it == start else lambda _: contextlib.nullcontext()
-                        with phase(f"compiling the rollout ({cfg.env.num_envs} envs)"):
-                            env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
-                        batch = learner.critic_warmup(cfg.rl, it, batch)
-                        if ref_params is not None:
-                            batch = ref_fn(ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
-                        with phase("compiling the update"):
-                            state, metrics = update_fn(k_update, state, batch)
-                        host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
-                    learner.check_finite(host, it + 1)  # raises before this iteration is saved
-                    done = it + 1
-                    seconds = time.perf_counter() - t0
-                    env_steps += host["env_steps"]
-                    times.append([m0, time.monotonic(), host["env_steps"]])
-                    host |= {"env_steps_per_s": host["env_steps"] / seconds, "iteration_s": seconds,
-                             "total_env_steps": env_steps}
-                    history.append({k: host[k] for k in
-                                    ("success", "episode_return", "policy_loss", "env_steps_per_s")})
-                    if done % cfg.logging.every_steps == 0 or done == total:
-                        logger.scalars(done, host, prefix="train/")
-                        progress.update(done, {"success": host["success"], "return": host["episode_return"],
+        run.progress.resume(start)
+        steps = run.steps(start, total if stop_at is None else min(stop_at, total))
+        with sharding.use_mesh(mesh, run.rules):
+            if start == 0 and cfg.rl.eval_every > 0:  # the starting policy: iteration 0 of the curve
+                with run.evaluating(0):
+                    evals.append(log_eval(setup, logger, state.params, 0, env_steps))
+            for it in steps:
+                with steps.region(it):  # nothing since the saved state would be lost: a signal abandons it
+                    t0, m0 = time.perf_counter(), time.monotonic()
+                    k_collect, k_update = iteration_keys(cfg.seed, it)
+                    # the first iteration's compiles on the console (each call returns once it is dispatched)
+                    phase = run.phase if it == start else lambda _: contextlib.nullcontext()
+                    with phase(f"compiling the rollout ({cfg.env.num_envs} envs)"):
+                        env_state, batch, roll = collect_fn(state.params, env_state, k_collect, jnp.int32(it))
+                    batch = learner.critic_warmup(cfg.rl, it, batch)
+                    if learn.ref_params is not None:
+                        batch = ref_fn(learn.ref_params, batch, jax.random.fold_in(k_update, learner.REF_STREAM))
+                    with phase("compiling the update"):
+                        state, metrics = learn.update_fn(k_update, state, batch)
+                    host = {k: float(v) for k, v in jax.device_get(metrics | roll).items()}
+                learner.check_finite(host, it + 1)  # raises before this iteration is saved
+                done = it + 1
+                seconds = time.perf_counter() - t0
+                env_steps += host["env_steps"]
+                times.append([m0, time.monotonic(), host["env_steps"]])
+                host |= {"env_steps_per_s": host["env_steps"] / seconds, "iteration_s": seconds,
+                         "total_env_steps": env_steps}
+                history.append({k: host[k] for k in ("success", "episode_return", "policy_loss", "env_steps_per_s")})
+                if done % cfg.logging.every_steps == 0 or done == total:
+                    logger.scalars(done, host, prefix="train/")
+                    run.progress.update(done, {"success": host["success"], "return": host["episode_return"],
                                                "sps": host["env_steps_per_s"]})
-                    if done < end and stop.requested():  # SIGTERM / Ctrl-C: this iteration's checkpoint, then leave
-                        log.warning("rl: interrupted (%s) after iteration %d; saving it", stop.reason, done)
-                        end, status = done, "interrupted"
-                    periodic = cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0
-                    evaluate = status == "done" and (periodic or (done == total and cfg.rl.eval_every >= 0))
-                    # an evaluation follows: save its iteration first, so a signal during it loses nothing
-                    if ckpt.save(done, pack(state, env_state), force=done in (total, end) or evaluate,
-                                 extra={"iteration": done, "env_steps": env_steps, "config": cfg.name}):
-                        saved["step"] = safe_at = done
-                    if status == "interrupted":
-                        stop.report(f"iteration {done}", f"finished it and saved checkpoint {done}")
-                        break
-                    if evaluate:
-                        with (stop.abandonable(f"the evaluation at iteration {done}", kept, cleanup),
-                              progress.phase(f"evaluating iteration {done}")):
-                            evals.append(log_eval(setup, logger, state.params, done, env_steps))
-        finally:
-            ckpt.close()
-            logger.close()
-        return {"status": status, "start_iteration": start, "iterations": total, "params": int(n_params),
-                "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": list(history),
-                "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": list(times)}
+                periodic = cfg.rl.eval_every > 0 and done % cfg.rl.eval_every == 0
+                evaluate = periodic or (done == total and cfg.rl.eval_every >= 0)
+                extra = {"iteration": done, "env_steps": env_steps, "config": cfg.name}
+                if steps.boundary(done, pack(state, env_state), extra, evaluate):
+                    with run.evaluating(done):
+                        evals.append(log_eval(setup, logger, state.params, done, env_steps))
+    return {"status": steps.status, "start_iteration": start, "iterations": total, "params": int(n_params),
+            "seconds": round(time.perf_counter() - t_start, 1), "env_steps": env_steps, "history": list(history),
+            "evals": evals, "checkpoint_dir": ckpt_dir, "state": state, "iteration_times": list(times)}

@@ -31,19 +31,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, EnvConfig, TrainConfig
+from vlajax.data.normalize import NormStats
+from vlajax.data.openpi import camera_map, model_slots
+from vlajax.envs import registry
 from vlajax.envs.base import Env
+from vlajax.envs.tabletop import env as tabletop_env
+from vlajax.envs.tabletop import tasks as tabletop_tasks
+from vlajax.evaluation import closed_loop
+from vlajax.models import build_model
+from vlajax.models.observation import fake_observation
 from vlajax.policies import run_files
+from vlajax.policies.bridge import Bridge
 from vlajax.rl import actors, learner, mlp_policy
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl import rollout as ro
 from vlajax.training import distributed, sharding
 from vlajax.training.logging import MetricsLogger
+from vlajax.training.run import Run
+from vlajax.training.train_state import TrainState
 
 __all__ = [
     "ENV_STREAM", "EVAL_STREAM", "UPDATE_STREAM", "Setup", "build", "check_decisions", "collect", "env_leaves",
-    "env_unleaves", "episodic", "eval_seed", "initial_env_state", "iteration_keys", "load_sft", "log_eval",
-    "merge_params", "place_env_state", "run_and_report",
+    "env_unleaves", "episodic", "eval_seed", "initial_env_state", "iteration_keys", "Learner", "load_sft", "log_eval",
+    "make_learner", "merge_params", "open_policy_checkpoints", "place_env_state", "run_and_report",
 ]
 
 log = logging.getLogger(__name__)
@@ -177,26 +188,17 @@ def eval_seed(cfg: TrainConfig) -> int:
 
 
 def _eval_sizes(cfg: TrainConfig) -> tuple[int, int]:
-    from vlajax.envs import registry
-
     n_tasks = len(registry.tasks_for(cfg.env))
     decisions = ro.decisions_per_episode(cfg.env.episode_length, cfg.model.action_horizon)
     return n_tasks * cfg.rl.eval_episodes_per_task, decisions
 
 
 def _per_task(cfg: TrainConfig, task_ids: np.ndarray, success: np.ndarray) -> dict[str, Any]:
-    from vlajax.envs.tabletop import tasks
-
-    per = {tasks.TASKS[t].name: float(np.mean(success[task_ids == t])) for t in np.unique(task_ids)}
+    per = {tabletop_tasks.TASKS[t].name: float(np.mean(success[task_ids == t])) for t in np.unique(task_ids)}
     return {"mean_success": float(np.mean(list(per.values()))), "per_task": per, "episodes": int(success.size)}
 
 
 def _build_vla(cfg: TrainConfig, mesh) -> Setup:
-    from vlajax.envs.tabletop import env as tabletop_env
-    from vlajax.models import build_model
-    from vlajax.models.observation import fake_observation
-    from vlajax.policies.bridge import Bridge
-
     model_cfg, bridge, sft_params = load_sft(cfg, mesh) if cfg.rl.init_from else (cfg.model, None, None)
     if bridge is None:
         bridge = _identity_bridge(cfg)
@@ -236,14 +238,13 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
                                    sft=dataclasses.replace(cfg.sft, eval_replan_steps=cfg.rl.chunk_steps))
 
     def evaluate(params, iteration):
-        from vlajax.evaluation.closed_loop import evaluate as closed_loop_eval
-
         out_dir = os.path.join(cfg.output_dir, "eval", f"iteration-{iteration}")
-        res = closed_loop_eval(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
+        res = closed_loop.evaluate(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
                                out_dir=out_dir, gifs=cfg.logging.video_every > 0)
         out = {"mean_success": res["mean_success"], "per_task": res["per_task"],
                "episodes": int(sum(1 for _ in res["per_task"]) * cfg.rl.eval_episodes_per_task)}
         if cfg.env.robustness:  # the robustness table too (docs/robustness.md), logged as robustness/<axis>/<level>
+            # lazy: the robustness tables' stack (~0.7 s of imports) only for runs that evaluate robustness
             from vlajax.evaluation.robustness import evaluate_robustness
 
             rob = evaluate_robustness(eval_cfg, bridge, model, params, episodes_per_task=cfg.rl.eval_episodes_per_task,
@@ -251,15 +252,11 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
             out["robustness"] = {f"{a}/{lv}": v for a, by in rob["mean"].items() for lv, v in by.items()}
         return out
 
-    del Bridge
     return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h), bridge)
 
 
 def _identity_bridge(cfg: TrainConfig):
     """A bridge without dataset statistics (RL from scratch): identity normalization."""
-    from vlajax.data.normalize import NormStats
-    from vlajax.policies.bridge import Bridge
-
     def ident(n):
         z, o = np.zeros(n, np.float32), np.ones(n, np.float32)
         return NormStats(mean=z, std=o, q01=-o, q99=o)
@@ -267,16 +264,12 @@ def _identity_bridge(cfg: TrainConfig):
     norm = {"actions": ident(cfg.model.action_dim), "state": ident(8)}
     cams, cmap = tuple(sorted(cfg.env.cameras)), ()
     if cfg.model.family != "vla":  # a π policy from fresh weights: the env cameras in openpi's image slots
-        from vlajax.data.openpi import camera_map, model_slots
-
         cmap = camera_map(cfg.data.camera_map, cams, model_slots(cfg.model))
     return Bridge(cfg.model, cams, norm, env_action_dim=min(cfg.model.action_dim, 4), camera_map=cmap)
 
 
 def load_sft(cfg: TrainConfig, mesh):
     """(model config, bridge, params) of the SFT checkpoint in `rl.init_from`."""
-    from vlajax.policies.bridge import Bridge
-
     directory = os.path.abspath(os.path.expanduser(cfg.rl.init_from))
     try:
         sft_cfg = run_files.load_config(directory)
@@ -309,6 +302,49 @@ def merge_params(fresh: Any, loaded: Any) -> Any:
 
     return jax.tree_util.tree_map_with_path(one, fresh, is_leaf=lambda x: isinstance(
         x, nn.spmd.LogicallyPartitioned | nn.Partitioned))
+
+
+# ----------------------------------------------------------------------------------------
+# On the run skeleton: the learner's state and update, the policy's checkpoints
+# ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Learner:
+    """The train state on its shards and the jitted, donated `learner.update` of an RL run."""
+
+    state: Any  # TrainState (params, optimizer state, step, RNG)
+    shardings: Any  # the state's NamedShardings
+    ref_params: Any  # the frozen reference policy of `rl.kl_coef > 0` (else None)
+    update_fn: Callable  # (rng, state, batch) -> (state, metrics); the state donated
+
+
+def make_learner(run: Run, setup: Setup) -> Learner:
+    """The policy's train state born on its shards (`run.init_state`), AdamW of `rl`, the reference params
+    (the initial policy, before any resume, when `rl.kl_coef > 0`) and `learner.update` jitted with the
+    state's shardings and donation -- the same for the synchronous and the async loop."""
+    cfg = run.cfg
+    tx = learner.make_optimizer(cfg.rl)
+
+    def init(rng):
+        return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
+
+    state, shardings = run.init_state(init)
+    ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
+    update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
+                        in_shardings=(None, shardings, None), out_shardings=(shardings, None), donate_argnums=(1,))
+    return Learner(state, shardings, ref_params, update_fn)
+
+
+def open_policy_checkpoints(run: Run, setup: Setup, source: str, env: EnvConfig | None) -> str:
+    """`run.open_checkpoints()`, then (a VLA run, process 0) `config.json` + `policy.json` beside them, so that
+    the checkpoints are a policy (`source` 'rl' / 'async-rl'; `env`: the rollout's, its physics recorded).
+    -> the checkpoint directory."""
+    directory, _ = run.open_checkpoints()
+    if setup.bridge is not None and distributed.is_main_process():
+        run_files.write_policy(directory, run.cfg.replace(model=setup.bridge.model), setup.bridge, source,
+                               rollout_physics=None if env is None else ro.rollout_physics(env))
+    return directory
 
 
 # ----------------------------------------------------------------------------------------

@@ -50,9 +50,12 @@ import optax
 
 from vlajax.config.run import checkpoint_steps
 from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.data import build as data_build
+from vlajax.data import demos
 from vlajax.data.lerobot import DatasetError
 from vlajax.data.openpi import is_pi
 from vlajax.data.packing import gather_prefix, rows_to_samples
+from vlajax.evaluation import closed_loop
 from vlajax.models import build_model, fp8, heads
 from vlajax.models.observation import Observation
 from vlajax.models.transformer import KVCache
@@ -64,14 +67,11 @@ from vlajax.policies.run_files import (
     inference_model,
     init_fn,
     make_schedule,
-    run_checkpointer,
     write_policy,
 )
 from vlajax.sft import init_from
-from vlajax.shared import compile_cache
-from vlajax.training import checkpoint, distributed, sharding, trainable
-from vlajax.training.logging import PLAIN_LINES, MetricsLogger, Progress
-from vlajax.training.preemption import nothing_new, stop_request
+from vlajax.training import distributed, sharding, trainable
+from vlajax.training.run import Run
 from vlajax.training.train_state import TrainState, step_rng
 
 log = logging.getLogger(__name__)
@@ -224,9 +224,7 @@ def _check(cfg: TrainConfig, mesh) -> None:
         raise ConfigError(f"sft.target_noise={cfg.sft.target_noise} needs model.target_conditioning "
                           "(it is the noise on the teacher-forced target)")
     if cfg.data.grounding_fraction > 0:
-        from vlajax.data.demos import check_grounding
-
-        check_grounding(cfg)
+        demos.check_grounding(cfg)
     if cfg.sft.eval_every > 0 and cfg.env.obs_mode != "pixels":
         raise ConfigError("sft.eval_every needs env.obs_mode='pixels' (the VLA reads cameras)")
 
@@ -237,22 +235,14 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
     `stop_at`: leave after that step (with a checkpoint), as if interrupted; the schedule is
     still the one of `sft.num_steps`. `return_state`: put the final `TrainState` in the summary.
     """
-    from vlajax.data.build import make_loader
-
-    with stop_request("sft") as stop, contextlib.ExitStack() as shown:
-        saved = {"step": None}  # the newest checkpoint written or found (for the stop lines)
-        kept = lambda: nothing_new(saved["step"], "step")  # noqa: E731
-        with stop.abandonable("set-up (before the first step)", kept):  # nothing new yet: abandon at once
-            distributed.initialize(cfg.distributed)
-            stop.collective = jax.process_count() > 1  # then only step boundaries stop (all together)
-            # the console from here on: what phase runs, step lines, a heartbeat line after logging.heartbeat_s
-            progress = shown.enter_context(Progress(cfg.sft.num_steps, f"sft {cfg.name}", cfg.logging.progress,
-                                                    cfg.logging.every_steps, heartbeat_s=cfg.logging.heartbeat_s,
-                                                    max_lines=PLAIN_LINES))
-            compile_cache.enable(cfg.compilation_cache_dir)
-            cfg = init_from.resolve_config(cfg)  # sft.init_from: an empty model.tokenizer_path takes the source's
-            mesh = sharding.make_mesh(cfg.mesh)
-            rules = cfg.mesh.logical_rules
+    total = cfg.sft.num_steps
+    with Run(cfg, "sft", unit="step", total=total) as run, contextlib.ExitStack() as te_scope:
+        with run.setting_up():  # nothing new yet: a signal abandons at once
+            # ---- Start-up: processes, console, compile cache, mesh ------------------------------
+            run.start(progress=f"sft {cfg.name}", mesh=False)
+            # sft.init_from: an empty model.tokenizer_path takes the source's
+            run.cfg = cfg = init_from.resolve_config(cfg)
+            mesh = run.make_mesh()
             _check(cfg, mesh)
             # the source learned delta actions: so do we (and keep them); resuming, the run's own record
             own = checkpoint_dir(cfg)
@@ -265,11 +255,9 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
             # ---- Data first: bad data fails before anything compiles ------------------------------
             frames = None
             if cfg.data.grounding_fraction > 0:  # rendered first frames that train only the aux head
-                from vlajax.data.demos import grounding_frames
-
-                frames = functools.partial(grounding_frames, cfg)
-            with progress.phase("loading the dataset"):
-                loader, info = make_loader(cfg, mesh, aux_frames=frames,
+                frames = functools.partial(demos.grounding_frames, cfg)
+            with run.phase("loading the dataset"):
+                loader, info = data_build.make_loader(cfg, mesh, aux_frames=frames,
                                            delta_mask=openpi.delta_mask if openpi else (),
                                            delta_from=f"sft.init_from={cfg.sft.init_from}",
                                            openpi_stats=openpi is not None)
@@ -286,58 +274,43 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
 
             # ---- Train state on its shards, one jitted step ---------------------------------------
             model = build_model(cfg.model)  # our VLA or openpi's pi0 / pi0.5
-            te_scope = contextlib.ExitStack()  # model.fp8='te': init and every step trace inside TE's autocast
-            if cfg.model.fp8 == "te":
+            if cfg.model.fp8 == "te":  # model.fp8='te': init and every step trace inside TE's autocast
                 te_scope.enter_context(fp8.autocast("te", fp8.mesh_resource(mesh)))
-            with progress.phase("building the train state, compiling its init"):
-                state, state_shardings = sharding.init_sharded(init_fn(cfg, info.cameras), mesh, rules,
-                                                               jax.random.key(cfg.seed))
+            state, state_shardings = run.init_state(init_fn(cfg, info.cameras))
             n_params = sum(x.size for x in jax.tree.leaves(state.params))
             step_fn = make_train_step(model, info.groups, cfg.sft.ema_decay, state_shardings, mesh,
                                       cfg.sft.aux_target_weight, cfg.sft.target_noise)
 
             # ---- Checkpoints, config and policy files, resume -------------------------------------
-            ckpt_dir, ckpt = run_checkpointer(cfg)
+            ckpt_dir, _ = run.open_checkpoints()
             if distributed.is_main_process():
                 write_policy(ckpt_dir, cfg, bridge, "sft")
+            state, extra = run.restore(state, data_iter=loader)
             start = 0
-            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-                with progress.phase("restoring the newest checkpoint"):
-                    state, extra = ckpt.restore(checkpoint.abstract_state(state), data_iter=loader)
-                start = int(extra["step"])
-                saved["step"] = start
+            if extra is not None:
+                start = run.resumed_at(int(extra["step"]))
                 log.info("sft: resumed from step %d", start)
             elif cfg.sft.init_from:  # a fresh run starts from another run's (or an imported checkpoint's) weights
                 state = init_from.load_into(cfg, state, mesh)
 
         # ---- Train ----------------------------------------------------------------------------
-        logger = MetricsLogger(os.path.join(cfg.output_dir, "tb"), enabled=cfg.logging.tensorboard)
+        logger = run.open_logger()
         schedule = make_schedule(cfg)
         losses: list[float] = []
         evals: list[dict] = []
         totals = {"prefix_tokens": 0, "row_tokens": 0, "samples": 0}
         t_start = time.perf_counter()
         t_last, last_logged = t_start, start
-        total = cfg.sft.num_steps
-        status = "done"
-
-        def cleanup():  # an abandoned region: the checkpoint write in flight, then the TensorBoard events
-            ckpt.wait()
-            logger.close()
-
-        progress.resume(start)
-        with sharding.use_mesh(mesh, rules):
-            end = total if stop_at is None else min(stop_at, total)
-            safe_at = start  # the newest step whose state a rerun gets back (saved, or the start)
-            for step in range(start, end):
-                # nothing since that state would be lost: a signal abandons the step at once
-                region = (stop.abandonable(f"step {step + 1} (its predecessor is saved)", kept, cleanup)
-                          if safe_at == step else contextlib.nullcontext())
-                with region:
+        limit = cfg.sft.time_limit_minutes
+        run.progress.resume(start)
+        steps = run.steps(start, total if stop_at is None else min(stop_at, total))
+        with sharding.use_mesh(mesh, run.rules):
+            for step in steps:
+                with steps.region(step):  # nothing since the saved state would be lost: a signal abandons it
                     first = step == start  # its phases on the console: the first batch, then the compile
-                    with progress.phase("waiting for the first batch", False) if first else contextlib.nullcontext():
+                    with run.phase("waiting for the first batch", False) if first else contextlib.nullcontext():
                         batch = next(loader)
-                    with progress.phase("compiling the train step") if first else contextlib.nullcontext():
+                    with run.phase("compiling the train step") if first else contextlib.nullcontext():
                         state, metrics = step_fn(state, batch)
                         host = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 losses.append(host["loss"])
@@ -353,51 +326,35 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, return_state: bool = 
                     host["padding_fraction"] = 1.0 - host["prefix_tokens"] / max(host["row_tokens"], 1)
                     t_last, last_logged = now, done
                     logger.scalars(done, host, prefix="train/")
-                    progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
-                limit = cfg.sft.time_limit_minutes
-                if limit > 0 and done < end and time.perf_counter() - t_start > 60 * limit:
+                    run.progress.update(done, {"loss": host["loss"], "lr": host["lr"]})
+                if limit > 0 and done < steps.end and time.perf_counter() - t_start > 60 * limit:
                     log.warning("sft: time limit of %.1f min reached at step %d; stopping", limit, done)
-                    end = done
-                if done < end and stop.requested():  # SIGTERM / Ctrl-C: this step's checkpoint, then leave
-                    log.warning("sft: interrupted (%s) after step %d; saving it", stop.reason, done)
-                    end, status = done, "interrupted"
-                periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0 and done != total
-                evaluate = status == "done" and (periodic or (done == end and cfg.sft.eval_every >= 0))
-                # an evaluation follows: save its step first, so a signal during it loses nothing
-                if ckpt.save(done, state, extra={"step": done, "config": cfg.name, "loss": host["loss"]},
-                             data_iter=loader, force=done in (total, end) or evaluate):
-                    saved["step"] = safe_at = done
-                if status == "interrupted":
-                    stop.report(f"step {done}", f"finished it and saved checkpoint {done}")
-                if evaluate:
-                    with (stop.abandonable(f"the evaluation at step {done}", kept, cleanup),
-                          progress.phase(f"evaluating step {done}")):
+                    steps.finish_at(done)
+                periodic = cfg.sft.eval_every > 0 and done % cfg.sft.eval_every == 0
+                evaluate = periodic or (done == steps.end and cfg.sft.eval_every >= 0)
+                if steps.boundary(done, state, {"step": done, "config": cfg.name, "loss": host["loss"]}, evaluate,
+                                  data_iter=loader):
+                    with run.evaluating(done):
                         evals.append(_evaluate(cfg, bridge, inference_model(model), eval_params(state), done, logger))
-                if done >= end:
-                    break
-        ckpt.close()
+        run.close()
         loader.close()
-        logger.close()
-        te_scope.close()
-        seconds = time.perf_counter() - t_start
-        summary = {
-            "status": status, "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total,
-            "params": int(n_params),
-            "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
-            "losses": losses, "seconds": round(seconds, 1),
-            "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),
-            "checkpoint_dir": ckpt_dir, "evals": evals,
-        }
-        if return_state:
-            summary["state"] = state
-        return summary
+    seconds = time.perf_counter() - t_start
+    summary = {
+        "status": steps.status, "start_step": start, "steps": int(jax.device_get(state.step)), "num_steps": total,
+        "params": int(n_params),
+        "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
+        "losses": losses, "seconds": round(seconds, 1),
+        "padding_fraction": 1.0 - totals["prefix_tokens"] / max(totals["row_tokens"], 1),
+        "checkpoint_dir": ckpt_dir, "evals": evals,
+    }
+    if return_state:
+        summary["state"] = state
+    return summary
 
 
 def _evaluate(cfg, bridge, model, params, step, logger) -> dict:
-    from vlajax.evaluation.closed_loop import evaluate  # here: the eval stack (renderer, video) only when evaluating
-
     out_dir = os.path.join(cfg.output_dir, "eval", f"step-{step}")
-    result = evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,
+    result = closed_loop.evaluate(cfg, bridge, model, params, episodes_per_task=cfg.sft.eval_episodes_per_task,
                       out_dir=out_dir, gifs=cfg.logging.video_every > 0)
     logger.scalars(step, {"mean_success": result["mean_success"],
                           **{f"success/{k}": v for k, v in result["per_task"].items()}}, prefix="eval/")

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vlajax.config.schema import TrainConfig
+from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.policies import run_files
 from vlajax.shared import compile_cache
 from vlajax.training import checkpoint, distributed, sharding
@@ -91,8 +91,6 @@ def run(cfg: TrainConfig) -> int:
     rules = cfg.mesh.logical_rules
     dp = mesh.shape[sharding.DP]
     if cfg.data.batch_size % dp:
-        from vlajax.config.schema import ConfigError
-
         raise ConfigError(f"data.batch_size={cfg.data.batch_size} is not divisible by the mesh's dp={dp}")
     log.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
