@@ -70,8 +70,8 @@ ROWS = (Row("pytest", 90, 20), Row("parity", 150, 40), Row("sft:sft-small", 90, 
 # rl:pi0 and async:cpu-sim have not run on a GPU yet: their budgets are estimates sized so that both fit one
 # 540 s call (`--rows rl:pi0 async:cpu-sim`), or either one the second call of a session (docs/gpu.md)
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
-# except rl:pi0's: the pi0-dummy RL loops (sync, train_async) compile for 5-12 min each on that CPU at load 20
-# (its sync mode: 742 s), so its dry run is a slow test of its own (tests/test_gpu_check.py)
+# except rl:pi0's: its dry run compiles two pi0-dummy RL loops (sync, train_async), at one Gemma layer, 2 envs
+# and two timed updates; on a 2-core CPU at load 20 one such loop compiled in 5-12 min
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,7 @@ DRY = Sizes(sft_steps=2, small_batch=4, pi_family="pi0-dummy", pi_depths=(0,), p
                         "1", "--updates", "2", "--envs", "2", "--slots", "1", "--horizon", "2"),
             serve_args=("--clients", "1", "2", "--replicas", "1", "--seconds", "1", "--warmup-s", "0.5", "--repeats",
                         "1"), parity_k="test_python_api_matches_openpi_policy and pi0_libero",  # (the suite runs all)
-            rl_pi_envs=(2,), rl_pi_depths=(0,),
+            rl_pi_envs=(2,), rl_pi_depths=(1,),
             rl_pi_args=("--preset", "rl-ppo-flow", "--model", "pi0-dummy", "--model-image-size", "28", "--regimes",
                         "mjx", "--modes", "sync", "train_async", "--repeats", "1", "--updates", "2", "--slots", "1",
                         "--horizon", "2"),
@@ -513,6 +513,20 @@ def row_async(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path, args: 
             "reality": data["meta"]["reality"], "rows": _async_rows(data)}
 
 
+def rl_pi_label(sz: Sizes, dry: bool) -> str:
+    """What the rl:pi0 row runs, in words (the dry run's reduced sizes said as such)."""
+    a = list(sz.rl_pi_args)
+    flag = lambda name, default="": a[a.index(name) + 1] if name in a else default  # noqa: E731
+    depths = "the preset's" if sz.rl_pi_depths == (0,) else f"the first of {list(sz.rl_pi_depths)} that fits"
+    what = (f"{flag('--model')} (Gemma layers: {depths}), {flag('--model-image-size', "the preset's")} px, PPO "
+            f"({flag('--preset')}'s head), MJX tabletop goal suite from pixels, envs {list(sz.rl_pi_envs)}, "
+            f"timed updates: {flag('--updates')}, sync vs train_async")
+    if dry:
+        return ("dry run at reduced sizes, not pi0's widths: " + what + "; pi0-dummy is openpi's dummy Gemma "
+                "(width 64) and SigLIP mu/14 at 2 blocks")
+    return what
+
+
 def row_rl_pi(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dict:
     """`bench async --model pi0` per env count; at each, the first depth of `rl_pi_depths` that does not run
     out of memory (0 = the model preset's own)."""
@@ -530,7 +544,7 @@ def row_rl_pi(sz: Sizes, budget: float, env: dict, out_dir: pathlib.Path) -> dic
             oom = "out of memory" in r.get("tail", "").lower() or "RESOURCE_EXHAUSTED" in r.get("tail", "")
             if not (r.get("status", "ok").startswith("failed") and oom):
                 break
-    out = {"runs": runs}
+    out = {"label": rl_pi_label(sz, sz == DRY), "runs": runs}
     if runs and all(r.get("status", "ok").startswith("failed") for r in runs):
         out["status"] = runs[0]["status"]
     return out
