@@ -1,6 +1,6 @@
 """Refusals before a command is imported, built or compiled (ConfigError): what depends on the device or on the
-command, which the config alone cannot check. `vlajax.train.main` runs `preflight` for every command, and
-`vlajax.libero.rl_train` for `rl --suite libero_*` (which `vlajax.train` dispatches before its own parse)."""
+command, which the config alone cannot check. `vlajax.train.main` runs `preflight` for every command and suite
+(a LIBERO suite's own refusals: `vlajax.libero.checks`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import os
 import typing
 
 from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.libero import checks as libero_checks
+from vlajax.libero.suites import is_libero
 
 
-def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flags: list[str] | None = None) -> None:
+def preflight(cfg: TrainConfig, command: str = "", *, flags: list[str] | None = None) -> None:
     """Device- and command-dependent refusals, before the command is imported, built or compiled
     (ConfigError).
 
@@ -21,12 +23,13 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
     `data.grounding_fraction` is refused by every command but `sft`, the only one that reads it.
     `rl` on state observations (the MLP policy) refuses the `model.*` flags it does not read;
     `model.attention='cudnn'` needs a GPU (tests/foundation/test_every_value.py tries every value).
-    `rl --suite libero_*` runs the same refusals after its own (`vlajax.libero.rl_train._check`) with
-    `libero=True`: its policy is a VLA on LIBERO's workers, so the state-MLP check does not apply.
+    A LIBERO suite (`env.suite` 'libero_*'): `eval`, `rl` and `sft` read the fields of `LIBERO_READS` and refuse
+    what `vlajax.libero.checks` does (its policy is a VLA on LIBERO's workers, so the state-MLP checks do not apply).
     `flags` (the command line's overrides, after the command's aliases): each must be a field the command
-    reads (`check_flags`). The checkpoint directories the command reads must hold what it needs
+    reads on that suite (`check_flags`). The checkpoint directories the command reads must hold what it needs
     (`check_checkpoints`).
     """
+    libero = is_libero(cfg.env.suite) and command in LIBERO_READS
     if command in ("smoke", "sft", "rl"):  # a fresh run (checkpoint.resume=false) over saved steps fails at a save
         cfg.checkpoint.check_fresh(cfg.output_dir)
     if command not in ("sft", "") and cfg.data.grounding_fraction > 0:
@@ -34,6 +37,8 @@ def preflight(cfg: TrainConfig, command: str = "", *, libero: bool = False, flag
                           f"frames into the SFT batches); the {command} command does not read it")
     if flags is not None:
         check_flags(cfg, command, flags)
+    if libero:
+        libero_checks.check(cfg, command)
     check_checkpoints(cfg, command, libero=libero)
     if command == "rl" and cfg.model.fp8 == "flax":
         raise ConfigError("model.fp8='flax' is for sft: the RL train states carry no FP8 scale collections yet; "
@@ -211,20 +216,66 @@ def passed_fields(args: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _covering(command: str, field: str) -> str | None:
-    """The entry of READS[command] that covers `field`, or None."""
+LIBERO_POOL = ("libero.tasks", "libero.workers", "libero.envs_per_worker", "libero.max_steps", "libero.num_steps_wait",
+               "libero.env_seed", "libero.camera_size", "libero.hang_timeout_s", "libero.gl", "libero.backend",
+               "libero.ray_address", "libero.bind", "libero.advertise", "libero.cpus_per_worker",
+               "libero.ray_libero_venv", "libero.ray_repo", "libero.episodes_per_task")
+# What eval / rl / sft read with a LIBERO suite (`env.suite` 'libero_*'): entries as in READS, and '-entry' for
+# what a wider entry covers but the command does not read there; the longest entry that covers a field decides.
+LIBERO_READS: dict[str, tuple[str, ...]] = {
+    # a policy (served in-process, or a server) or the scripted expert on LIBERO's fixed initial states
+    "eval": ("env.suite", "checkpoint.dir", "sft.eval_policy_server", "logging.verbose", "logging.eval_out",
+             "libero.", "-libero.train_inits"),
+    # async GRPO on LIBERO's workers from rl.init_from (vlajax.libero.rl_train); its evaluations: libero.*
+    "rl": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.suite", "rl.",
+           "-rl.eval_episodes_per_task", "-rl.eval_seed", "pipeline.", "checkpoint.", "logging.", "distributed.",
+           *LIBERO_POOL, "libero.train_inits"),
+    # on LIBERO demos (openpi's layout); no in-loop evaluation (vlajax.libero.checks)
+    "sft": ("name", "seed", "output_dir", "compilation_cache_dir", "mesh.", "model.", "env.suite", "data.",
+            "-data.grounding_fraction", "sft.", "-sft.eval_", "sft.eval_every", "checkpoint.", "logging.",
+            "distributed."),
+}
+
+
+# what a LIBERO suite takes instead of a tabletop field (check_flags' hint)
+LIBERO_INSTEAD = {"seed": "--libero.env-seed", "env.num_envs": "--libero.workers, --libero.envs-per-worker",
+                  "env.image_size": "--libero.camera-size", "env.episode_length": "--libero.max-steps",
+                  "env.robustness": "--robustness (libero.robustness)", "rl.eval_seed": "--libero.env-seed",
+                  "sft.eval_episodes_per_task": "--episodes-per-task (libero.episodes_per_task)",
+                  "rl.eval_episodes_per_task": "--libero.episodes-per-task", "env.task": "--libero.tasks",
+                  "sft.eval_replan_steps": "--replan-steps (libero.replan_steps)",
+                  "libero.replan_steps": "the chunk steps executed per request are --rl.chunk-steps"}
+
+
+def _covers(entry: str, field: str) -> bool:
+    return field == entry or (entry[-1] in "._" and field.startswith(entry))
+
+
+def _covering(command: str, field: str, libero: bool = False) -> str | None:
+    """The entry of the command's table (READS, or LIBERO_READS with `libero`) that covers `field`, or None (also
+    when the deciding entry is an exclusion)."""
+    if libero:
+        hits = [e for e in LIBERO_READS[command] if _covers(e.lstrip("-"), field)]
+        best = max(hits, key=lambda e: len(e.lstrip("-")), default=None)
+        return None if best is None or best.startswith("-") else best
     for r in READS[command]:
-        if field == r or (r[-1] in "._" and field.startswith(r)):
+        if _covers(r, field):
             return r
     return None
 
 
+def _libero(command: str, cfg: TrainConfig | None) -> bool:
+    return cfg is not None and command in LIBERO_READS and is_libero(cfg.env.suite)
+
+
 def reads(command: str, field: str, cfg: TrainConfig | None = None) -> bool:
-    """Whether `command` reads config field `field` (with `cfg`: also the conditions of READ_WHEN)."""
-    entry = _covering(command, field)
+    """Whether `command` reads config field `field` (with `cfg`: on its suite, and under the conditions of
+    READ_WHEN)."""
+    libero = _libero(command, cfg)
+    entry = _covering(command, field, libero)
     if entry is None:
         return False
-    cond = READ_WHEN.get((command, entry))
+    cond = None if libero else READ_WHEN.get((command, entry))
     if cond is None or cfg is None or field == cond:
         return True
     section, _, name = cond.partition(".")
@@ -232,23 +283,42 @@ def reads(command: str, field: str, cfg: TrainConfig | None = None) -> bool:
 
 
 def check_flags(cfg: TrainConfig, command: str, args: list[str]) -> None:
-    """ConfigError naming the flags of `args` that `command` does not read (READS, READ_WHEN), with who reads them."""
+    """ConfigError naming the flags of `args` that `command` does not read on `cfg`'s suite (READS / LIBERO_READS,
+    READ_WHEN), with who reads them."""
     if command not in READS:
         return
     unread = [(flag, f) for flag, f in passed_fields(args) if not reads(command, f, cfg)]
     if not unread:
         return
+    libero = _libero(command, cfg)
     notes = []
     for flag, f in unread:
-        entry = _covering(command, f)
+        entry = _covering(command, f, libero)
         if entry is not None:  # read only under a condition
             cond = READ_WHEN[(command, entry)]
             notes.append(f"{flag} is read only with --{cond.replace('_', '-')}")
             continue
+        if libero and f.startswith("libero."):
+            by = [c for c in LIBERO_READS if _covering(c, f, True)]
+            instead = f" ({command}: {LIBERO_INSTEAD[f]})" if f in LIBERO_INSTEAD else ""
+            notes.append((f"{flag} is read by {' / '.join(by)}" if by else f"{flag} by no command") + instead)
+            continue
+        if libero:  # a tabletop field
+            by = [c for c in READS if reads(c, f)]
+            where = f"read by {' / '.join(by)} on the tabletop suites" if by else "read by no command"
+            instead = LIBERO_INSTEAD.get(f, "the --libero.* fields")
+            notes.append(f"{flag} is {where}; with a LIBERO suite the episodes run on LIBERO's workers: {instead}")
+            continue
+        by = [c for c in LIBERO_READS if _covering(c, f, True)] if f.startswith("libero.") else []
+        if by:
+            notes.append(f"{flag} is read by {' / '.join(by)} with a LIBERO suite (--suite libero_*), not with "
+                         f"{cfg.env.suite!r}")
+            continue
         by = [c for c in READS if c != command and reads(c, f)]
         notes.append(f"{flag} is read by {' / '.join(by)}" if by else f"{flag} by no command")
     flags = ", ".join(flag for flag, _ in unread)
-    raise ConfigError(f"{flags}: the {command} command does not read {'it' if len(unread) == 1 else 'them'} "
+    on = f" with the LIBERO suite {cfg.env.suite}" if libero else ""
+    raise ConfigError(f"{flags}: the {command} command does not read {'it' if len(unread) == 1 else 'them'}{on} "
                       f"({'; '.join(notes)}); drop {'it' if len(unread) == 1 else 'them'}")
 
 
@@ -397,17 +467,18 @@ def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
                           f"(model.flow_sampler={here.flow_sampler!r}): use --preset rl-grpo-tokens")
 
 
-def _check_eval_checkpoint(cfg: TrainConfig) -> None:
-    """eval --checkpoint: a policy (any run's checkpoints or an imported one) whose robot keys the suite has."""
+def _check_eval_checkpoint(cfg: TrainConfig, libero: bool = False) -> None:
+    """eval --checkpoint: a policy (any run's checkpoints or an imported one) whose robot keys the suite has (a
+    LIBERO suite: its workers send openpi's LIBERO keys to whatever the policy reads, `vlajax.serve`)."""
     from vlajax.policies.run_files import identify  # noqa: PLC0415
 
-    directory = cfg.checkpoint.directory(cfg.output_dir)
+    directory = cfg.checkpoint.dir if libero else cfg.checkpoint.directory(cfg.output_dir)
     parent = os.path.dirname(directory)
     if os.path.basename(directory).isdigit() and os.path.isfile(os.path.join(parent, "policy.json")):
         directory = parent  # one step of a run: <dir>/<step>
     ident = identify(directory)
     _not_a_policy("--checkpoint", ident, "a run's checkpoints (<run>/checkpoints) or an imported openpi checkpoint")
-    if ident.robot:  # this route runs the tabletop suites (LIBERO's are dispatched before: vlajax.libero.evaluate)
+    if ident.robot and not libero:  # (the tabletop suites)
         from vlajax.config.openpi import ROBOTS  # noqa: PLC0415
 
         dims = ROBOTS[ident.robot].action_dims if ident.robot in ROBOTS else "its"
@@ -437,5 +508,5 @@ def check_checkpoints(cfg: TrainConfig, command: str, *, libero: bool = False) -
             _check_rl_resume(cfg, own)
         if cfg.rl.init_from:
             _check_rl_source(cfg, libero)
-    elif command == "eval" and not cfg.sft.eval_policy_server:
-        _check_eval_checkpoint(cfg)
+    elif command == "eval" and not cfg.sft.eval_policy_server and not (libero and not cfg.checkpoint.dir):
+        _check_eval_checkpoint(cfg, libero)  # (a LIBERO eval reads --checkpoint DIR only; --expert reads none)

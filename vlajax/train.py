@@ -25,6 +25,7 @@ import tyro
 
 from vlajax.config.help import command_help, fields_help
 from vlajax.config.schema import ConfigError, TrainConfig, get_config, parse_errors, preset_descriptions
+from vlajax.libero.suites import check_suite, is_libero, looks_like_libero
 from vlajax.preflight import preflight, reads
 
 PROG = "python -m vlajax.train"
@@ -42,6 +43,15 @@ class Command:
     aliases: tuple[tuple[str, str], ...] = ()  # short flags rewritten to config fields before tyro
     bare: tuple[tuple[str, str], ...] = ()  # short flags that may stand alone: (flag, the value they then take)
     libero_target: str = ""  # "module:function" run instead when env.suite is a LIBERO suite (its worker processes)
+    libero_aliases: tuple[tuple[str, str], ...] = ()  # with a LIBERO suite: short flags read before `aliases`
+
+
+SUITE = (("--suite", "--env.suite"), ("--libero.suite", "--env.suite"))
+# eval's short flags for LIBERO's episodes (docs/libero.md); with a tabletop suite they name libero.* fields,
+# which preflight refuses there in one line
+LIBERO_EVAL = tuple((f"--{name}", f"--libero.{name}") for name in (
+    "tasks", "workers", "envs-per-worker", "replan-steps", "num-steps-wait", "max-steps", "render", "video",
+    "no-video", "hang-timeout-s", "gl", "expert", "no-expert", "camera-size"))
 
 
 COMMANDS: dict[str, Command] = {
@@ -49,18 +59,22 @@ COMMANDS: dict[str, Command] = {
         "foundation end-to-end check: sharded init, jitted steps, checkpoint, resume, logs", "vlajax.sft.smoke:run"
     ),
     "demos": Command("generate scripted demonstrations as a LeRobot v3.0 dataset", "vlajax.data.demos:run",
-                     (("--suite", "--env.suite"), ("--episodes-per-task", "--data.episodes-per-task"),
+                     (*SUITE, ("--episodes-per-task", "--data.episodes-per-task"),
                       ("--out", "--data.dataset-dir")), libero_target="vlajax.libero.demos:command"),
-    "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft.loop:run"),
-    "rl": Command("reinforcement learning (PPO / GRPO, sync or async)", "vlajax.rl.command:run"),
+    "sft": Command("supervised fine-tuning on demonstrations", "vlajax.sft.loop:run", SUITE),
+    "rl": Command("reinforcement learning (PPO / GRPO, sync or async; a LIBERO suite: async GRPO on its workers)",
+                  "vlajax.rl.command:run", SUITE, libero_target="vlajax.libero.rl_train:command"),
     "eval": Command("closed-loop evaluation in the simulator (a checkpoint, or --policy-server ws://HOST:PORT; "
-                    "--robustness [SPEC]: per perturbation axis and level)",
+                    "--robustness [SPEC]: per perturbation axis and level; a LIBERO suite: its fixed initial states "
+                    "on worker processes)",
                     "vlajax.evaluation.robustness:eval_command",
-                    (("--checkpoint", "--checkpoint.dir"), ("--suite", "--env.suite"),
+                    (("--checkpoint", "--checkpoint.dir"), *SUITE,
                      ("--episodes-per-task", "--sft.eval-episodes-per-task"),
                      ("--policy-server", "--sft.eval-policy-server"), ("--robustness", "--env.robustness"),
-                     ("--out", "--logging.eval-out"), ("--overwrite", "--logging.overwrite")),
-                    (("--robustness", "all"),)),
+                     ("--out", "--logging.eval-out"), ("--overwrite", "--logging.overwrite"), *LIBERO_EVAL),
+                    (("--robustness", "all"),), libero_target="vlajax.libero.evaluate:command",
+                    libero_aliases=(("--episodes-per-task", "--libero.episodes-per-task"),
+                                    ("--robustness", "--libero.robustness"))),
 }
 
 
@@ -152,10 +166,38 @@ def _legacy_bools(args: list[str]) -> list[str]:
     return out
 
 
+def _suite_given(args: list[str]) -> str | None:
+    """The value of the last `--suite` / `--env.suite` / `--libero.suite` among `args` (None when absent)."""
+    found = None
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag in ("--suite", "--env.suite", "--libero.suite"):
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+    return found
+
+
+def _rewrite(command: str, args: list[str]) -> tuple[str, list[str], bool]:
+    """(preset, the config flags as tyro reads them, whether the suite is a LIBERO one): `--preset` taken out, the
+    command's short flags rewritten -- its LIBERO ones first when the suite (given, or the preset's) is LIBERO's.
+    A suite meant as a LIBERO one in another spelling is refused here, in one line listing the suites."""
+    preset, rest = _split_preset(args)
+    suite = _suite_given(rest)
+    if suite is not None and not suite.startswith("libero_") and looks_like_libero(suite):
+        try:
+            check_suite(suite)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    c = COMMANDS[command]
+    libero = is_libero(suite if suite is not None else get_config(preset).env.suite)
+    rest = _fill_bare(rest, c.bare)
+    if libero:
+        rest = _apply_aliases(rest, c.libero_aliases)
+    return preset, _apply_aliases(rest, c.aliases), libero
+
+
 def parse(command: str, args: list[str]) -> TrainConfig:
     """The config for `command` from `--preset` and overrides. Raises ConfigError / SystemExit."""
-    preset, rest = _split_preset(args)
-    rest = _apply_aliases(_fill_bare(rest, COMMANDS[command].bare), COMMANDS[command].aliases)
+    preset, rest, _ = _rewrite(command, args)
     rest = _legacy_bools(rest)
     base = get_config(preset)
     with parse_errors():  # a contradiction is one `error:` line, not tyro's box
@@ -171,13 +213,13 @@ def parse(command: str, args: list[str]) -> TrainConfig:
 
 def overrides(command: str, args: list[str]) -> list[str]:
     """The command line's config flags as `parse` reads them (`--preset` taken out, the command's aliases applied)."""
-    return _apply_aliases(_fill_bare(_split_preset(args)[1], COMMANDS[command].bare), COMMANDS[command].aliases)
+    return _rewrite(command, args)[1]
 
 
 def _resolve(command: str, cfg: TrainConfig) -> Callable[[TrainConfig], int]:
     """The command's function: its LIBERO one when `cfg.env.suite` is a LIBERO suite and the command has one."""
     c = COMMANDS[command]
-    libero = cfg.env.suite.startswith("libero_") and c.libero_target
+    libero = is_libero(cfg.env.suite) and c.libero_target
     module, fn = (c.libero_target if libero else c.target).split(":")
     try:
         return getattr(importlib.import_module(module), fn)
@@ -185,19 +227,6 @@ def _resolve(command: str, cfg: TrainConfig) -> Callable[[TrainConfig], int]:
         if e.name == module:
             raise ConfigError(f"the {command!r} command is not built yet (module {module} is missing)") from e
         raise
-
-
-def _libero_suite(args: list[str]) -> bool:
-    """`--suite libero_*` (or `--env.suite libero_*`) among `args` -- or a name meant as one in another spelling
-    (`LIBERO_SPATIAL`, `libro_spatial`: the LIBERO commands refuse it with one line listing the suites)."""
-    from vlajax.libero.suites import looks_like_libero  # noqa: PLC0415 (numpy and PIL only)
-
-    for i, a in enumerate(args):
-        flag, eq, value = a.partition("=")
-        if flag in ("--suite", "--env.suite"):
-            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            return value.startswith("libero_") or looks_like_libero(value)
-    return False
 
 
 def _stop_request(command: str) -> contextlib.AbstractContextManager:
@@ -246,15 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     from vlajax.training.logging import setup_console  # noqa: PLC0415 (it imports jax: not for --help or a typo)
 
     setup_console(verbose=_verbose(rest))  # before anything starts JAX: its backend probing lines stay off
-    if command == "eval" and _libero_suite(rest):  # LIBERO runs in worker processes (vlajax.libero, docs/libero.md)
-        from vlajax.libero.evaluate import main as libero_eval  # noqa: PLC0415
-
-        return libero_eval(rest)  # (it owns SIGTERM / Ctrl-C once its flags are checked: docs/reliability.md)
-    if command == "rl" and _libero_suite(rest):  # RL on LIBERO workers (vlajax.libero.rl_train, docs/libero.md)
-        with _stop_request(command):  # a signal from here on stops the run cleanly (docs/reliability.md)
-            from vlajax.libero.rl_train import main as libero_rl  # noqa: PLC0415
-
-            return libero_rl(rest, parse)
     try:
         cfg = parse(command, rest)
         preflight(cfg, command, flags=overrides(command, rest))  # flags the command does not read are refused

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.libero.libero_env import venv_or_skip
 from vlajax.libero import pool as pool_mod
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -21,15 +22,6 @@ from policy_server import ChunkServer  # noqa: E402
 
 REPO = pool_mod.REPO
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
-
-
-def _venv_or_skip() -> None:
-    try:
-        pool_mod.libero_python()
-    except pool_mod.LiberoEnvMissing as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
 
 
 def _eval(out, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -50,7 +42,7 @@ def _closed_port() -> int:
 
 
 def test_closed_port_is_refused_before_any_worker(tmp_path):
-    _venv_or_skip()
+    venv_or_skip()
     out = tmp_path / "out"
     r = _eval(out, "--suite", "libero_spatial", "--policy-server", f"ws://127.0.0.1:{_closed_port()}",
               "--episodes-per-task", "1", "--tasks", "0", "--workers", "1")
@@ -76,7 +68,7 @@ class _ErrorsForEpisodes(ChunkServer):
 
 
 def test_wrong_action_shape_is_refused_and_an_episode_error_is_a_partial_run(tmp_path):
-    _venv_or_skip()
+    venv_or_skip()
     bad = ChunkServer(np.zeros((10, 3), np.float32))  # 3 action dims: LIBERO needs >= 7
     short = ChunkServer(np.zeros((2, 7), np.float32))  # 2 actions a chunk: --replan-steps 5 needs >= 5
     failing = _ErrorsForEpisodes(np.zeros((10, 7), np.float32))

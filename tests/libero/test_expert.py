@@ -6,11 +6,11 @@ skipped without it unless VLAJAX_LIBERO_REQUIRED=1)."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 
+from tests.libero.libero_env import venv_or_skip
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
 from vlajax.libero.expert import SpatialExpert
@@ -102,20 +102,11 @@ def test_the_hand_turns_about_z_toward_its_heading():
     assert ex.u == pytest.approx([-math.sin(0.5), math.cos(0.5), 0.0])
 
 
-def _venv_or_skip() -> str:
-    try:
-        return pool_mod.libero_python()
-    except pool_mod.LiberoEnvMissing as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
-
-
 @pytest.mark.slow  # two ~150-step episodes in real physics: 71 s on the shared 2-core machine at load ~18
 def test_the_drawer_and_the_ramekin_scenes_succeed_in_libero(tmp_path):
     """Tasks 4 (bowl in the top drawer) and 5 (bowl on the ramekin), one demo initial state each, physics only
     (no renderer), through a real worker: LIBERO's own goal check ends both episodes."""
-    _venv_or_skip()
+    venv_or_skip()
     eps = [P.Episode(f"t{k}", "libero_spatial", k, P.DEMO_INITS[0], policy="expert", cameras=False, video=False)
            for k in (4, 5)]
     with pool_mod.WorkerPool(1, None, log_dir=str(tmp_path), hang_timeout_s=600) as pool:

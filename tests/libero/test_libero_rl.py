@@ -23,10 +23,10 @@ import time
 import numpy as np
 import pytest
 
+from tests.libero.libero_env import venv_or_skip
 from tests.procs import process_stat
 from vlajax.libero import protocol as P
-from vlajax.libero.rl_lane import LiberoArgs, Recorder, assemble_group
-from vlajax.libero.rl_train import split_args
+from vlajax.libero.rl_lane import Recorder, assemble_group, eval_summary
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(REPO, "..", "shared", "fixtures", "openpi", "policies")
@@ -84,36 +84,55 @@ def test_recorder_keeps_one_attempt_per_episode():
     assert rec.admit(3, {EP: "unknown", STEP: 0}) == (None, False)  # not dealt (e.g. an eval): answered only
 
 
-def test_split_args_and_refusals(tmp_path):
-    mine, rest = split_args(["--suite", "libero_goal", "--preset", "x", "--libero.tasks", "1", "2",
-                             "--libero.workers=3", "--rl.num-iterations", "4"])
-    assert mine == ["--suite", "libero_goal", "--tasks", "1", "2", "--workers=3"]
-    assert rest == ["--preset", "x", "--rl.num-iterations", "4"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "VLAJAX_LIBERO_VENV": str(tmp_path / "nope")}
+def test_refusals_before_anything_starts(tmp_path, capsys, monkeypatch):
+    """`rl --suite libero_*` in this process (`vlajax.train.main`, what the command line runs): the shared parse and
+    preflight, one line each, exit 2, nothing written."""
+    from vlajax import train
+
+    monkeypatch.setenv("VLAJAX_LIBERO_VENV", str(tmp_path / "nope"))
     (tmp_path / "out" / "checkpoints" / "3").mkdir(parents=True)  # a saved step: a fresh run is refused over it
-    for extra, needle in ((["--rl.algo", "ppo", "--libero.workers", "0"], "--libero.workers"), ([], "make libero"),
+    for extra, needle in ((["--rl.algo", "ppo", "--libero.workers", "0"], "libero.workers"), ([], "make libero"),
                           (["--output-dir", str(tmp_path / "out"), "--checkpoint.no-resume"], "(steps 3)"),
-                          (["--data.grounding-fraction", "0.5"], "data.grounding_fraction")):  # vlajax.preflight
-        out = subprocess.run([sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
-                              "rl-pi05-libero-dummy", "--rl.init-from", str(tmp_path), *extra], env=env, cwd=REPO,
-                             capture_output=True, text=True, timeout=120)
-        lines = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
-        assert out.returncode == 2 and len(lines) == 1 and needle in lines[0], (extra, out.stderr[-2000:])
+                          (["--data.grounding-fraction", "0.5"], "data.grounding_fraction"),  # vlajax.preflight
+                          (["--rl.algo", "ppo"], "runs GRPO"), (["--rl.init-from", ""], "needs --rl.init-from"),
+                          (["--libero.suite", "libero_goal", "--libero.replan-steps", "4"], "--rl.chunk-steps")):
+        code = train.main(["rl", "--suite", "libero_spatial", "--preset", "rl-pi05-libero-dummy", "--rl.init-from",
+                           str(tmp_path), "--output-dir", str(tmp_path / "o"), *extra])
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], (extra, err)
+        assert not (tmp_path / "o").exists()
+
+
+def test_groups_start_from_the_demo_states_and_evaluation_from_the_held_out_ones():
+    """RL's groups cycle tasks, then initial states 25.. (`libero.train_inits` of them); its evaluations take
+    0..libero.episodes_per_task-1 of every task: the two never share an initial state."""
+    from types import SimpleNamespace
+
+    from vlajax.config.schema import LiberoConfig
+    from vlajax.libero.rl_lane import LiberoRollout
+
+    lane = SimpleNamespace(tasks=(0, 3), lib=LiberoConfig(train_inits=2, episodes_per_task=3), G=2, tag="t",
+                           suite="libero_spatial", limit=220, k=5, camera_size=64)
+    groups = [LiberoRollout.episodes_of(lane, g) for g in range(5)]
+    assert [(g[0].task, g[0].init) for g in groups] == [(0, 25), (3, 25), (0, 26), (3, 26), (0, 25)]
+    assert all(len(g) == 2 and len({e.id for e in g}) == 2 and g[0].camera_size == 64 for g in groups)
+    evals = LiberoRollout.eval_episodes(lane, 4)
+    assert [(e.task, e.init) for e in evals] == [(0, 0), (0, 1), (0, 2), (3, 0), (3, 1), (3, 2)]
+    assert not {e.init for e in evals} & {e.init for g in groups for e in g}
+    assert P.camera_size_for(64) == 64 and P.camera_size_for(224) == 256 and P.camera_size_for(128) == 128
+
+
+def test_eval_summary_pairs_outcomes_by_initial_state():
+    out = eval_summary([(0, 0, True), (0, 1, False), (3, 0, True), (3, 1, True)])
+    assert out["success"] == 0.75 and out["successes"] == 3 and out["episodes"] == 4
+    assert out["tasks"]["0"]["success"] == 0.5 and out["tasks"]["3"]["successes"] == 2
+    assert out["outcomes"] == {"0/0": 1, "0/1": 0, "3/0": 1, "3/1": 1}
+    lo, hi = out["tasks"]["3"]["wilson95"]
+    assert 0.3 < lo < 0.4 and hi == 1.0  # Wilson's interval of 2 of 2
 
 
 # ---------------------------------------------------------------- the real chain
-
-
-def venv_or_skip() -> None:
-    """Skip when the LIBERO venv is missing -- unless `make test` required it (then fail)."""
-    from vlajax.libero import pool as pool_mod
-
-    try:
-        pool_mod.libero_python()
-    except pool_mod.LiberoEnvMissing as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
 
 
 @pytest.fixture(scope="session")  # (test_libero_stop.py uses it too)
@@ -130,12 +149,27 @@ def imported(tmp_path_factory):
     return out
 
 
+# task 0 on one worker, 2 decisions an episode (10 steps after a 2-step wait, replan 5)
+LIBERO = ["--suite", "libero_spatial", "--libero.tasks", "0", "--libero.workers", "1", "--libero.max-steps", "10",
+          "--libero.num-steps-wait", "2"]
+
+
 def _cfg(imported, out, iterations, *extra):
     from vlajax.train import parse
 
-    return parse("rl", ["--preset", "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", out,
+    return parse("rl", ["--preset", "rl-pi05-libero-dummy", *LIBERO, "--rl.init-from", imported, "--output-dir", out,
                         "--model.tokenizer-path", os.path.join(FIXTURES, "tokenizer.model"),
                         "--rl.num-iterations", str(iterations), *extra])
+
+
+def _describing(pid: int) -> bool:
+    """Whether `pid` is the set-up's `pool.describe` (the suite's task count; a LIBERO process of its own, not a
+    worker)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"--describe" in f.read()
+    except OSError:
+        return False
 
 
 def _eef_height(final, decisions):
@@ -161,7 +195,6 @@ def _killer(killed: list[int]):
     return start
 
 
-LARGS = LiberoArgs(suite="libero_spatial", tasks=(0,), max_steps=10, num_steps_wait=2)  # 2 decisions / episode
 
 
 def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
@@ -184,12 +217,15 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
     for stream, into in ((proc.stdout, out), (proc.stderr, err)):
         threading.Thread(target=lambda s=stream, i=into: i.extend(s), daemon=True).start()
     sessions: set[int] = set()  # every worker's session (its own; a killed worker's replacement too)
+    describing: set[int] = set()
     deadline = time.monotonic() + 900
     while not any("rl libero: update 3/5" in ln for ln in err):
         assert proc.poll() is None and time.monotonic() < deadline, "".join(err)[-4000:]
         for d in os.listdir("/proc"):
             if d.isdigit() and (st := process_stat(int(d))) is not None and st[0] == proc.pid and st[1] == int(d):
-                sessions.add(st[1])  # a child leading its own session: a LIBERO worker
+                sessions.add(st[1])  # a child leading its own session: a LIBERO worker ...
+                if _describing(int(d)):
+                    describing.add(st[1])  # ... or the set-up's `pool.describe`
         time.sleep(0.05)
     t_sig = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -215,7 +251,8 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
     with open(os.path.join(ckpt_dir, "policy.json")) as f:
         assert json.load(f)["source"] == "async-rl"  # a servable policy
     left = [int(d) for d in os.listdir("/proc") if d.isdigit() and (st := process_stat(int(d))) and st[1] in sessions]
-    assert len(sessions) == 2 and not left, (sessions, left)  # the killed worker's replacement is gone too
+    workers = sessions - describing
+    assert len(workers) == 2 and not left, (sessions, describing, left)  # the killed worker's replacement is gone too
     assert [h["update"] for h in hist] == list(range(1, n + 1))
     # rollout ran ahead: call u (update u + 1's group) started before update u ended, for every update whose next
     # group has started (calls 1 .. n - 1 at least); and the pacing bound held
@@ -239,9 +276,9 @@ def test_async_rl_on_libero_workers_resumes(imported, tmp_path):
     from vlajax.libero import rl_train
 
     run = str(tmp_path / "run")
-    first = rl_train.train(_cfg(imported, run, 2), LARGS, reward_fn=_eef_height)
+    first = rl_train.train(_cfg(imported, run, 2), reward_fn=_eef_height)
     assert first["updates"] == 2 and first["checkpoints"] == [1, 2]
-    second = rl_train.train(_cfg(imported, run, 3), LARGS, reward_fn=_eef_height)
+    second = rl_train.train(_cfg(imported, run, 3), reward_fn=_eef_height)
     assert second["status"] == "done" and [h["update"] for h in second["history"]] == [3]
     assert second["checkpoints"] == [3] and second["history"][0]["train"]["decisions"] == 4
 
@@ -293,6 +330,6 @@ if __name__ == "__main__":  # the end to end's run, in a process of its own (a S
 
         threading.Thread(target=report, daemon=True).start()
 
-    summary = rl_train.train(_cfg(imported_dir, out_dir, int(iterations), *extra), LARGS, reward_fn=_eef_height,
+    summary = rl_train.train(_cfg(imported_dir, out_dir, int(iterations), *extra), reward_fn=_eef_height,
                              on_rollout=on_rollout)
     print(json.dumps({"status": summary["status"], "updates": summary["updates"]}), flush=True)

@@ -104,7 +104,8 @@ def test_rl_sigterm_during_setup_kills_the_workers(imported, tmp_path):  # noqa:
     run = _Run([sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
                 "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", str(out),
                 "--model.tokenizer-path", os.path.join(FIXTURES, "tokenizer.model"), "--rl.num-iterations", "3",
-                "--libero.max-steps", "10", "--libero.num-steps-wait", "2"])
+                "--libero.max-steps", "10", "--libero.num-steps-wait", "2", "--libero.tasks", "0",
+                "--libero.workers", "1"])
     workers: list[int] = []
     run.wait_for("the LIBERO worker's start", lambda: workers.extend(_workers_of(run.popen.pid)) or workers)
     rc, dt = run.sigterm()
@@ -161,7 +162,8 @@ def test_rl_second_sigterm_exits_130_and_the_run_resumes(imported, tmp_path):  #
         return [sys.executable, "-m", "vlajax.train", "rl", "--suite", "libero_spatial", "--preset",
                 "rl-pi05-libero-dummy", "--rl.init-from", imported, "--output-dir", str(out),
                 "--model.tokenizer-path", os.path.join(FIXTURES, "tokenizer.model"), "--rl.num-iterations", str(n),
-                "--libero.max-steps", "10", "--libero.num-steps-wait", "2", "--checkpoint.every-steps", "100"]
+                "--libero.max-steps", "10", "--libero.num-steps-wait", "2", "--libero.tasks", "0",
+                "--libero.workers", "1", "--checkpoint.every-steps", "100"]
 
     run = _Run(cmd(5))
     workers: list[int] = []

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.libero.libero_env import ray_or_skip
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
 
@@ -33,20 +34,10 @@ REPO = pool_mod.REPO
 MB = 1 << 20
 
 
-def _required_or_skip() -> None:
-    try:
-        pool_mod.libero_python()
-        import ray  # noqa: F401
-    except (pool_mod.LiberoEnvMissing, ImportError) as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """Head (no CPUs: the drivers only) + two nodes of 1 CPU; tiny object stores, no dashboard; shut down after."""
-    _required_or_skip()
+    ray_or_skip()
     import ray
     from ray.cluster_utils import Cluster
 
@@ -200,10 +191,9 @@ def test_async_rl_through_ray_trains_3_updates_with_an_actor_killed_mid_episode(
     cluster): the imported dummy pi05_libero, one worker actor with cameras, 3 async updates of one group of 2
     episodes; the actor is SIGKILLed once an episode of the first group has a decision and no end: one restart,
     that episode re-run and recorded once (every update trains 2 episodes x 2 decisions)."""
-    import dataclasses
     import threading
 
-    from test_libero_rl import FIXTURES, LARGS, _cfg, _eef_height
+    from test_libero_rl import FIXTURES, _cfg, _eef_height
 
     from vlajax.libero import rl_train
     from vlajax.policies import import_openpi
@@ -230,8 +220,8 @@ def test_async_rl_through_ray_trains_3_updates_with_an_actor_killed_mid_episode(
 
         threading.Thread(target=watch, daemon=True).start()
 
-    out = rl_train.train(_cfg(imported, str(tmp_path / "run"), 3), dataclasses.replace(LARGS, backend="ray"),
-                         reward_fn=_eef_height, on_rollout=on_rollout)
+    out = rl_train.train(_cfg(imported, str(tmp_path / "run"), 3, "--libero.backend", "ray", "--libero.ray-address",
+                              cluster.address), reward_fn=_eef_height, on_rollout=on_rollout)
     hist = out["history"]
     assert out["status"] == "done" and out["updates"] == 3 and [h["update"] for h in hist] == [1, 2, 3]
     assert len(killed) == 1 and len(out["restarts"]) == 1 and "actor lost" in out["restarts"][0]["why"]

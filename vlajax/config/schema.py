@@ -31,7 +31,7 @@ from vlajax.config.run import CheckpointConfig, DistributedConfig, LoggingConfig
 
 __all__ = [  # the names other modules import from here (the sections live in their own modules)
     "DP", "GEMMA_VARIANTS", "LOGICAL_RULES", "MESH_AXES", "SIGLIP_VARIANTS", "SP", "TP", "AsyncConfig",
-    "CheckpointConfig", "ConfigError", "DataConfig", "DistributedConfig", "EnvConfig", "LoggingConfig",
+    "CheckpointConfig", "ConfigError", "DataConfig", "DistributedConfig", "EnvConfig", "LiberoConfig", "LoggingConfig",
     "MeshConfig", "ModelConfig", "RLConfig", "SFTConfig", "TrainConfig", "action_norm", "get_config",
     "parse_errors", "preset_descriptions", "preset_names", "register",
 ]
@@ -322,6 +322,55 @@ class AsyncConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LiberoConfig:
+    """LIBERO suites (env.suite 'libero_*'): the worker pool and its episodes (vlajax.libero; docs/libero.md).
+
+    Read by `eval` and `rl` only when env.suite is a LIBERO suite (refused with a tabletop suite). LIBERO's 50
+    fixed initial states per task are split: evaluation takes 0..24, demonstrations and RL's groups 25..49."""
+
+    tasks: tuple[int, ...] = ()  # task indices, e.g. `--libero.tasks 0 3` (() = every task of the suite)
+    episodes_per_task: int = 25  # eval and rl.eval_every: initial states 0..N-1 of each task (0..24 held out)
+    train_inits: int = 25  # rl: the groups cycle initial states 25..25+N-1 (the demo states; 0..24 held out)
+    workers: int = 2  # LIBERO worker processes
+    envs_per_worker: int = 1  # env slots per worker (episodes at once)
+    max_steps: int = 0  # step limit after the wait (0 = the suite's: 220 / 280 / 300 / 520)
+    num_steps_wait: int = 10  # dummy-action steps at the start while objects settle (openpi: 10)
+    env_seed: int = 7  # env.seed of every episode (openpi: 7; it moves objects even from a fixed initial state)
+    replan_steps: int = 5  # eval: actions executed from each chunk before the next request (rl: rl.chunk_steps)
+    # render side of both cameras (0 = from the policy: its image size, or 256 resized with pad for a policy
+    # reading openpi's 224 px, as openpi's LIBERO example)
+    camera_size: int = 0
+    expert: bool = False  # eval: libero_spatial's scripted expert (object poses) instead of a policy
+    robustness: str = ""  # eval: LIBERO-PRO axes, comma-separated (swap,lan,object,task,env) or 'all'
+    render: Literal["policy", "all"] = "policy"  # eval: 'policy' renders only the frames requests read
+    video: bool = True  # eval: a GIF per episode
+    hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
+    gl: Literal["egl", "osmesa"] = "egl"  # headless GL backend of the workers
+    # where the workers run and where they find this process's endpoint (vlajax.libero.backend)
+    backend: Literal["local", "ray"] = "local"  # local: processes of this host; ray: actors over a Ray cluster
+    ray_address: str = "auto"  # ray: the cluster: auto ($RAY_ADDRESS or this host's `ray start`) or HOST:PORT
+    bind: str = "127.0.0.1"  # the interface this process's policy endpoint listens on (0.0.0.0: every one)
+    advertise: str = ""  # the host the workers connect to ('' = bind; with bind 0.0.0.0: this node's IP)
+    cpus_per_worker: float = 1.0  # ray: CPUs each worker actor reserves on its node
+    ray_libero_venv: str = ""  # ray: the LIBERO venv on the nodes ('' = each node's own)
+    ray_repo: str = ""  # ray: the vlajax checkout on the nodes ('' = the one each actor imports)
+
+    def __post_init__(self):
+        _check(all(t >= 0 for t in self.tasks), f"libero.tasks must be task indices >= 0, got {self.tasks}")
+        _check(1 <= self.episodes_per_task <= 50, "libero.episodes_per_task must be 1..50 (LIBERO has 50 initial "
+               f"states per task; 0..24 are held out), got {self.episodes_per_task}")
+        _check(1 <= self.train_inits <= 25, "libero.train_inits must be 1..25 (RL's groups start from initial "
+               f"states 25..49), got {self.train_inits}")
+        for name in ("workers", "envs_per_worker", "replan_steps"):
+            _check(getattr(self, name) >= 1, f"libero.{name} must be >= 1, got {getattr(self, name)}")
+        _check(self.max_steps >= 0 and self.num_steps_wait >= 0, "libero.max_steps and libero.num_steps_wait "
+               "must be >= 0")
+        _check(self.hang_timeout_s > 0, f"libero.hang_timeout_s must be > 0, got {self.hang_timeout_s}")
+        _check(self.camera_size == 0 or self.camera_size >= 16,
+               f"libero.camera_size must be 0 (from the policy) or >= 16, got {self.camera_size}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One run of vlajax: every section, a seed and where outputs go."""
 
@@ -336,6 +385,7 @@ class TrainConfig:
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
     pipeline: AsyncConfig = AsyncConfig()
+    libero: LiberoConfig = LiberoConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
     distributed: DistributedConfig = DistributedConfig()

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sys
@@ -38,20 +39,19 @@ from typing import Literal
 
 import numpy as np
 
+from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.libero import checks, server_check
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
-from vlajax.libero import server_check
 from vlajax.libero.backend import PoolBackend, advertised_url, make_launcher, make_pool
-from vlajax.libero.suites import PRO_AXES, check_suite
 
-__all__ = ["LiberoEvalArgs", "main", "table_markdown"]
-
-PROG = "python -m vlajax.train eval"
+__all__ = ["LiberoEvalArgs", "command", "run", "table_markdown"]
 
 
 @dataclasses.dataclass(frozen=True)
 class LiberoEvalArgs:
-    """Evaluate a policy on a LIBERO suite (LIBERO's fixed initial states, worker processes)."""
+    """One LIBERO evaluation's settings, from the config (`from_config`; the flags: `vlajax.train`'s eval); kept in
+    eval.json as they ran."""
 
     suite: str  # libero_spatial | libero_object | libero_goal | libero_10 (| libero_90)
     checkpoint: str = ""  # a vlajax run directory, served in-process (e.g. an imported pi05_libero)
@@ -66,46 +66,27 @@ class LiberoEvalArgs:
     num_steps_wait: int = 10  # dummy-action steps at the start (objects settle; openpi: 10)
     max_steps: int = 0  # step limit after the wait (0 = the suite's: 220 / 280 / 300 / 520)
     seed: int = 7  # env.seed of every episode (openpi: 7)
+    camera_size: int = 0  # render side (0 = from the policy's declared image size: `protocol.camera_size_for`)
     render: Literal["policy", "all"] = "policy"  # 'policy': render only the frames requests read (same pixels)
     video: bool = True  # write a GIF per episode
     out: str = ""  # output directory ('' = runs/eval/libero-<suite>)
     hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
     gl: Literal["egl", "osmesa"] = "egl"  # headless GL backend of the workers
-    # where the workers run (--libero.backend local|ray, --libero.ray-address, --libero.bind / --libero.advertise
-    # for the in-process server of --checkpoint; vlajax.libero.backend)
-    libero: PoolBackend = dataclasses.field(default_factory=PoolBackend)
+    libero: PoolBackend = dataclasses.field(default_factory=PoolBackend)  # where the workers run
 
-    def check(self) -> None:
-        """ValueError naming the first bad flag (before anything loads)."""
-        check_suite(self.suite)
-        self.libero.check()
-        if bool(self.checkpoint) + bool(self.policy_server) + self.expert != 1:
-            raise ValueError("give exactly one of --checkpoint DIR (served in-process), --policy-server ws://... "
-                             "and --expert")
-        if self.expert and not self.suite.startswith("libero_spatial"):
-            raise ValueError(f"--expert: the scripted expert knows libero_spatial's tasks only, not {self.suite}")
-        if self.checkpoint and not os.path.isdir(os.path.expanduser(self.checkpoint)):
-            raise ValueError(f"--checkpoint {self.checkpoint}: not a directory")
-        if self.policy_server and not self.policy_server.startswith(("ws://", "wss://")):
-            raise ValueError(f"--policy-server {self.policy_server!r}: must start with ws:// or wss://")
-        for name in ("episodes_per_task", "workers", "envs_per_worker", "replan_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if self.num_steps_wait < 0 or self.max_steps < 0 or self.hang_timeout_s <= 0:
-            raise ValueError("--num-steps-wait and --max-steps must be >= 0, --hang-timeout-s > 0")
-        P.max_steps_for(self.suite) if not self.max_steps else None  # ValueError for an unknown base
-        self.axes()
+    @classmethod
+    def from_config(cls, cfg: TrainConfig) -> LiberoEvalArgs:
+        lib = cfg.libero
+        return cls(suite=cfg.env.suite, checkpoint=cfg.checkpoint.dir, policy_server=cfg.sft.eval_policy_server,
+                   expert=lib.expert, episodes_per_task=lib.episodes_per_task, tasks=lib.tasks,
+                   robustness=lib.robustness, workers=lib.workers, envs_per_worker=lib.envs_per_worker,
+                   replan_steps=lib.replan_steps, num_steps_wait=lib.num_steps_wait, max_steps=lib.max_steps,
+                   seed=lib.env_seed, camera_size=lib.camera_size, render=lib.render, video=lib.video,
+                   out=cfg.logging.eval_out, hang_timeout_s=lib.hang_timeout_s, gl=lib.gl,
+                   libero=checks.pool_backend(cfg))
 
     def axes(self) -> tuple[str, ...]:
-        if not self.robustness:
-            return ()
-        if self.robustness == "all":
-            return PRO_AXES
-        axes = tuple(a.strip() for a in self.robustness.split(",") if a.strip())
-        bad = [a for a in axes if a not in PRO_AXES]
-        if bad or not axes:
-            raise ValueError(f"--robustness {self.robustness!r}: axes are {', '.join(PRO_AXES)} (or 'all')")
-        return axes
+        return checks.robustness_axes(self.robustness)
 
 
 def _serve_in_process(checkpoint: str, clients: int, backend: PoolBackend):
@@ -253,13 +234,16 @@ def _run(args: LiberoEvalArgs, stop) -> int:
                 first = episodes[0]
                 probed = server_check.probe(url, args.replan_steps, described[first.suite]["tasks"][first.task])
                 server_meta = server_meta or probed
+            size = args.camera_size or P.camera_size_for(P.declared_image_size(server_meta) if url else 224)
+            episodes = [dataclasses.replace(e, camera_size=size) for e in episodes]  # rendered at the policy's size
             # only now the output directory (a refusal above leaves nothing behind)
             if not os.path.isdir(frames_dir):  # (one left by an earlier run is not this run's to remove)
                 scratch.append(frames_dir)
             scratch.append(os.path.join(out, "eval.json.tmp"))
             os.makedirs(frames_dir, exist_ok=True)
             print(f"libero eval: {len(episodes)} episodes of {', '.join(names)} on {args.workers} worker(s) "
-                  f"({args.libero.backend}), policy {url or 'the scripted expert'}", flush=True)
+                  f"({args.libero.backend}), policy {url or 'the scripted expert'}, cameras rendered at {size} px",
+                  flush=True)
             pool = make_pool(args.libero, args.workers, url, launcher=launcher, envs_per_worker=args.envs_per_worker,
                              frames_dir=frames_dir, log_dir=os.path.join(out, "workers"), gl=args.gl,
                              hang_timeout_s=args.hang_timeout_s)
@@ -331,26 +315,10 @@ def _run(args: LiberoEvalArgs, stop) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    """The `eval` command for a LIBERO suite (vlajax.train dispatches here)."""
-    from vlajax.shared import cli
-
-    argv = [a for a in argv]
-    if "--robustness" in argv:  # bare --robustness = every axis
-        i = argv.index("--robustness")
-        if i + 1 == len(argv) or argv[i + 1].startswith("--"):
-            argv.insert(i + 1, "all")
-    args = cli.parse(LiberoEvalArgs, argv, prog=PROG, description=__doc__.split("\n\n")[0])
-    import logging
-
+def command(cfg: TrainConfig) -> int:
+    """The `eval` command for a LIBERO suite (`vlajax.train` routes it here after its parse and preflight)."""
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax's restore chatter
     try:
-        args.check()
-        return run(args)
-    except (ValueError, pool_mod.LiberoEnvMissing) as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        return run(LiberoEvalArgs.from_config(cfg))
+    except (ValueError, pool_mod.LiberoEnvMissing) as e:  # what only the workers' LIBERO knows (its task counts)
+        raise ConfigError(str(e)) from None

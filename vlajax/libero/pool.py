@@ -28,6 +28,7 @@ The LIBERO venv is `.venv-libero` in the repo (`make libero`), or `$VLAJAX_LIBER
 
 from __future__ import annotations
 
+import abc
 import collections
 import contextlib
 import functools
@@ -105,7 +106,7 @@ def kill_all(timeout_s: float = 10.0, reap: bool = True) -> list[int]:
 preemption.on_hard_exit(functools.partial(kill_all, reap=False))
 
 
-class _Proc:
+class _Proc(abc.ABC):
     """One worker and what it holds; a backend says how it runs (`_LocalProc` here, a Ray actor in
     `vlajax.libero.ray_pool`). Its channel's messages go to the pool's inbox as (gen, message), then
     (gen, None) once the channel ended."""
@@ -120,20 +121,21 @@ class _Proc:
         self.events = 0
         self.quiet_ok = True  # starting or building an env: the start-up timeout applies, not the hang one
 
+    @abc.abstractmethod
     def alive(self) -> bool:
-        raise NotImplementedError
+        """Whether the worker process is still running."""
 
+    @abc.abstractmethod
     def send(self, obj: dict[str, Any]) -> bool:
         """Write one command to the worker; False when it is gone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def kill(self) -> None:
         """SIGKILL the worker (and what it started) and release it; returns once it is gone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def exit_code(self) -> int | None:
         """The worker's exit status once its channel ended (None: unknown or still running)."""
-        raise NotImplementedError
 
     def end_reason(self) -> str:
         """Why its channel ended, for the report."""

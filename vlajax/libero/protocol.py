@@ -45,11 +45,12 @@ from vlajax.shared.resize_pad import resize_with_pad
 from vlajax.shared.robots import PROMPT, camera_keys, state_key
 
 __all__ = ["DEMO_INITS", "DUMMY_ACTION", "EVAL_INITS", "EXTRA_KEYS", "MAX_STEPS", "Episode", "axis_angle",
-           "convert_image", "make_request", "max_steps_for", "read_line", "resize_with_pad", "send_line",
-           "state_vector", "write_atomic_npy", "write_line"]
+           "camera_size_for", "convert_image", "declared_image_size", "make_request", "max_steps_for", "read_line",
+           "resize_with_pad", "send_line", "state_vector", "write_atomic_npy", "write_line"]
 
 DUMMY_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)
 ACTION_DIM = 7
+STATE_DIM = 8
 CAMERAS = ("agentview", "robot0_eye_in_hand")  # robosuite camera names; obs keys are f"{name}_image"
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
@@ -65,6 +66,23 @@ EXTRA_KEYS = {"episode": "libero/episode_id",  # str: the parent's episode id
               "reward": "libero/reward",  # float: reward of the last env step (LIBERO: 1.0 on success)
               "done": "libero/done",  # bool: the episode ended (this request's actions are not executed)
               "success": "libero/success"}  # bool: LIBERO's goal check at this step
+
+
+OPENPI_RENDER_SIZE = 256  # openpi's LIBERO_ENV_RESOLUTION: rendered, then resized with pad to its 224
+
+
+def camera_size_for(image_size: int) -> int:
+    """The render side for a policy that reads `image_size` px images: openpi's 224 px policies get LIBERO's 256
+    resized with pad (openpi's LIBERO example, as they were trained); any other size is rendered at that size,
+    so the policy sees the pixels its demos were recorded with (`demos` renders at `data.demo_image_size`)."""
+    return OPENPI_RENDER_SIZE if 224 <= image_size <= OPENPI_RENDER_SIZE else image_size
+
+
+def declared_image_size(metadata: dict[str, Any]) -> int:
+    """The agentview image side a policy server declares in its metadata (224 when it declares none)."""
+    obs = metadata.get("observation", {}) if isinstance(metadata, dict) else {}
+    shape = (obs.get(IMAGE_KEY) or {}).get("shape") if isinstance(obs, dict) else None
+    return int(shape[0]) if shape else 224
 
 
 def max_steps_for(suite: str) -> int:

@@ -36,7 +36,6 @@ not recorded -- an episode's decisions come from one attempt only, never twice.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import os
@@ -50,64 +49,32 @@ import numpy as np
 
 from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.libero import protocol as P
-from vlajax.libero.backend import PoolBackend, advertised_url, make_pool
+from vlajax.libero.backend import advertised_url, make_pool
+from vlajax.libero.checks import pool_backend
 from vlajax.libero.inference import BatchingServer, Request
-from vlajax.libero.suites import check_suite
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import PipelineStopped
+from vlajax.serve.spec import KeyMap
 
-__all__ = ["LiberoArgs", "LiberoRollout", "Recorder", "assemble_group"]
+__all__ = ["LiberoRollout", "Recorder", "assemble_group", "eval_summary", "obs_keys"]
 
 EP, STEP, DONE, SUCCESS = (P.EXTRA_KEYS[k] for k in ("episode", "step", "done", "success"))
 
 
-@dataclasses.dataclass(frozen=True)
-class LiberoArgs:
-    """Where the RL episodes run: LIBERO suite, tasks and the worker pool."""
-
-    suite: str = "libero_spatial"  # libero_spatial | libero_object | libero_goal | libero_10 (or a LIBERO-PRO one)
-    tasks: tuple[int, ...] = (0,)  # task indices the groups cycle over
-    inits: int = 50  # initial states 0..inits-1 cycled per task (LIBERO has 50)
-    workers: int = 1  # LIBERO worker processes
-    envs_per_worker: int = 1  # env slots per worker (episodes at once)
-    max_steps: int = 0  # step limit after the wait (0 = the suite's: 220 / 280 / 300 / 520)
-    num_steps_wait: int = 10  # dummy-action steps at the start (openpi: 10)
-    env_seed: int = 7  # env.seed of every episode (openpi: 7)
-    hang_timeout_s: float = 300.0  # a worker silent this long while holding episodes is restarted
-    gl: str = "egl"  # headless GL backend of the workers: egl | osmesa
-    # where the workers run and where they find this process's endpoint (vlajax.libero.backend.PoolBackend)
-    backend: str = "local"  # local: processes of this host | ray: Ray actors over a cluster's nodes
-    ray_address: str = "auto"  # ray: the cluster (auto: $RAY_ADDRESS or this host's `ray start`) | HOST:PORT
-    bind: str = "127.0.0.1"  # the interface the endpoint listens on (0.0.0.0: every interface)
-    advertise: str = ""  # the host the workers connect to ('' = bind; with bind 0.0.0.0: this node's IP)
-    cpus_per_worker: float = 1.0  # ray: CPUs each worker actor reserves on its node
-    ray_libero_venv: str = ""  # ray: the LIBERO venv on the nodes ('' = each node's own)
-    ray_repo: str = ""  # ray: the vlajax checkout on the nodes ('' = the one each actor imports)
-
-    @property
-    def pool_backend(self) -> PoolBackend:
-        return PoolBackend(self.backend, self.ray_address, self.bind, self.advertise, self.cpus_per_worker,
-                           self.ray_libero_venv, self.ray_repo)
-
-    def check(self) -> None:
-        """ValueError naming the first bad field (before anything loads)."""
-        check_suite(self.suite, "--libero.suite")
-        self.pool_backend.check()
-        if not self.max_steps:
-            P.max_steps_for(self.suite)  # ValueError for an unknown base
-        if not self.tasks or min(self.tasks) < 0:
-            raise ValueError("--libero.tasks: one or more task indices >= 0")
-        for name in ("inits", "workers", "envs_per_worker"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--libero.{name.replace('_', '-')} must be >= 1")
-        if self.max_steps < 0 or self.num_steps_wait < 0 or self.hang_timeout_s <= 0:
-            raise ValueError("--libero.max-steps and --libero.num-steps-wait must be >= 0, --libero.hang-timeout-s > 0")
-        if self.gl not in ("egl", "osmesa"):
-            raise ValueError(f"--libero.gl {self.gl!r}: egl or osmesa")
-
-    @property
-    def limit(self) -> int:
-        return self.max_steps or P.max_steps_for(self.suite)
+def obs_keys(bridge) -> list[tuple[str, str]]:
+    """(the key a LIBERO worker's request carries, the key the policy's actor reads) for every input: the same keys
+    for an imported openpi policy (its transforms read openpi's LIBERO keys); for our own (e.g. an SFT run on LIBERO
+    demos) the request's cameras by `vlajax.serve`'s 'libero' key map into `pixels/<camera>`, its state into
+    `state`. ConfigError for a camera the workers do not send."""
+    if bridge.openpi is not None:
+        return [(P.IMAGE_KEY, P.IMAGE_KEY), (P.WRIST_KEY, P.WRIST_KEY), (P.STATE_KEY, P.STATE_KEY)]
+    wire, ours = KeyMap.make("libero", bridge.cameras), KeyMap.make("suite", bridge.cameras)
+    sent = (P.IMAGE_KEY, P.WRIST_KEY)
+    missing = [f"{c} ({k})" for c, k in wire.images if k not in sent]
+    if missing:
+        raise ConfigError(f"the policy reads cameras {', '.join(missing)} that LIBERO's workers do not send "
+                          f"(they send {', '.join(sent)})")
+    return [(w, o) for (_, w), (_, o) in zip(wire.images, ours.images, strict=True)] + [(P.STATE_KEY, ours.state)]
 
 
 class _Episode:
@@ -218,14 +185,15 @@ def assemble_group(decisions: list[list[dict[str, Any]]], finals: list[dict[str,
 
 
 class LiberoRollout:
-    """A pool of LIBERO workers and the endpoint they ask; `sample_step` runs one GRPO group (module docstring)."""
+    """A pool of LIBERO workers and the endpoint they ask; `sample_step` runs one GRPO group (module docstring),
+    `evaluate` the held-out initial states under one version."""
 
-    def __init__(self, cfg: TrainConfig, setup, args: LiberoArgs, start_call: int = 0, *, log_dir: str | None = None,
-                 python: str | None = None, reward_fn=None):
+    def __init__(self, cfg: TrainConfig, setup, tasks: tuple[int, ...], start_call: int = 0, *,
+                 log_dir: str | None = None, python: str | None = None, reward_fn=None):
         if cfg.rl.algo != "grpo":
             raise ConfigError(f"rl.algo={cfg.rl.algo!r}: RL on LIBERO workers runs GRPO (episodes of a group share "
                               "an initial state; LIBERO's reward is its sparse success)")
-        self.cfg, self.setup, self.args = cfg, setup, args
+        self.cfg, self.setup, self.lib, self.suite, self.tasks = cfg, setup, cfg.libero, cfg.env.suite, tasks
         # reward_fn(final, decisions) -> an episode's return (tests: a dense stand-in where random weights never
         # succeed); None: LIBERO's sparse success
         self.reward_fn = reward_fn
@@ -234,13 +202,20 @@ class LiberoRollout:
         self.k = cfg.rl.chunk_steps or m.action_horizon  # replan: chunk steps executed per request
         self.G = cfg.rl.group_size
         self.groups = cfg.pipeline.require_batches  # groups per sample call (= per update): episodes in flight
-        self.t_max = math.ceil(args.limit / self.k)
-        self.slots = args.workers * args.envs_per_worker
+        self.limit = self.lib.max_steps or P.max_steps_for(self.suite)
+        self.t_max = math.ceil(self.limit / self.k)
+        self.camera_size = self.lib.camera_size or P.camera_size_for(m.image_size)  # the policy's pixels
+        self.slots = self.lib.workers * self.lib.envs_per_worker
         self.call0 = start_call
         self.tag = f"r{os.getpid()}-{int(time.time()) % 100000}"  # episode ids unique across resumed runs
         self.weights = None  # the runner's ParamServer (bind): partial rollout reads the newest weights
         self.lifetime = None  # the runner's Lifetime (bind)
         self._round: tuple[int, Any] = (0, None)
+        self._fixed: tuple[int, Any] | None = None  # an evaluation's (version, params): every request takes them
+        self.eval_every = cfg.rl.eval_every
+        self.next_eval: int | None = None  # the version at or after which the lane evaluates next (None: never)
+        self.on_eval = None  # on_eval(summary): the trainer's log of an evaluation
+        self.evals: list[dict[str, Any]] = []
         self.recorder = Recorder()
         self._batches = itertools.count()
         self._key = jax.random.key(cfg.seed + 17)
@@ -259,18 +234,19 @@ class LiberoRollout:
             return logp, lm
 
         self._score = jax.jit(score)
+        self.keys = obs_keys(self.bridge)  # (wire key, the actor's key)
         size = m.image_size
         meta = {"observation": {P.IMAGE_KEY: {"shape": [size, size, 3], "dtype": "uint8"},
                                 P.WRIST_KEY: {"shape": [size, size, 3], "dtype": "uint8"},
                                 P.STATE_KEY: {"shape": [8], "dtype": "float32"}},
                 "action": {"shape": [self.k, P.ACTION_DIM], "dtype": "float32"}, "policy": {"rl": True}}
-        backend = args.pool_backend
+        backend = pool_backend(cfg)
         self.server = BatchingServer(self._handle, meta, max_batch=rows, max_wait_ms=cfg.pipeline.max_wait_ms,
                                      host=backend.bind)
         try:
-            self.pool = make_pool(backend, args.workers, advertised_url(backend, self.server.port),
-                                  envs_per_worker=args.envs_per_worker, log_dir=log_dir, gl=args.gl,
-                                  hang_timeout_s=args.hang_timeout_s, python=python)
+            self.pool = make_pool(backend, self.lib.workers, advertised_url(backend, self.server.port),
+                                  envs_per_worker=self.lib.envs_per_worker, log_dir=log_dir, gl=self.lib.gl,
+                                  hang_timeout_s=self.lib.hang_timeout_s, python=python)
         except BaseException:
             self.server.close()
             raise
@@ -283,6 +259,8 @@ class LiberoRollout:
     # ------------------------------------------------------------ the endpoint
 
     def _params(self) -> tuple[int, Any]:
+        if self._fixed is not None:
+            return self._fixed
         if self.weights is not None and self.cfg.pipeline.partial_rollout:
             return self.weights.latest()
         return self._round
@@ -314,24 +292,55 @@ class LiberoRollout:
         return replies
 
     def _batch(self, reqs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-        """Requests -> the actor's observation dict `[slots, ...]` (padded by repeating the last row)."""
+        """Requests -> the actor's observation dict `[slots, ...]` (padded by repeating the last row): openpi's
+        LIBERO keys for an imported openpi policy, our env's keys (`pixels/<camera>`, `state`) for our own."""
         reqs = reqs + [reqs[-1]] * (self.slots - len(reqs))
-        env = {P.IMAGE_KEY: np.stack([np.asarray(r[P.IMAGE_KEY], np.uint8) for r in reqs]),
-               P.WRIST_KEY: np.stack([np.asarray(r[P.WRIST_KEY], np.uint8) for r in reqs]),
-               P.STATE_KEY: np.stack([np.asarray(r[P.STATE_KEY], np.float32) for r in reqs])}
+        env = {ours: np.stack([np.asarray(r[wire], np.float32 if wire == P.STATE_KEY else np.uint8) for r in reqs])
+               for wire, ours in self.keys}
         tokens, mask = self.bridge.encode_instructions([str(r.get(P.PROMPT_KEY, "")) for r in reqs], env)
         return env | {"tokens": np.asarray(tokens, np.int32), "token_mask": np.asarray(mask, bool)}
 
     # ------------------------------------------------------------ the rollout lane
 
     def episodes_of(self, group: int) -> list[P.Episode]:
-        """Group `group`: G episodes of one (task, initial state), cycling tasks, then initial states."""
-        a = self.args
-        task = a.tasks[group % len(a.tasks)]
-        init = (group // len(a.tasks)) % a.inits
-        return [P.Episode(f"{self.tag}-g{group}-e{j}", a.suite, task, init, max_steps=a.limit,
-                          num_steps_wait=a.num_steps_wait, replan_steps=self.k, seed=a.env_seed, video=False,
-                          report_terminal=True) for j in range(self.G)]
+        """Group `group`: G episodes of one (task, initial state), cycling tasks, then the initial states
+        `DEMO_INITS.start .. + libero.train_inits - 1` (evaluation's 0..24 stay held out)."""
+        task = self.tasks[group % len(self.tasks)]
+        init = P.DEMO_INITS.start + (group // len(self.tasks)) % self.lib.train_inits
+        return [P.Episode(f"{self.tag}-g{group}-e{j}", self.suite, task, init, max_steps=self.limit,
+                          num_steps_wait=self.lib.num_steps_wait, replan_steps=self.k, seed=self.lib.env_seed,
+                          camera_size=self.camera_size, video=False, report_terminal=True) for j in range(self.G)]
+
+    def eval_episodes(self, version: int) -> list[P.Episode]:
+        """One episode per (task, held-out initial state 0..libero.episodes_per_task - 1)."""
+        return [P.Episode(f"{self.tag}-v{version}-t{t}-i{i}", self.suite, t, i, max_steps=self.limit,
+                          num_steps_wait=self.lib.num_steps_wait, replan_steps=self.k, seed=self.lib.env_seed,
+                          camera_size=self.camera_size, video=False)
+                for t in self.tasks for i in range(self.lib.episodes_per_task)]
+
+    def evaluate(self, version: int, params: Any, abort=None) -> dict[str, Any]:
+        """The policy of `version` (its `params`, every request: no newer weights mid-evaluation) on the held-out
+        initial states, LIBERO's own success check -> `eval_summary`. Nothing is recorded for training (the
+        episodes are not dealt to the recorder). `abort()` True ends it (`PipelineStopped`)."""
+        eps = self.eval_episodes(version)
+        t0 = time.perf_counter()
+        self._fixed = (version, params)
+        try:
+            results = self.pool.run(eps, abort=abort)
+        finally:
+            self._fixed = None
+        if len(results) < len(eps):
+            raise PipelineStopped(f"stopped while evaluating version {version} on the LIBERO workers")
+        bad = [f"{e.id}: {results[e.id]['error']}" for e in eps if "error" in results[e.id]]
+        if bad:
+            raise RuntimeError(f"LIBERO evaluation episodes failed: {'; '.join(bad)}")
+        out = eval_summary([(e.task, e.init, bool(results[e.id]["success"])) for e in eps])
+        out.update({"version": int(version), "seconds": round(time.perf_counter() - t0, 1),
+                    "steps_mean": float(np.mean([results[e.id]["steps"] for e in eps]))})
+        self.evals.append(out)
+        if self.on_eval is not None:
+            self.on_eval(out)
+        return out
 
     def _finals(self, recs: list[_Episode], results: dict[str, dict]) -> list[dict[str, Any]]:
         finals = []
@@ -357,13 +366,17 @@ class LiberoRollout:
 
     def sample_step(self, version: int, params: Any, call: int) -> list[Trajectory]:
         """`groups` GRPO groups (groups call*groups ...) on the workers at once, under `version` (newer ones too
-        with partial rollout) -> one Trajectory per group."""
+        with partial rollout) -> one Trajectory per group. An evaluation due at `version` (`rl.eval_every`) runs
+        first, on the same workers."""
+        stopped = (lambda: self.lifetime.stopped) if self.lifetime is not None else None
+        if self.next_eval is not None and self.eval_every > 0 and version >= self.next_eval:
+            self.evaluate(version, params, abort=stopped)
+            self.next_eval = (version // self.eval_every + 1) * self.eval_every
         self._round = (version, params)
         groups = [self.episodes_of(call * self.groups + j) for j in range(self.groups)]
         eps = [e for g in groups for e in g]
         self.recorder.deal(eps)
         t0 = time.perf_counter()
-        stopped = (lambda: self.lifetime.stopped) if self.lifetime is not None else None
         results = self.pool.run(eps, abort=stopped)
         recs = self.recorder.take(eps)
         if len(results) < len(eps):
@@ -398,3 +411,26 @@ class LiberoRollout:
             self.pool.close()
         finally:
             self.server.close()
+
+
+def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of k successes in n trials (95%)."""
+    p, d = k / n, 1 + z * z / n
+    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def eval_summary(outcomes: list[tuple[int, int, bool]]) -> dict[str, Any]:
+    """(task, init, success) per episode -> {'success', 'successes', 'episodes', 'wilson95', 'tasks': {task:
+    {'success', 'successes', 'episodes', 'wilson95'}}, 'outcomes': {'<task>/<init>': 0 | 1}} (the outcomes keyed by
+    initial state: a later evaluation pairs with them)."""
+    def row(xs: list[bool]) -> dict[str, Any]:
+        k, n = sum(xs), len(xs)
+        return {"success": k / n, "successes": k, "episodes": n, "wilson95": [round(x, 3) for x in _wilson(k, n)]}
+
+    by_task: dict[int, list[bool]] = {}
+    for task, _, ok in outcomes:
+        by_task.setdefault(task, []).append(ok)
+    return row([ok for _, _, ok in outcomes]) | {
+        "tasks": {str(t): row(xs) for t, xs in sorted(by_task.items())},
+        "outcomes": {f"{t}/{i}": int(ok) for t, i, ok in outcomes}}

@@ -4,20 +4,29 @@
         --rl.init-from IMPORTED_OR_SFT_DIR --output-dir runs/libero-rl [--libero.workers 2] [--libero.max-steps 20] \
         [--pipeline.staleness-threshold 1] [--pipeline.partial-rollout] [--rl.num-iterations 3] ...
 
-The LIBERO flags (`--suite` / `--libero.suite`, `--libero.tasks`, `--libero.workers`, ...: `LiberoArgs`) pick
-the episodes and the worker pool; every other flag is the `rl` command's (`TrainConfig`). The policy is
-`rl.init_from` (an imported openpi policy, e.g. pi05_libero, or an SFT / RL run on LIBERO's keys); its
-`Bridge` reads openpi's LIBERO keys. The rollout source is `vlajax.libero.rl_lane.LiberoRollout` (one GRPO
-group of `rl.group_size` episodes per sample call, `rl.chunk_steps` = replan steps); the pipeline is
+The LIBERO fields (`--libero.tasks`, `--libero.workers`, `--libero.train-inits`, ...: `TrainConfig.libero`) pick
+the episodes and the worker pool; `vlajax.train` routes `rl` here when `env.suite` is a LIBERO suite, after the
+same parse and preflight as every suite (`vlajax.libero.checks`). The policy is `rl.init_from` (an SFT run on
+LIBERO demos, an imported openpi policy such as pi05_libero, or an RL run on LIBERO's keys); its `Bridge`
+reads openpi's LIBERO keys. The rollout source is `vlajax.libero.rl_lane.LiberoRollout` (one GRPO
+group of `rl.group_size` episodes per sample call, `rl.chunk_steps` = replan steps; groups start from the
+demo initial states 25..49); the pipeline is
 `vlajax.pipeline.AsyncRunner` (staleness-paced buffer, trainer lane, ParamServer) with the RL core's
 `Trainer` (`vlajax.rl.async_workload`: GRPO advantages per group, PPO-clip / decoupled loss, streaming).
-`pipeline.staleness_threshold=0` is the synchronous schedule (rollout waits for each update).
+`pipeline.staleness_threshold=0` is the synchronous schedule (rollout waits for each update). The reward is
+LIBERO's sparse success (1 on the decision whose chunk reached the goal, else 0).
+
+Evaluation (`rl.eval_every` N > 0: the starting policy, then every N updates and the last; 0: the last only; -1:
+never): each task of `libero.tasks` from the held-out initial states 0..`libero.episodes_per_task`-1 on the same
+workers, LIBERO's own success check, the policy of one version throughout (the RL sampler). Its rows go to the
+metrics file as `{"eval": {...}}` with per-task success, Wilson 95% intervals and each (task, init)'s outcome.
 
 Checkpoints (Orbax, `checkpoint.every_steps` updates and at the end; `checkpoint.resume`): the train state
 and the runner counters; `config.json` + `policy.json` make the checkpoint directory a policy that
 `eval --suite libero_* --checkpoint` and `vlajax.serve` load. A resumed run continues the update count and
 the group sequence after the groups its updates consumed. Metrics: `<output_dir>/libero_rl.jsonl`
-(per update: loss metrics, staleness, versions, success of the consumed groups, rollout seconds).
+(per update: loss metrics, staleness, versions, success of the consumed groups, rollout seconds; and the
+evaluations).
 """
 
 from __future__ import annotations
@@ -26,15 +35,17 @@ import functools
 import json
 import logging
 import os
-import sys
+import threading
 import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.libero import pool as pool_mod
-from vlajax.libero.rl_lane import LiberoArgs, LiberoRollout
+from vlajax.libero import protocol as P
+from vlajax.libero.rl_lane import LiberoRollout, obs_keys
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
 from vlajax.policies import run_files
 from vlajax.preflight import preflight
@@ -46,24 +57,22 @@ from vlajax.training import sharding
 from vlajax.training.preemption import UpdateBoundaries, nothing_new, stop_request
 from vlajax.training.train_state import TrainState
 
-__all__ = ["build_setup", "main", "split_args", "train"]
+__all__ = ["build_setup", "command", "train"]
 
 log = logging.getLogger(__name__)
-PROG = "python -m vlajax.train rl --suite libero_*"
-
-
 def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
     """The actor of `rl.init_from` (no env: the envs are the LIBERO workers)."""
     from vlajax.models import build_model
     from vlajax.models.observation import fake_observation
 
     if not cfg.rl.init_from:
-        raise ConfigError("RL on LIBERO needs --rl.init-from: a policy directory that reads openpi's LIBERO keys "
-                          "(e.g. `python -m vlajax.policies.import_openpi --config pi05_libero ...`'s output)")
+        raise ConfigError("RL on LIBERO needs --rl.init-from: a policy directory that reads openpi's LIBERO keys")
     model_cfg, bridge, loaded = rl_setup.load_sft(cfg, mesh)
-    if bridge.openpi is None:
-        raise ConfigError(f"rl.init_from={cfg.rl.init_from}: its policy does not read openpi's LIBERO keys "
-                          "(import one with `python -m vlajax.policies.import_openpi --config pi05_libero`)")
+    obs_keys(bridge)  # its cameras are ones the workers send (ConfigError)
+    if bridge.openpi is None and model_cfg.state_dim != P.STATE_DIM:
+        raise ConfigError(f"rl.init_from={cfg.rl.init_from}: its policy reads a {model_cfg.state_dim}-dim state; "
+                          f"LIBERO's workers send {P.STATE_DIM} (eef pos, axis-angle, gripper): train it on LIBERO "
+                          "demos (`demos --suite libero_spatial`, then `sft --preset sft-libero-small`)")
     if model_cfg.action_head == "flow" and model_cfg.flow_sampler == "ode":
         raise ConfigError("RL needs model.flow_sampler='flow_sde' or 'flow_noise' (log-probs)")
     model = build_model(model_cfg)
@@ -75,33 +84,33 @@ def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
         params = model.init(rng, fake_observation(rng, 1, model_cfg, cameras=bridge.cameras))["params"]
         return rl_setup.merge_params(params, loaded)
 
-    def no_eval(params, iteration):
-        raise ConfigError("rl.eval_every: evaluate a LIBERO RL checkpoint with `eval --suite libero_*`")
+    def no_env_eval(params, iteration):  # (LIBERO's evaluations run on its workers: LiberoRollout.evaluate)
+        raise ConfigError("RL on LIBERO evaluates on its workers (rl.eval_every), not in an env of this process")
 
-    return rl_setup.Setup(actor, None, init_params, no_eval, k, 0, bridge)
-
-
-def _check(cfg: TrainConfig, largs: LiberoArgs) -> None:
-    """ConfigError for what this run cannot do (before anything loads)."""
-    largs.check()
-    if cfg.rl.algo != "grpo":
-        raise ConfigError(f"rl.algo={cfg.rl.algo!r}: RL on LIBERO workers runs GRPO (rl.algo='grpo')")
-    if cfg.rl.eval_every > 0:
-        raise ConfigError("rl.eval_every > 0: evaluate LIBERO RL checkpoints with `eval --suite libero_*` "
-                          "(set rl.eval_every -1)")
-    p = cfg.pipeline
-    if p.num_slots != 1 or p.placement != "colocated":
-        raise ConfigError("RL on LIBERO: the worker pool is the rollout lane (pipeline.num_slots=1, colocated); "
-                          "scale with --libero.workers / --libero.envs-per-worker")
-    if largs.workers * largs.envs_per_worker < 1:
-        raise ConfigError("no env slots")
-    if p.streaming:
-        check_streaming(cfg, p.require_batches)
-    preflight(cfg, "rl", libero=True)  # what every `rl` refuses (a fresh run over saved steps, TE, FP8, ...)
+    return rl_setup.Setup(actor, None, init_params, no_env_eval, k, 0, bridge)
 
 
-def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, python: str | None = None,
-          on_rollout: Any = None, reward_fn: Any = None) -> dict[str, Any]:
+def _check(cfg: TrainConfig) -> None:
+    """ConfigError for what this run cannot do (before anything loads): every `rl`'s refusals on a LIBERO suite."""
+    preflight(cfg, "rl")  # (vlajax.train ran it too; `train` is also called directly)
+    if cfg.pipeline.streaming:
+        check_streaming(cfg, cfg.pipeline.require_batches)
+
+
+def _tasks(cfg: TrainConfig, python: str) -> tuple[int, ...]:
+    """`libero.tasks`, or every task of the suite when empty; ConfigError for an index the suite lacks."""
+    described = pool_mod.describe([cfg.env.suite], python)[cfg.env.suite]
+    if described is None:
+        raise ConfigError(f"LIBERO has no suite {cfg.env.suite}")
+    n = described["n_tasks"]
+    bad = [t for t in cfg.libero.tasks if t >= n]
+    if bad:
+        raise ConfigError(f"libero.tasks {bad}: {cfg.env.suite} has tasks 0..{n - 1}")
+    return cfg.libero.tasks or tuple(range(n))
+
+
+def train(cfg: TrainConfig, *, stop_at: int | None = None, python: str | None = None, on_rollout: Any = None,
+          reward_fn: Any = None) -> dict[str, Any]:
     """Run to `rl.num_iterations` updates (resuming from the newest checkpoint). -> summary.
 
     `stop_at`: stop after that many updates (with a checkpoint), as if interrupted. `python`: the LIBERO
@@ -113,7 +122,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
     the compiles) and an update whose predecessor is saved are abandoned at once; otherwise the run stops at
     the next update boundary with that update's checkpoint (forced). Either way the LIBERO workers are killed
     (`pool.kill_all`), one line goes to stderr and the process exits 0; a second signal exits 130 at once."""
-    _check(cfg, largs)
+    _check(cfg)
     python = python or pool_mod.libero_python()  # LiberoEnvMissing before anything loads
     p = cfg.pipeline
     with stop_request("rl") as stop:
@@ -129,6 +138,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
                 pool_mod.kill_all()
 
         with stop.abandonable("set-up (before the first update)", kept, cleanup):  # nothing new yet
+            tasks = _tasks(cfg, python)
             compile_cache.enable(cfg.compilation_cache_dir)
             mesh = sharding.make_mesh(cfg.mesh)
             rules = cfg.mesh.logical_rules
@@ -137,6 +147,8 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             state, _ = sharding.init_sharded(lambda rng: TrainState.create(setup.init_params(rng), tx,
                                                                            jax.random.fold_in(rng, 1)),
                                              mesh, rules, jax.random.key(cfg.seed))
+            # rl.kl_coef's frozen reference: the starting policy (a copy: the updates donate the state's buffers)
+            ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
             ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
             box["ckpt"] = ckpt
             run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
@@ -154,12 +166,27 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             total = cfg.rl.num_iterations
             end = total if stop_at is None else min(stop_at, total)
             trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
-                              prepare=jax.jit(functools.partial(prepare_segment, cfg)))
+                              prepare=jax.jit(functools.partial(prepare_segment, cfg)), ref_params=ref_params)
             trainer.updates = counters.updates
             os.makedirs(cfg.output_dir, exist_ok=True)
             json_path = os.path.join(cfg.output_dir, "libero_rl.jsonl")
-            rollout = LiberoRollout(cfg, setup, largs, counters.sample_calls, python=python,
+            rollout = LiberoRollout(cfg, setup, tasks, counters.sample_calls, python=python,
                                     log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=reward_fn)
+            every = cfg.rl.eval_every  # the starting policy of a fresh run, then every N versions
+            rollout.next_eval = (None if every <= 0 else
+                                 0 if counters.version == 0 else (counters.version // every + 1) * every)
+        lock = threading.Lock()  # the trainer lane's rows and the rollout lane's evaluations share the file
+
+        def write_row(row: dict) -> None:
+            with lock, open(json_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+        def on_eval(ev: dict) -> None:
+            write_row({"eval": ev, "time": time.time()})
+            log.info("rl libero: evaluation of version %d: success %.2f (%d of %d episodes, held-out inits 0..%d)",
+                     ev["version"], ev["success"], ev["successes"], ev["episodes"], cfg.libero.episodes_per_task - 1)
+
+        rollout.on_eval = on_eval
 
         update_s: list[float] = []  # seconds of each train_step (micro-batch waits excluded only when not streaming)
 
@@ -176,7 +203,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
 
         def save(runner: AsyncRunner, force: bool) -> None:
             c = runner.resume_counters()  # groups consumed (not started): a resume re-runs the unconsumed ones
-            extra = {"counters": c.to_json(), "seed": cfg.seed, "config": cfg.name, "suite": largs.suite}
+            extra = {"counters": c.to_json(), "seed": cfg.seed, "config": cfg.name, "suite": cfg.env.suite}
             if ckpt.save(c.updates, {"train": runner.state}, force=force, extra=extra):
                 saved.append(c.updates)
                 newest["step"] = c.updates
@@ -194,8 +221,7 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
                    "env_steps": record["env_steps"], "time": time.time(), "update_s": update_s[-1], "train": m}
             ends.append(time.monotonic())
             history.append(row)
-            with open(json_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            write_row(row)
             log.info("rl libero: update %d/%d staleness %s success %.2f loss %.4g", u, total, record["staleness"],
                      m.get("success", float("nan")), m.get("loss", float("nan")))
             save(runner, force=u >= end)
@@ -216,6 +242,12 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
                       runner.run(on_interrupt=boundaries.interrupt, stop=stop.local))
             ckpt.wait()
             u = runner.counters.updates
+            v = runner.counters.version
+            last_eval = rollout.evals[-1]["version"] if rollout.evals else None
+            if (status == "done" and cfg.rl.eval_every >= 0 and u > start_updates and last_eval != v
+                    and not stop.local()):  # the last version, unless the lane just evaluated it
+                with stop.abandonable(f"the evaluation after update {u} (checkpoint {u} is saved)", kept, cleanup):
+                    rollout.evaluate(v, runner.state.params, abort=stop.local)
             if status == "interrupted":
                 stop.report(f"the LIBERO run at update {u}", f"stopped at the boundary after update {u}")
             elif stop.local():  # the signal came during the last update (unsaved predecessor): finished, saved
@@ -229,56 +261,19 @@ def train(cfg: TrainConfig, largs: LiberoArgs, *, stop_at: int | None = None, py
             "checkpoints": saved, "summary": runner.summary(), "summary_steady": steady,
             "restarts": rollout.pool.events, "server_batches": list(rollout.server.batches),
             "infer_times": list(rollout.infer_times), "update_times": list(ends),
-            "server_errors": list(rollout.server.errors), "state": runner.state}
+            "server_errors": list(rollout.server.errors), "evals": list(rollout.evals), "state": runner.state}
 
 
-def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(LIBERO flags for `LiberoArgs`, the rest for the `rl` command). `--suite X` = `--libero.suite X`."""
-    mine, rest = [], []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        flag, eq, _ = a.partition("=")
-        if flag in ("--suite", "--env.suite") or flag.startswith("--libero."):
-            name = "--" + flag.split(".", 1)[1] if flag.startswith("--libero.") else "--suite"
-            if flag == "--env.suite":
-                name = "--suite"
-            if eq:
-                mine.append(name + "=" + a.partition("=")[2])
-                i += 1
-                continue
-            mine.append(name)
-            i += 1
-            while i < len(argv) and not argv[i].startswith("--"):  # its values (tasks take several)
-                mine.append(argv[i])
-                i += 1
-            continue
-        rest.append(a)
-        i += 1
-    return mine, rest
-
-
-def main(argv: list[str], parse) -> int:
-    """The `rl` command for a LIBERO suite: `vlajax.train` dispatches here with its `parse(command, args)`
-    (passed in: this module sits below the entry points)."""
-    from vlajax.shared import cli
-
-    mine, rest = split_args(list(argv))
-    try:
-        largs = cli.parse(LiberoArgs, mine, prog=PROG, description="LIBERO flags (--libero.*)")
-        cfg = parse("rl", rest)
-        largs.check()
-        _check(cfg, largs)
-        pool_mod.libero_python()
-    except (ConfigError, ValueError, pool_mod.LiberoEnvMissing) as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
+def command(cfg: TrainConfig) -> int:
+    """The `rl` command for a LIBERO suite (`vlajax.train` routes it here after its parse and preflight): the run,
+    then one JSON line (its status, updates, the consumed groups' success per update, the evaluations)."""
     logging.getLogger("absl").setLevel(logging.WARNING)
-    out = train(cfg, largs)
+    out = train(cfg)
     short = {k: v for k, v in out.items() if k not in ("history", "state", "summary", "summary_steady", "infer_times",
-                                                        "update_times", "server_batches")}
+                                                        "update_times", "server_batches", "evals")}
     short["staleness_max"] = max((max(h["staleness"]) for h in out["history"]), default=0)
     short["success"] = [h["train"].get("success") for h in out["history"]]
+    short["evals"] = [{k: e[k] for k in ("version", "success", "successes", "episodes", "wilson95")}
+                      for e in out["evals"]]
     print(json.dumps(short, default=str), flush=True)
     return 0
-

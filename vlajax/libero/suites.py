@@ -6,11 +6,16 @@ import difflib
 
 from vlajax.libero.protocol import MAX_STEPS
 
-__all__ = ["BASES", "PRO_AXES", "check_suite", "looks_like_libero"]
+__all__ = ["BASES", "PRO_AXES", "check_suite", "is_libero", "looks_like_libero"]
 
 BASES = tuple(MAX_STEPS)  # libero_spatial, libero_object, libero_goal, libero_10, libero_90
 PRO_AXES = ("swap", "lan", "object", "task", "env")  # LIBERO-PRO's variants <base>_<axis>
 NAMES = BASES + tuple(f"{b}_{a}" for b in BASES for a in PRO_AXES)
+
+
+def is_libero(suite: str) -> bool:
+    """Whether `env.suite` names a LIBERO suite (its episodes run on LIBERO's worker processes, not on MJX)."""
+    return suite.startswith("libero_")
 
 
 def looks_like_libero(name: str) -> bool:
