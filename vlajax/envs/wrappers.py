@@ -17,6 +17,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from mujoco import mjx
 
 from vlajax.envs.base import Env, State, check_action
 
@@ -54,6 +55,27 @@ class Wrapper(Env):
 def _where(done: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
     """`x` where `done` else `y`; `done` `[*b]` broadcasts over the trailing axes of `x`/`y`."""
     return jnp.where(done.reshape(done.shape + (1,) * (x.ndim - done.ndim)) > 0, x, y)
+
+
+def select_data(done: jax.Array, x: mjx.Data, y: mjx.Data) -> mjx.Data:
+    """Physics data `x` where `done` else `y`, per env: `done` bool or float (> 0) `[*b]`, the data's batch axes
+    (`[]` inside `vmap`). MJX's own merge (`mjx.Data.where`): under MJX-Warp it leaves the fields Warp does not
+    batch per world (the contact buffers, their counts) as `y`'s instead of selecting them per env. An env whose
+    data is another pytree (the tests' toy envs) is merged leaf by leaf."""
+    if not isinstance(x, mjx.Data):
+        return jax.tree.map(lambda a, b: _where(done, a, b), x, y)
+    done = done > 0
+    merge = lambda d, a, b: b.where(d, a)  # noqa: E731 -- Data.where(done, other): other where done
+    for _ in range(done.ndim):  # batch axes outside vmap: the scalar rule per env
+        merge = jax.vmap(merge)
+    return merge(done, x, y)
+
+
+def select(done: jax.Array, x: State, y: State) -> State:
+    """State `x` where `done` else `y`, per env (`done` `[*b]`, as `select_data`): the physics data merged by
+    `select_data`, every other leaf by `jnp.where` broadcast over its trailing axes."""
+    rest = jax.tree.map(lambda a, b: _where(done, a, b), x.replace(data=None), y.replace(data=None))
+    return rest.replace(data=select_data(done, x.data, y.data))
 
 
 class EpisodeWrapper(Wrapper):
@@ -132,9 +154,8 @@ class AutoResetWrapper(Wrapper):
             first = {"data": fresh.data, "episode": fresh.info["episode"]}
         else:
             first = info["first"]
-        where = lambda x, y: _where(done, x, y)
-        info["episode"] = jax.tree.map(where, first["episode"], info["episode"])
-        state = state.replace(data=jax.tree.map(where, first["data"], state.data), info=info)
+        info["episode"] = jax.tree.map(lambda x, y: _where(done, x, y), first["episode"], info["episode"])
+        state = state.replace(data=select_data(done, first["data"], state.data), info=info)
         return self.env.observe(state) if observe else state
 
 
@@ -177,8 +198,7 @@ class ActionChunkWrapper(Wrapper):
         def body(carry, a):
             s, done = carry
             nxt = self.env.step(s, a, observe=False)  # render once, after the chunk
-            keep = lambda new, old: jnp.where(done > 0, old, new)
-            nxt = jax.tree.map(keep, nxt, s)
+            nxt = select(done, s, nxt)
             reward = jnp.where(done > 0, 0.0, nxt.reward)
             valid = 1.0 - done
             done = jnp.maximum(done, nxt.done)

@@ -42,6 +42,7 @@ import numpy as np
 
 from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.envs.video import outcome_clip
+from vlajax.envs.wrappers import select
 from vlajax.models.vla import VLA
 from vlajax.policies.bridge import Bridge
 from vlajax.policies.run_files import checkpoint_dir, load_run_policy
@@ -84,8 +85,7 @@ def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_ind
     def control(carry, a):
         state, done, steps, t = carry
         nxt = vstep(state, a)
-        keep = lambda new, old: jnp.where(done.reshape(done.shape + (1,) * (new.ndim - 1)), old, new)
-        nxt = jax.tree.map(keep, nxt, state)
+        nxt = select(done, state, nxt)  # finished episodes stay put (their physics by MJX's merge)
         live = (~done) & (t < episode_length)
         success = live & (nxt.metrics["success"] > 0)
         steps = steps + live.astype(jnp.int32)

@@ -38,7 +38,14 @@ import jax.numpy as jnp
 
 from vlajax.envs import registry
 from vlajax.envs.base import Env, State
-from vlajax.envs.wrappers import ActionChunkWrapper, EpisodeWrapper, ProgressRewardWrapper, VmapWrapper, Wrapper
+from vlajax.envs.wrappers import (
+    ActionChunkWrapper,
+    EpisodeWrapper,
+    ProgressRewardWrapper,
+    VmapWrapper,
+    Wrapper,
+    select,
+)
 from vlajax.rl import advantages as adv_lib
 from vlajax.rl.actors import Actor
 from vlajax.rl.learner import flatten_decisions
@@ -181,11 +188,9 @@ def group_keys(rng: jax.Array, num_envs: int, group_size: int = 1) -> jax.Array:
 # ----------------------------------------------------------------------------------------
 
 
-def _select(done: jax.Array, new: Any, old: Any) -> Any:
-    def one(a, b):
-        return jnp.where(done.reshape(done.shape + (1,) * (a.ndim - done.ndim)), a, b)
-
-    return jax.tree.map(one, new, old)
+def _select(done: jax.Array, new: State, old: State) -> State:
+    """`new` where `done` [B] else `old` (the physics data by MJX's own merge: `wrappers.select`)."""
+    return select(done, new, old)
 
 
 def actor_step(actor: Actor, env: Env, params: Any, state: State, rng: jax.Array, version: jax.Array,
