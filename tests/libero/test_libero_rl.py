@@ -35,7 +35,7 @@ EP, STEP, DONE, SUCCESS = (P.EXTRA_KEYS[k] for k in ("episode", "step", "done", 
 
 def _decision(step, version=0, value=0.0):
     return {"step": step, "version": version, "obs": {"observation/state": np.full(8, value, np.float32)},
-            "chain": np.full((3, 10, 32), value, np.float32), "sde_step": np.int32(2),
+            "record": {"chain": np.full((3, 10, 32), value, np.float32), "sde_step": np.int32(2)},
             "logp_terms": np.full((10, 32), value, np.float32)}
 
 

@@ -139,8 +139,9 @@ def assemble_group(decisions: list[list[dict[str, Any]]], finals: list[dict[str,
                    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """G episodes' decisions -> (records `[T, G, ...]` without log-probs, versions int [T, G]).
 
-    decisions[g]: the episode's decisions in order, each `{'step', 'version', 'obs': {...}, 'chain', 'sde_step',
-    'logp_terms'}`; finals[g]: `{'success': bool, 'steps': int}` (env steps after the wait when it ended) and
+    decisions[g]: the episode's decisions in order, each `{'step', 'version', 'obs': {...}, 'record': {the actor's
+    record: a flow head's 'chain', 'sde_step'; ...}, 'logp_terms'}` (the record's keys become the trajectory's);
+    finals[g]: `{'success': bool, 'steps': int}` (env steps after the wait when it ended) and
     optionally `'reward'` (the episode's return; default its success, LIBERO's sparse reward).
     Raises ValueError when an episode's steps are not strictly increasing (a decision counted twice)."""
     g_n = len(decisions)
@@ -155,7 +156,7 @@ def assemble_group(decisions: list[list[dict[str, Any]]], finals: list[dict[str,
     stack = lambda f: np.stack([np.stack([f(rows[g][t]) for g in range(g_n)]) for t in range(t_max)])  # noqa: E731
     obs_keys = rows[0][0]["obs"].keys()
     data: dict[str, Any] = {"obs": {key: stack(lambda d, key=key: d["obs"][key]) for key in obs_keys},
-                            "chain": stack(lambda d: d["chain"]), "sde_step": stack(lambda d: d["sde_step"]),
+                            **{key: stack(lambda d, key=key: d["record"][key]) for key in rows[0][0]["record"]},
                             "logp_terms": stack(lambda d: d["logp_terms"])}
     valid = np.zeros((t_max, g_n), bool)
     mask = np.zeros((t_max, g_n, k), bool)
@@ -286,7 +287,7 @@ class LiberoRollout:
                 if rec is not None:
                     self.recorder.add(rec, r.conn, {
                         "step": int(r.obs[STEP]), "version": int(version), "obs": {k: v[row] for k, v in obs.items()},
-                        "chain": record["chain"][row], "sde_step": record["sde_step"][row],
+                        "record": {k: v[row] for k, v in record.items()},  # the actor's (flow: chain, sde_step)
                         "logp_terms": scores["logp_terms"][row]})
             self.infer_times.append((len(todo), time.perf_counter() - t0))
         return replies

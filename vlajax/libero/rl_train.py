@@ -16,8 +16,9 @@ demo initial states 25..49); the pipeline is
 `pipeline.staleness_threshold=0` is the synchronous schedule (rollout waits for each update). The reward is
 LIBERO's sparse success (1 on the decision whose chunk reached the goal, else 0).
 
-Evaluation (`rl.eval_every` N > 0: the starting policy, then every N updates and the last; 0: the last only; -1:
-never): each task of `libero.tasks` from the held-out initial states 0..`libero.episodes_per_task`-1 on the same
+Evaluation (`rl.eval_every` N > 0: the starting policy, then at the rollout's first call after every N updates; 0
+or -1: none -- evaluate the final checkpoint with `eval --suite libero_* --checkpoint`): each task of
+`libero.tasks` from the held-out initial states 0..`libero.episodes_per_task`-1 on the same
 workers, LIBERO's own success check, the policy of one version throughout (the RL sampler). Its rows go to the
 metrics file as `{"eval": {...}}` with per-task success, Wilson 95% intervals and each (task, init)'s outcome.
 
@@ -242,12 +243,6 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, python: str | None = 
                       runner.run(on_interrupt=boundaries.interrupt, stop=stop.local))
             ckpt.wait()
             u = runner.counters.updates
-            v = runner.counters.version
-            last_eval = rollout.evals[-1]["version"] if rollout.evals else None
-            if (status == "done" and cfg.rl.eval_every >= 0 and u > start_updates and last_eval != v
-                    and not stop.local()):  # the last version, unless the lane just evaluated it
-                with stop.abandonable(f"the evaluation after update {u} (checkpoint {u} is saved)", kept, cleanup):
-                    rollout.evaluate(v, runner.state.params, abort=stop.local)
             if status == "interrupted":
                 stop.report(f"the LIBERO run at update {u}", f"stopped at the boundary after update {u}")
             elif stop.local():  # the signal came during the last update (unsaved predecessor): finished, saved
