@@ -81,8 +81,10 @@ def test_state_prompt_table_refuses_a_tokenizer_it_cannot_reproduce(model_path):
 
 
 def test_cli_trains_a_tokenizer_for_the_dummy_presets(tmp_path, capsys):
+    from scripts import train_tokenizer  # the developer tool (scripts/ is on pytest's path: pythonpath ".")
+
     out = str(tmp_path / "t.model")
-    assert spt.main([out, "--vocab-size", "700"]) == 0
+    assert train_tokenizer.main([out, "--vocab-size", "700"]) == 0
     tok = spt.PromptTokenizer.load(out, 200)
     assert tok.vocab_size <= 700 and "wrote" in capsys.readouterr().out
     from vlajax.envs.tabletop import tasks

@@ -79,7 +79,7 @@ from vlajax.policies.transforms import (
     compose,
 )
 from vlajax.shared.atomic_files import write_json
-from vlajax.shared.robots import NOISE, PROMPT, STATE, TOKEN_MASK, TOKENS
+from vlajax.shared.robots import NOISE, PROMPT, STATE, TABLETOP_ACTION_DIMS, TOKEN_MASK, TOKENS
 
 __all__ = ["Bridge", "POLICY_FILE", "instruction_table"]
 
@@ -118,7 +118,7 @@ class Bridge:
     norm: dict[str, NormStats]  # 'actions', 'state': the training dataset's statistics
     action_norm: str = "quantile"
     state_norm: str = "mean_std"
-    env_action_dim: int = 4  # dims sent to the env: the first ones of model.action_dim, as many as the data has
+    env_action_dim: int = 4  # dims sent to the env: the first ones of model.action_dim, as many as it takes
     camera_map: tuple[tuple[str, str], ...] = ()  # pi families: (env camera, openpi image slot) pairs
     openpi: OpenpiTransforms | None = None  # an imported openpi policy's data transforms (None: our own)
 
@@ -138,7 +138,10 @@ class Bridge:
         cmap = ()
         if cfg.model.family != "vla":
             cmap = camera_map(cfg.data.camera_map, tuple(info.cameras), model_slots(cfg.model))
-        robot_dims = int(np.shape(info.norm["actions"].mean)[-1])  # the dataset's actions: the robot's dims
+        # the env the config names takes the actions: a LIBERO suite the dataset's dims (7 for openpi's LIBERO
+        # layout), the tabletop its 4 (the first dims of a policy trained on wider data)
+        libero = cfg.env.suite.startswith("libero_")
+        robot_dims = int(np.shape(info.norm["actions"].mean)[-1]) if libero else TABLETOP_ACTION_DIMS
         return cls(cfg.model, tuple(info.cameras), dict(info.norm), action_norm(cfg), cfg.data.state_norm,
                    env_action_dim=min(cfg.model.action_dim, robot_dims), camera_map=cmap)
 

@@ -38,6 +38,7 @@ PROMPT = "prompt"
 TOKENS = "tokens"
 TOKEN_MASK = "token_mask"
 NOISE = "noise"
+TABLETOP_ACTION_DIMS = 4  # our tabletop env's actions (vlajax.envs.tabletop: end-effector dx, dy, dz, gripper)
 
 
 def image_key(camera: str) -> str:
