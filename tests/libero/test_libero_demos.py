@@ -18,23 +18,14 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.libero.libero_env import venv_or_skip
 from vlajax import train
 from vlajax.data.lerobot import LeRobotData, layout_keys
 from vlajax.libero import demos as D
-from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
 
 LEROBOT = os.environ.get("VLAJAX_LEROBOT_PYTHON", "")
 DUMP = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "lerobot_dump.py")
-
-
-def _venv_or_skip() -> str:
-    try:
-        return pool_mod.libero_python()
-    except pool_mod.LiberoEnvMissing as e:
-        if os.environ.get("VLAJAX_LIBERO_REQUIRED"):
-            raise
-        pytest.skip(f"{e}")
 
 
 def _main(argv: list[str]) -> tuple[int, str]:
@@ -71,7 +62,7 @@ def test_bad_flags_are_one_error_line(tmp_path, args, needle):
 def recorded(tmp_path_factory):
     """`demos` on task 0, 2 episodes, 32 x 32, capped at 12 steps (too short to succeed) with failures
     kept; the workers' own records kept beside it."""
-    _venv_or_skip()
+    venv_or_skip()
     from vlajax.config.schema import DataConfig, EnvConfig, TrainConfig
 
     root = tmp_path_factory.mktemp("libero_demos")
