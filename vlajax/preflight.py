@@ -456,7 +456,7 @@ def _check_rl_source(cfg: TrainConfig, libero: bool) -> None:
         raise ConfigError(f"rl.init_from={d}: {what}: it answers in the {ident.robot} robot's {dims}-dim actions, not "
                           f"this env's; fine-tune it on the env's data first (sft --sft.init-from {d}, with "
                           "--sft.delta-actions off if it learned delta actions), or run RL on its robot (rl --preset "
-                          "rl-pi05-libero --suite libero_*, docs/libero.md)")
+                          "rl-pi05-libero --suite libero_*, docs/libero-training.md)")
     m, here = ident.model, cfg.model
     if m.action_head == "flow" and here.flow_sampler == "ode":
         raise ConfigError(f"rl.init_from={d}: {what}; --preset {cfg.name} samples a flow head with "

@@ -27,7 +27,7 @@ from that repeat's sync run only -- inference seconds per batch (the endpoint's 
 (the trainer's), LIBERO's step-time distribution (the workers' per-episode median and mean step times ->
 a log-normal: median = p50, sigma = sqrt(2 ln(mean / p50))), and reset + wait seconds per episode (one per
 T decisions) -- with `shared_compute` on this host's cores. It is written into the row beside the
-measurement. The criterion (docs/libero.md, fixed before the first run): for every async mode, predicted
+measurement. The criterion (docs/libero-training.md, fixed before the first run): for every async mode, predicted
 speed-up / measured speed-up within [0.8, 1.25], and the same sign of (speed-up - 1).
 """
 

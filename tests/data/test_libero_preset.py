@@ -1,7 +1,7 @@
 """The `sft-libero-small` preset reads openpi's LIBERO layout (`image`, `wrist_image` uint8, `state` [8],
 `actions` [7], fps 10; what `demos --suite libero_*` writes): both cameras resized to the 64 x 64 the
 policy reads, 7-dim actions in chunks of 10, the 8-dim state; LIBERO's instructions fit its text length.
-(Training it is the same jitted step as `sft-small`'s; `docs/libero.md` "Train on LIBERO: SFT" has the run.)"""
+(Training it is the same jitted step as `sft-small`'s; `docs/libero-training.md` "SFT" has the run.)"""
 
 from __future__ import annotations
 

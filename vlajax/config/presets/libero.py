@@ -1,4 +1,4 @@
-"""Asynchronous RL on LIBERO workers (`vlajax.libero.rl_train`; docs/libero.md, "Asynchronous RL on LIBERO").
+"""Asynchronous RL on LIBERO workers (`vlajax.libero.rl_train`; docs/libero-training.md).
 
     rl-pi05-libero         the GPU-pod recipe: openpi's pi0.5 (full size) from `rl.init_from` (an imported
                            pi05_libero or its SFT), GRPO over groups of 8 episodes of one initial state, 4
@@ -6,7 +6,7 @@
                            example), VLM frozen (the expert trains), staleness 1 + partial rollout (the
                            planner's best mode for pi0.5 on LIBERO, colocated), one publication per update.
                            Run with `--suite libero_spatial --libero.workers 16 --libero.envs-per-worker 2`
-                           (one worker per CPU core pair; docs/libero.md).
+                           (one worker per CPU core pair; docs/libero-training.md).
     rl-pi05-libero-dummy   the same chain at the openpi reference data's sizes (pi05 dummy) for this CPU's smoke:
                            groups of 2, short episodes (`--libero.max-steps`), 3 updates, a checkpoint each.
 
