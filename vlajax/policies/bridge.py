@@ -57,7 +57,6 @@ from vlajax.config.openpi import OpenpiTransforms
 from vlajax.config.schema import ModelConfig, action_norm
 from vlajax.data.normalize import NormStats
 from vlajax.data.openpi import camera_map, model_slots
-from vlajax.envs.tabletop import tasks
 from vlajax.models.observation import Observation
 from vlajax.models.policy import head_sample
 from vlajax.models.tokenizer import encode_batch
@@ -89,6 +88,8 @@ POLICY_FILE = "policy.json"
 def instruction_table(max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Tokens int32 [num_tasks, num_instructions, max_len] and mask bool [...] for every task's
     `instructions()` (indexed by `tasks.TASKS` position and the env's `instruction_id`)."""
+    from vlajax.envs.tabletop import tasks  # lazy: vlajax.envs loads MuJoCo / MJX-Warp (~3 s), not needed to import
+
     per_task = [encode_batch(t.instructions(), max_len) for t in tasks.TASKS]
     n = max(len(p[0]) for p in per_task)
     ids = np.zeros((len(per_task), n, max_len), np.int32)
@@ -193,6 +194,8 @@ class Bridge:
                          inputs=(CameraImages(self.cameras, m.image_size), TaskTokens(ids, mask), norm_state,
                                  PadState(m.state_dim)),
                          outputs=(unnorm, KeepDims(self.env_action_dim), Clip()))
+        from vlajax.envs.tabletop import tasks  # lazy, as in instruction_table
+
         prompts = PiPrompts(m, [list(t.instructions()) for t in tasks.TASKS],
                             int(np.shape(self.norm["state"].mean)[-1]))
         optional = self.openpi.keys.optional if self.openpi is not None else ()
