@@ -75,12 +75,12 @@ def rl_command(sft_checkpoints: str, out: str, size_name: str, seed: int, sync: 
     return args
 
 
-def _settings(environ) -> tuple[str, int]:
-    """(size, seed) from `VLAJAX_QUICKSTART_SIZE` / `VLAJAX_QUICKSTART_SEED`; SystemExit with one
+def _settings(environ, sizes=SIZES) -> tuple[str, int]:
+    """(size, seed) from `VLAJAX_QUICKSTART_SIZE` (a key of `sizes`) / `VLAJAX_QUICKSTART_SEED`; SystemExit with one
     `error:` line when either is invalid."""
     size = environ.get("VLAJAX_QUICKSTART_SIZE", "default")
-    if size not in SIZES:
-        raise SystemExit(f"error: VLAJAX_QUICKSTART_SIZE must be one of {', '.join(SIZES)}, got {size!r}")
+    if size not in sizes:
+        raise SystemExit(f"error: VLAJAX_QUICKSTART_SIZE must be one of {', '.join(sizes)}, got {size!r}")
     raw = environ.get("VLAJAX_QUICKSTART_SEED", "0")
     try:
         seed = int(raw.strip())
@@ -91,8 +91,9 @@ def _settings(environ) -> tuple[str, int]:
     return size, seed
 
 
-def _run(phase: str, args: list[str], log_path: str) -> None:
-    """Run one phase's command; its output goes to the terminal (indented) and to `log_path` as it comes."""
+def _run(phase: str, args: list[str], log_path: str) -> float:
+    """Run one phase's command; its output goes to the terminal (indented) and to `log_path` as it comes.
+    -> its wall seconds."""
     cmd = [sys.executable, "-m", "vlajax.train", *args]
     print(f"[quickstart] {phase}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.time()
@@ -108,7 +109,9 @@ def _run(phase: str, args: list[str], log_path: str) -> None:
             tail = f.read().splitlines()[-20:]
         raise SystemExit(f"[quickstart] {phase} failed (exit {proc.returncode}); last lines of {log_path}:\n"
                          + "\n".join(tail))
-    print(f"[quickstart] {phase} done in {time.time() - t0:.0f} s (log: {log_path})", flush=True)
+    seconds = time.time() - t0
+    print(f"[quickstart] {phase} done in {seconds:.0f} s (log: {log_path})", flush=True)
+    return seconds
 
 
 def _check_report_deps() -> None:
@@ -119,17 +122,23 @@ def _check_report_deps() -> None:
                          "pip install 'vlajax[report]' (`make quickstart` installs it)")
 
 
-def main() -> int:
-    size_name, seed = _settings(os.environ)
-    size = SIZES[size_name]
+def _start(out: str, sizes: dict, tag: str = "quickstart") -> tuple[str, int, str, str]:
+    """(size, seed, logs folder, report folder): the settings (`_settings`), the report's dependencies, then `out`
+    made afresh (a previous run there is deleted) with its `logs` and `report` folders."""
+    size_name, seed = _settings(os.environ, sizes)
     _check_report_deps()
-    if os.path.isdir(OUT):
-        print(f"[quickstart] removing the previous quickstart run in {OUT}", flush=True)
-        shutil.rmtree(OUT)
-    os.makedirs(OUT)
-    logs, report = os.path.join(OUT, "logs"), os.path.join(OUT, "report")
+    if os.path.isdir(out):
+        print(f"[{tag}] removing the previous quickstart run in {out}", flush=True)
+        shutil.rmtree(out)
+    logs, report = os.path.join(out, "logs"), os.path.join(out, "report")
     os.makedirs(logs)
     os.makedirs(report)
+    return size_name, seed, logs, report
+
+
+def main() -> int:
+    size_name, seed, logs, report = _start(OUT, SIZES)
+    size = SIZES[size_name]
     t_start = time.time()
     demos, sft, rl = (os.path.join(OUT, p) for p in ("demos", "sft", "rl"))
     smoke = size_name == "smoke"
