@@ -38,6 +38,7 @@ from vlajax.data.writer import LeRobotWriter, policy_features
 from vlajax.envs import experts, registry
 from vlajax.envs.tabletop import tasks as tasks_lib
 from vlajax.shared import compile_cache
+from vlajax.shared.robots import INSTRUCTION_ID, STATE, image_key
 from vlajax.training.logging import PLAIN_LINES, Progress
 
 log = logging.getLogger(__name__)
@@ -188,8 +189,8 @@ def first_frames(env, num_scenes: int, root: jax.Array, batch: int = 48) -> dict
         obs, iid, cubes, zone = jax.device_get(make(keys, jnp.asarray(task_ids), jnp.asarray(i % 3, jnp.int32)))
         n = min(batch, m - start)
         for c in cams:
-            out[c].append(obs[f"pixels/{c}"][:n])
-        out["state"].append(np.asarray(obs["state"][:n], np.float32))
+            out[c].append(obs[image_key(c)][:n])
+        out["state"].append(np.asarray(obs[STATE][:n], np.float32))
         out["instructions"] += [tasks_lib.TASKS[int(t)].instructions()[int(k)] for t, k in zip(task_ids[:n], iid[:n])]
         out["cubes"].append(cubes[:n])
         out["zone"].append(zone[:n])
@@ -285,10 +286,10 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
                 if len(keep) == 0:
                     continue
                 bm = lambda x, keep=keep: np.swapaxes(np.asarray(x), 0, 1)[keep]  # time-major -> batch-major
-                frames = {f"observation.images.{c}": bm(obs[f"pixels/{c}"]) for c in cams}
-                frames["observation.state"] = bm(obs["state"]).astype(np.float32)
+                frames = {f"observation.images.{c}": bm(obs[image_key(c)]) for c in cams}
+                frames["observation.state"] = bm(obs[STATE]).astype(np.float32)
                 frames["action"] = bm(actions).astype(np.float32)
-                iid = np.asarray(obs["instruction_id"])[0, keep]
+                iid = np.asarray(obs[INSTRUCTION_ID])[0, keep]
                 writer.add_episodes(frames, lengths[keep], [instructions[int(k)] for k in iid])
                 kept += len(keep)
                 lengths_all += lengths[keep].tolist()

@@ -48,6 +48,7 @@ from vlajax.policies.bridge import Bridge
 from vlajax.policies.run_files import checkpoint_dir, load_run_policy
 from vlajax.shared import compile_cache
 from vlajax.shared.atomic_files import write_json, write_text
+from vlajax.shared.robots import image_key
 from vlajax.training.logging import write_gif
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def closed_loop(env, bridge: Bridge, model: VLA, params, keys, task_ids, gif_ind
         success = live & (nxt.metrics["success"] > 0)
         steps = steps + live.astype(jnp.int32)
         done = done | success | (nxt.done > 0) | (t + 1 >= episode_length)
-        frame = state.obs[f"pixels/{camera}"][gif_index]
+        frame = state.obs[image_key(camera)][gif_index]
         return (nxt, done, steps, t + 1), (success, frame)
 
     def chunk(carry, i):

@@ -30,6 +30,7 @@ from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.envs.tabletop import tasks
 from vlajax.evaluation import closed_loop as evaluation
 from vlajax.serve.client import RemotePolicy, ServerError
+from vlajax.shared.robots import INSTRUCTION_ID, PROMPT, STATE, image_key
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,8 @@ class RemoteBridge:
             action = meta.get("action", {}).get("shape")
             if not isinstance(obs_spec, dict) or not action:
                 raise ConfigError(f"{url}: the server's metadata lacks 'observation' / 'action' (not vlajax.serve?)")
-            keys = meta.get("keys") or {"images": {c: f"pixels/{c}" for c in env_cfg.cameras}, "state": "state",
-                                        "prompt": "prompt"}
+            keys = meta.get("keys") or {"images": {c: image_key(c) for c in env_cfg.cameras}, "state": STATE,
+                                        "prompt": PROMPT}
             images = tuple((c, k) for c, k in keys["images"].items())
             missing = [c for c, _ in images if c not in env_cfg.cameras]
             if missing:
@@ -114,10 +115,10 @@ class RemoteBridge:
         """Env actions float32 [B, H, A] for a batched env `State`, computed by the server."""
         del model, variables, rng, deterministic  # the server samples (its own --deterministic)
         obs = state.obs
-        b = obs["state"].shape[0]
+        b = obs[STATE].shape[0]
         out = jax.ShapeDtypeStruct((b, self.model.action_horizon, self.env_action_dim), jnp.float32)
-        return jax.pure_callback(self._host_act, out, state.info["episode"]["task_id"], obs["instruction_id"],
-                                 obs["state"], *(obs[f"pixels/{c}"] for c, _ in self.image_keys))
+        return jax.pure_callback(self._host_act, out, state.info["episode"]["task_id"], obs[INSTRUCTION_ID],
+                                 obs[STATE], *(obs[image_key(c)] for c, _ in self.image_keys))
 
 
 def _park() -> None:
