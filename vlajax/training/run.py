@@ -22,7 +22,7 @@ the skeleton's calls. The synchronous trainers (`vlajax.sft.loop`, `vlajax.rl.lo
                     ...
         run.close()
 
-The async trainers (`vlajax.rl.async_loop.train_pipeline`, which the LIBERO trainer also runs on)
+The async trainers (`vlajax.rl.pipeline_run.train_pipeline`: the tabletop's and LIBERO's)
 use the same start-up, state, checkpoints and logger, and hand the pipeline's runner the update
 boundaries (`run.update_boundaries(...)`: abandonable updates, the forced save after a stop) and run
 it with `run.run_updates(runner, boundaries, ...)`.
@@ -67,6 +67,7 @@ class Run:
         self.cfg, self.what, self.unit, self.total = cfg, what, unit, total
         self.on_cleanup = on_cleanup
         self.newest: dict[str, int | None] = {"step": None}  # the newest checkpoint written or found
+        self.checkpoints: list[int] = []  # the steps this run saved
         self.progress: Progress | None = None
         self.mesh = None
         self.rules = cfg.mesh.logical_rules
@@ -197,6 +198,7 @@ class Run:
     def saved(self, step: int) -> None:
         """Record a checkpoint written at `step`."""
         self.newest["step"] = step
+        self.checkpoints.append(step)
 
     # ---- logging ------------------------------------------------------------------------------
 
