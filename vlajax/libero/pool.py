@@ -248,17 +248,19 @@ class WorkerPool:
             abort: Callable[[], bool] | None = None) -> dict[str, dict[str, Any]]:
         """Run every episode once; -> {episode id: result} (a result has 'success'; an error has 'error').
         `abort()` (polled about every second) True: return the results so far at once (the episodes still
-        running stay with their workers until `close`)."""
+        running stay with their workers until `close`, or until they end: a later `run` drops their results and
+        does not re-run them)."""
         ids = [e.id for e in episodes]
         if len(set(ids)) != len(ids):
             raise ValueError("episode ids must be unique")
+        wanted = set(ids)  # (an aborted run's episodes may still be running: theirs are dropped)
         pending = collections.deque(episodes)
         attempts: dict[str, int] = collections.Counter()
         results: dict[str, dict[str, Any]] = {}
         by_gen = {p.gen: p for p in self.procs}
 
         def finish(ep_id: str, res: dict[str, Any]) -> None:
-            if ep_id in results:  # never twice
+            if ep_id in results or ep_id not in wanted:  # never twice; nothing of another run
                 return
             results[ep_id] = res
             if on_result is not None:
@@ -272,7 +274,7 @@ class WorkerPool:
                                 "episodes": [e.id for e in lost], "time": time.time()})
             log.warning("libero: worker %d (pid %d%s) %s; re-running %s", proc.index, proc.pid,
                         f" on node {proc.node}" if proc.node else "", why, [e.id for e in lost] or "nothing")
-            for ep in reversed(lost):
+            for ep in reversed([e for e in lost if e.id in wanted]):
                 attempts[ep.id] += 1
                 if attempts[ep.id] >= self.max_attempts:
                     finish(ep.id, {"id": ep.id, "suite": ep.suite, "task": ep.task, "init": ep.init, "success": False,
