@@ -132,6 +132,27 @@ def test_eval_summary_pairs_outcomes_by_initial_state():
     assert 0.3 < lo < 0.4 and hi == 1.0  # Wilson's interval of 2 of 2
 
 
+def test_a_run_after_an_aborted_one_gets_only_its_own_results(tmp_path):
+    """The pool after `run(..., abort=)` (the rollout lane stopped mid-group at the run's end): the aborted episode
+    keeps its worker slot until it ends; the next run (the final evaluation) waits for its own episodes, drops the
+    aborted one's result and never re-runs it."""
+    venv_or_skip()
+    from vlajax.libero.pool import WorkerPool
+
+    def dummy(ep_id, steps):
+        return P.Episode(ep_id, "libero_spatial", 0, 0, max_steps=steps, policy="dummy", cameras=False, video=False)
+
+    started = threading.Event()
+    with WorkerPool(1, None, log_dir=str(tmp_path), hang_timeout_s=120) as pool:
+        first = pool.run([dummy("aborted", 60)], on_event=lambda i, m: m.get("event") == "progress" and started.set(),
+                         abort=started.is_set)
+        assert first == {}
+        seen: list[str] = []
+        second = pool.run([dummy("own", 5)], on_event=lambda i, m: m.get("event") == "result" and seen.append(m["id"]))
+    assert set(second) == {"own"} and second["own"]["steps"] == 5, second
+    assert seen == ["aborted", "own"]  # the aborted episode ended first, in the second run, and was dropped
+
+
 # ---------------------------------------------------------------- the real chain
 
 
@@ -272,15 +293,23 @@ def test_async_rl_on_libero_workers_end_to_end(imported, tmp_path):
 
 @pytest.mark.slow
 def test_async_rl_on_libero_workers_resumes(imported, tmp_path):
-    """2 updates, then the same run to 3: it restores update 2's state and counters and trains update 3 only."""
+    """2 updates, then the same run to 3: it restores update 2's state and counters and trains update 3 only.
+    With rl.eval_every 2 (one held-out episode): the first run evaluates the starting policy and, once its last
+    update is done, the final version 2 (`evaluate_final`); the resumed run its final version 3 only."""
     from vlajax.libero import rl_train
 
     run = str(tmp_path / "run")
-    first = rl_train.train(_cfg(imported, run, 2), reward_fn=_eef_height)
+    ev = ["--rl.eval-every", "2", "--libero.episodes-per-task", "1"]
+    first = rl_train.train(_cfg(imported, run, 2, *ev), reward_fn=_eef_height)
     assert first["updates"] == 2 and first["checkpoints"] == [1, 2]
-    second = rl_train.train(_cfg(imported, run, 3), reward_fn=_eef_height)
+    assert [(e["version"], e["update"], e["episodes"]) for e in first["evals"]] == [(0, 0, 1), (2, 2, 1)]
+    second = rl_train.train(_cfg(imported, run, 3, *ev), reward_fn=_eef_height)
     assert second["status"] == "done" and [h["update"] for h in second["history"]] == [3]
     assert second["checkpoints"] == [3] and second["history"][0]["train"]["decisions"] == 4
+    assert [e["version"] for e in second["evals"]] == [3]
+    with open(os.path.join(run, "libero_rl.jsonl")) as f:
+        rows = [json.loads(ln) for ln in f]
+    assert [r["eval"]["version"] if "eval" in r else r["update"] for r in rows] == [0, 1, 2, 2, 3, 3]
 
 
 def test_bench_libero_prediction_from_a_sync_row():

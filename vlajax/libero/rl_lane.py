@@ -8,7 +8,8 @@ The shape (what runs where):
 
     LIBERO worker processes (CPU, .venv-libero)       this process
     K env slots each, openpi-protocol clients   --->  BatchingServer (`vlajax.libero.inference`): requests of all
-      request = openpi's LIBERO keys + extras          connections batched (max_batch = workers x envs, max_wait_ms)
+      request = openpi's LIBERO keys + extras          connections batched (max_batch = workers x envs; adaptive:
+                                                         once every slot in flight has asked, or at T_max)
       (episode id, step, reward, done, success)   <---   -> `actor.act` (the one sampling path, `Bridge.sample`):
                                                              chunk [k, 7] answered; recorded per (episode, step):
                                                              the request's images/state/tokens, the flow chain,
@@ -19,6 +20,15 @@ The shape (what runs where):
     buffer's format: records `[T, G, ...]` (T = ceil(max_steps / k) decisions, rows
     past an episode's end `valid` False), `versions` [T, G], `num_samples` G (an episode is a sample),
     `env_steps` the LIBERO steps taken. The trainer's `prepare_segment` turns it into a flat GRPO batch.
+
+Batching (`pipeline.adaptive_batching`, `pipeline.max_wait_ms`): a batch fires at `workers x envs_per_worker`
+requests, or (adaptive) once every worker slot with an episode in flight has asked, or when the oldest request
+has waited `max_wait_ms` (T_max: with adaptive, the longest a slow slot holds the others back; a slot between
+episodes is not waited for).
+
+Evaluation (`evaluate`): the policy of one version on the held-out initial states, answered by the greedy
+sampler `eval --suite libero_* --checkpoint` serves (`deterministic=True`: the ODE sampler / argmax tokens),
+not by the RL sampler; nothing of it is recorded for training.
 
 Weights: with `pipeline.partial_rollout` every inference batch takes the newest installed weights
 (`bind(runner.weights)`), so an episode in flight continues under new weights and its decisions carry
@@ -229,6 +239,12 @@ class LiberoRollout:
 
         self._act = jax.jit(act)
 
+        def greedy(params, obs, key):  # an evaluation's answers: what `eval` serves (vlajax.serve, deterministic)
+            return actor.sample(params, obs, jnp.zeros((rows,), jnp.int32), key, deterministic=True)[0]
+
+        self._greedy = jax.jit(greedy)
+        self._evals = itertools.count()  # evaluation ids: an aborted evaluation's episodes never pass for a later one's
+
         def score(logp_terms, action_mask):  # [N, H, A], [N, k] -> old_logp [N] (or [N, F]), logp_mask
             logp, _ = actor.score({"logp_terms": logp_terms}, action_mask)
             lm = actor.logp_mask(action_mask, logp_terms.shape[0]) if actor.logp_mask is not None else None
@@ -242,8 +258,9 @@ class LiberoRollout:
                                 P.STATE_KEY: {"shape": [8], "dtype": "float32"}},
                 "action": {"shape": [self.k, P.ACTION_DIM], "dtype": "float32"}, "policy": {"rl": True}}
         backend = pool_backend(cfg)
-        self.server = BatchingServer(self._handle, meta, max_batch=rows, max_wait_ms=cfg.pipeline.max_wait_ms,
-                                     host=backend.bind)
+        p = cfg.pipeline
+        self.server = BatchingServer(self._handle, meta, max_batch=rows, max_wait_ms=p.max_wait_ms,
+                                     adaptive=p.adaptive_batching, host=backend.bind)
         try:
             self.pool = make_pool(backend, self.lib.workers, advertised_url(backend, self.server.port),
                                   envs_per_worker=self.lib.envs_per_worker, log_dir=log_dir, gl=self.lib.gl,
@@ -278,13 +295,17 @@ class LiberoRollout:
                 todo.append((i, r, rec))
         if todo:
             t0 = time.perf_counter()
+            evaluating = self._fixed is not None  # (an evaluation deals nothing to the recorder)
             version, params = self._params()
             obs = self._batch([r.obs for _, r, _ in todo])
             key = jax.random.fold_in(jax.random.fold_in(self._key, self.call0), next(self._batches))
-            env_actions, record, scores = jax.device_get(self._act(params, obs, key))
+            if evaluating:
+                env_actions = jax.device_get(self._greedy(params, obs, key))
+            else:
+                env_actions, record, scores = jax.device_get(self._act(params, obs, key))
             for row, (i, r, rec) in enumerate(todo):
                 replies[i] = {"actions": np.asarray(env_actions[row], np.float32)}
-                if rec is not None:
+                if rec is not None and not evaluating:
                     self.recorder.add(rec, r.conn, {
                         "step": int(r.obs[STEP]), "version": int(version), "obs": {k: v[row] for k, v in obs.items()},
                         "record": {k: v[row] for k, v in record.items()},  # the actor's (flow: chain, sde_step)
@@ -312,18 +333,20 @@ class LiberoRollout:
                           num_steps_wait=self.lib.num_steps_wait, replan_steps=self.k, seed=self.lib.env_seed,
                           camera_size=self.camera_size, video=False, report_terminal=True) for j in range(self.G)]
 
-    def eval_episodes(self, version: int) -> list[P.Episode]:
-        """One episode per (task, held-out initial state 0..libero.episodes_per_task - 1)."""
-        return [P.Episode(f"{self.tag}-v{version}-t{t}-i{i}", self.suite, t, i, max_steps=self.limit,
+    def eval_episodes(self, version: int, n: int = 0) -> list[P.Episode]:
+        """One episode per (task, held-out initial state 0..libero.episodes_per_task - 1) (`n`: the evaluation's
+        number, in the ids)."""
+        return [P.Episode(f"{self.tag}-v{version}-n{n}-t{t}-i{i}", self.suite, t, i, max_steps=self.limit,
                           num_steps_wait=self.lib.num_steps_wait, replan_steps=self.k, seed=self.lib.env_seed,
                           camera_size=self.camera_size, video=False)
                 for t in self.tasks for i in range(self.lib.episodes_per_task)]
 
     def evaluate(self, version: int, params: Any, abort=None) -> dict[str, Any]:
-        """The policy of `version` (its `params`, every request: no newer weights mid-evaluation) on the held-out
-        initial states, LIBERO's own success check -> `eval_summary`. Nothing is recorded for training (the
+        """The policy of `version` (its `params`, every request: no newer weights mid-evaluation; the greedy
+        sampler) on the held-out initial states, LIBERO's own success check -> `eval_summary` plus 'version',
+        'update' (the updates that made it), 'seconds', 'steps_mean'. Nothing is recorded for training (the
         episodes are not dealt to the recorder). `abort()` True ends it (`PipelineStopped`)."""
-        eps = self.eval_episodes(version)
+        eps = self.eval_episodes(version, next(self._evals))
         t0 = time.perf_counter()
         self._fixed = (version, params)
         try:
@@ -336,7 +359,8 @@ class LiberoRollout:
         if bad:
             raise RuntimeError(f"LIBERO evaluation episodes failed: {'; '.join(bad)}")
         out = eval_summary([(e.task, e.init, bool(results[e.id]["success"])) for e in eps])
-        out.update({"version": int(version), "seconds": round(time.perf_counter() - t0, 1),
+        out.update({"version": int(version), "update": int(version) * self.cfg.pipeline.trigger_parameter_sync_step,
+                    "seconds": round(time.perf_counter() - t0, 1),
                     "steps_mean": float(np.mean([results[e.id]["steps"] for e in eps]))})
         self.evals.append(out)
         if self.on_eval is not None:

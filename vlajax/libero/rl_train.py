@@ -8,26 +8,34 @@ The LIBERO fields (`--libero.tasks`, `--libero.workers`, `--libero.train-inits`,
 the episodes and the worker pool; `vlajax.train` routes `rl` here when `env.suite` is a LIBERO suite, after the
 same parse and preflight as every suite (`vlajax.libero.checks`). The policy is `rl.init_from` (an SFT run on
 LIBERO demos, an imported openpi policy such as pi05_libero, or an RL run on LIBERO's keys); its `Bridge`
-reads openpi's LIBERO keys. The rollout source is `vlajax.libero.rl_lane.LiberoRollout` (one GRPO
-group of `rl.group_size` episodes per sample call, `rl.chunk_steps` = replan steps; groups start from the
-demo initial states 25..49); the pipeline is
-`vlajax.pipeline.AsyncRunner` (staleness-paced buffer, trainer lane, ParamServer) with the RL core's
-`Trainer` (`vlajax.rl.async_workload`: GRPO advantages per group, PPO-clip / decoupled loss, streaming).
+reads openpi's LIBERO keys. The run is the async runner `vlajax.rl.pipeline_run.train_pipeline` (the run
+skeleton: start-up, train state, checkpoints and resume, stop regions; `vlajax.pipeline.AsyncRunner`'s
+staleness-paced buffer, trainer lane and ParamServer; the RL core's `Trainer`: GRPO advantages per group,
+PPO-clip / decoupled loss, streaming) with LIBERO's workers as its rollout `Source`
+(`vlajax.libero.rl_lane.LiberoRollout`: one GRPO group of `rl.group_size` episodes per sample call and
+micro-batch, `rl.chunk_steps` = replan steps; groups start from the demo initial states 25..49).
 `pipeline.staleness_threshold=0` is the synchronous schedule (rollout waits for each update). The reward is
 LIBERO's sparse success (1 on the decision whose chunk reached the goal, else 0).
 
-Evaluation (`rl.eval_every` N > 0: the starting policy, then at the rollout's first call after every N updates; 0
-or -1: none -- evaluate the final checkpoint with `eval --suite libero_* --checkpoint`): each task of
-`libero.tasks` from the held-out initial states 0..`libero.episodes_per_task`-1 on the same
-workers, LIBERO's own success check, the policy of one version throughout (the RL sampler). Its rows go to the
-metrics file as `{"eval": {...}}` with per-task success, Wilson 95% intervals and each (task, init)'s outcome.
+Evaluation (`rl.eval_every`; each task of `libero.tasks` from the held-out initial states
+0..`libero.episodes_per_task`-1 on the same workers, LIBERO's own success check, the policy of one version
+throughout, answered by the greedy sampler `eval --suite libero_* --checkpoint` serves): N > 0 the starting
+policy, then at the rollout's first call after every N updates, and the final version once the last update is
+done; 0 the final version only; -1 none. Its rows go to the metrics file as `{"eval": {...}}` with the version,
+the update that made it, per-task success, Wilson 95% intervals and each (task, init)'s outcome.
 
 Checkpoints (Orbax, `checkpoint.every_steps` updates and at the end; `checkpoint.resume`): the train state
 and the runner counters; `config.json` + `policy.json` make the checkpoint directory a policy that
 `eval --suite libero_* --checkpoint` and `vlajax.serve` load. A resumed run continues the update count and
 the group sequence after the groups its updates consumed. Metrics: `<output_dir>/libero_rl.jsonl`
 (per update: loss metrics, staleness, versions, success of the consumed groups, rollout seconds; and the
-evaluations).
+evaluations), besides the pipeline's own (`async_metrics.jsonl`).
+
+SIGTERM / Ctrl-C (`vlajax.training.preemption`, docs/reliability.md): set-up (the pool's start, the policy's
+load, the compiles), an evaluation after its update's checkpoint and an update whose predecessor is saved are
+abandoned at once; otherwise the run stops at the next update boundary with that update's checkpoint (forced).
+Either way the LIBERO workers are killed (`pool.kill_all`), one line goes to stderr and the process exits 0; a
+second signal exits 130 at once.
 """
 
 from __future__ import annotations
@@ -41,26 +49,24 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
 from vlajax.libero.rl_lane import LiberoRollout, obs_keys
 from vlajax.pipeline.runner import AsyncRunner, RunnerCounters
-from vlajax.policies import run_files
 from vlajax.preflight import preflight
-from vlajax.rl import actors, learner
+from vlajax.rl import actors
 from vlajax.rl import setup as rl_setup
-from vlajax.rl.async_workload import Trainer, check_streaming, prepare_segment
-from vlajax.shared import compile_cache
-from vlajax.training import sharding
-from vlajax.training.preemption import UpdateBoundaries, nothing_new, stop_request
-from vlajax.training.train_state import TrainState
+from vlajax.rl.async_workload import prepare_segment
+from vlajax.rl.pipeline_run import Places, Source, train_pipeline
+from vlajax.training.run import Run
 
 __all__ = ["build_setup", "command", "train"]
 
 log = logging.getLogger(__name__)
+
+
 def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
     """The actor of `rl.init_from` (no env: the envs are the LIBERO workers)."""
     from vlajax.models import build_model
@@ -91,13 +97,6 @@ def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
     return rl_setup.Setup(actor, None, init_params, no_env_eval, k, 0, bridge)
 
 
-def _check(cfg: TrainConfig) -> None:
-    """ConfigError for what this run cannot do (before anything loads): every `rl`'s refusals on a LIBERO suite."""
-    preflight(cfg, "rl")  # (vlajax.train ran it too; `train` is also called directly)
-    if cfg.pipeline.streaming:
-        check_streaming(cfg, cfg.pipeline.require_batches)
-
-
 def _tasks(cfg: TrainConfig, python: str) -> tuple[int, ...]:
     """`libero.tasks`, or every task of the suite when empty; ConfigError for an index the suite lacks."""
     described = pool_mod.describe([cfg.env.suite], python)[cfg.env.suite]
@@ -110,153 +109,101 @@ def _tasks(cfg: TrainConfig, python: str) -> tuple[int, ...]:
     return cfg.libero.tasks or tuple(range(n))
 
 
+class _Rows:
+    """`<output_dir>/libero_rl.jsonl`: a row per update (trainer lane) and per evaluation (rollout lane)."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg, self.path = cfg, os.path.join(cfg.output_dir, "libero_rl.jsonl")
+        self.lock = threading.Lock()
+        self.history: list[dict] = []  # this run's update rows
+
+    def write(self, row: dict) -> None:
+        with self.lock, open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def update(self, u: int, rec: dict, m: dict) -> None:
+        row = {"update": u, "version": rec["version"], "staleness": rec["staleness"],
+               "staleness_updates": rec["staleness_updates"], "span": rec["span"], "env_steps": rec["env_steps"],
+               "time": time.time(), "update_s": m["update_s"], "train": m}
+        self.history.append(row)
+        self.write(row)
+        log.info("rl libero: update %d/%d staleness %s success %.2f loss %.4g", u, self.cfg.rl.num_iterations,
+                 rec["staleness"], m.get("success", float("nan")), m.get("loss", float("nan")))
+
+    def evaluation(self, ev: dict) -> None:
+        self.write({"eval": ev, "time": time.time()})
+        log.info("rl libero: evaluation of version %d: success %.2f (%d of %d episodes, held-out inits 0..%d)",
+                 ev["version"], ev["success"], ev["successes"], ev["episodes"], self.cfg.libero.episodes_per_task - 1)
+
+
+class _LiberoSource(Source):
+    """LIBERO's workers as the rollout: a `LiberoRollout` from the resumed group count; one sample call = one
+    update's `pipeline.require_batches` groups (micro-batches of G episodes). Evaluates in its rollout lane
+    (`rl.eval_every`) and the final version after the run (`evaluate_final`)."""
+
+    def __init__(self, run: Run, where: Places, setup: rl_setup.Setup, *, python: str, rows: _Rows,
+                 reward_fn: Any, on_rollout: Any):
+        self.cfg, self.setup, self.python, self.rows = run.cfg, setup, python, rows
+        self.reward_fn, self.on_rollout = reward_fn, on_rollout
+        self.tasks = _tasks(self.cfg, python)
+        self.rollout: LiberoRollout | None = None
+        self.prepare = jax.jit(functools.partial(prepare_segment, self.cfg))
+
+    def start(self, counters: RunnerCounters, learn: rl_setup.Learner) -> None:
+        cfg = self.cfg
+        self.calls0, self.updates0 = counters.sample_calls, counters.updates
+        r = self.rollout = LiberoRollout(cfg, self.setup, self.tasks, counters.sample_calls, python=self.python,
+                                         log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=self.reward_fn)
+        every = cfg.rl.eval_every  # the starting policy of a fresh run, then every N versions
+        r.next_eval = None if every <= 0 else 0 if counters.version == 0 else (counters.version // every + 1) * every
+        r.on_eval = self.rows.evaluation
+        if self.on_rollout is not None:  # (tests: fault injection, a timed sample_step)
+            self.on_rollout(r)
+        self.sample_step, self.samples_per_step, self.mini_batch = r.sample_step, r.G * r.groups, r.G
+
+    def consumed(self, update: int) -> dict[str, float]:
+        call = self.calls0 + update - 1 - self.updates0  # one call per update
+        return self.rollout.consumed_metrics(range(call, call + 1))
+
+    def extra(self) -> dict:
+        return {"suite": self.cfg.env.suite}
+
+    def bind(self, runner: AsyncRunner) -> None:
+        self.rollout.bind(runner)
+
+    def evaluate_final(self, runner: AsyncRunner) -> dict | None:
+        version, params = runner.weights.latest()
+        done = self.rollout.evals and self.rollout.evals[-1]["version"] == version
+        return None if done else self.rollout.evaluate(version, params)
+
+    def close(self) -> None:
+        if self.rollout is not None:
+            self.rollout.close()
+
+
 def train(cfg: TrainConfig, *, stop_at: int | None = None, python: str | None = None, on_rollout: Any = None,
           reward_fn: Any = None) -> dict[str, Any]:
     """Run to `rl.num_iterations` updates (resuming from the newest checkpoint). -> summary.
 
     `stop_at`: stop after that many updates (with a checkpoint), as if interrupted. `python`: the LIBERO
-    venv's python (default `make libero`'s). `on_rollout(rollout)`: called once the
-    `LiberoRollout` is up (tests: fault injection).
-    `reward_fn(final, decisions)`: an episode's return instead of LIBERO's success (`LiberoRollout`; tests).
-
-    SIGTERM / Ctrl-C (`vlajax.training.preemption`, docs/reliability.md): set-up (the pool's start, the policy's load,
-    the compiles) and an update whose predecessor is saved are abandoned at once; otherwise the run stops at
-    the next update boundary with that update's checkpoint (forced). Either way the LIBERO workers are killed
-    (`pool.kill_all`), one line goes to stderr and the process exits 0; a second signal exits 130 at once."""
-    _check(cfg)
+    venv's python (default `make libero`'s). `on_rollout(rollout)`: called once the `LiberoRollout` is up,
+    before the runner takes its `sample_step` (tests: fault injection).
+    `reward_fn(final, decisions)`: an episode's return instead of LIBERO's success (`LiberoRollout`; tests)."""
+    preflight(cfg, "rl")  # (vlajax.train ran it too; `train` is also called directly)
     python = python or pool_mod.libero_python()  # LiberoEnvMissing before anything loads
-    p = cfg.pipeline
-    with stop_request("rl") as stop:
-        newest: dict[str, int | None] = {"step": None}  # the newest checkpoint written or found (the stop lines)
-        kept = lambda: nothing_new(newest["step"], "update")  # noqa: E731
-        box: dict[str, Any] = {}  # the checkpointer once it exists
-
-        def cleanup() -> None:  # an abandoned region: the checkpoint write in flight, then the workers
-            try:
-                if "ckpt" in box:
-                    box["ckpt"].wait()
-            finally:
-                pool_mod.kill_all()
-
-        with stop.abandonable("set-up (before the first update)", kept, cleanup):  # nothing new yet
-            tasks = _tasks(cfg, python)
-            compile_cache.enable(cfg.compilation_cache_dir)
-            mesh = sharding.make_mesh(cfg.mesh)
-            rules = cfg.mesh.logical_rules
-            setup = build_setup(cfg, mesh)
-            tx = learner.make_optimizer(cfg.rl)
-            state, _ = sharding.init_sharded(lambda rng: TrainState.create(setup.init_params(rng), tx,
-                                                                           jax.random.fold_in(rng, 1)),
-                                             mesh, rules, jax.random.key(cfg.seed))
-            # rl.kl_coef's frozen reference: the starting policy (a copy: the updates donate the state's buffers)
-            ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
-            ckpt_dir, ckpt = run_files.run_checkpointer(cfg)
-            box["ckpt"] = ckpt
-            run_files.write_policy(ckpt_dir, cfg.replace(model=setup.bridge.model), setup.bridge, "async-rl")
-            counters = RunnerCounters()
-            if cfg.checkpoint.resume and ckpt.latest_step() is not None:
-                from vlajax.training import checkpoint
-
-                restored, extra = ckpt.restore(checkpoint.abstract_state({"train": state}))
-                state = restored["train"]
-                counters = RunnerCounters(**extra["counters"])
-                newest["step"] = counters.updates
-                log.info("rl libero: resumed at update %d (version %d, group %d)", counters.updates,
-                         counters.version, counters.sample_calls)
-            start_updates = counters.updates
-            total = cfg.rl.num_iterations
-            end = total if stop_at is None else min(stop_at, total)
-            trainer = Trainer(cfg, setup.actor, None, p.streaming, p.use_rollout_log_probs,
-                              prepare=jax.jit(functools.partial(prepare_segment, cfg)), ref_params=ref_params)
-            trainer.updates = counters.updates
-            os.makedirs(cfg.output_dir, exist_ok=True)
-            json_path = os.path.join(cfg.output_dir, "libero_rl.jsonl")
-            rollout = LiberoRollout(cfg, setup, tasks, counters.sample_calls, python=python,
-                                    log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=reward_fn)
-            every = cfg.rl.eval_every  # the starting policy of a fresh run, then every N versions
-            rollout.next_eval = (None if every <= 0 else
-                                 0 if counters.version == 0 else (counters.version // every + 1) * every)
-        lock = threading.Lock()  # the trainer lane's rows and the rollout lane's evaluations share the file
-
-        def write_row(row: dict) -> None:
-            with lock, open(json_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-
-        def on_eval(ev: dict) -> None:
-            write_row({"eval": ev, "time": time.time()})
-            log.info("rl libero: evaluation of version %d: success %.2f (%d of %d episodes, held-out inits 0..%d)",
-                     ev["version"], ev["success"], ev["successes"], ev["episodes"], cfg.libero.episodes_per_task - 1)
-
-        rollout.on_eval = on_eval
-
-        update_s: list[float] = []  # seconds of each train_step (micro-batch waits excluded only when not streaming)
-
-        def train_step(s, micro_batches):
-            with sharding.use_mesh(mesh, rules):
-                t = time.perf_counter()
-                out = trainer(s, micro_batches if p.streaming else list(micro_batches))
-                update_s.append(time.perf_counter() - t)
-                return out
-
-        history: list[dict] = []
-        ends: list[float] = []  # time.monotonic() at the end of each update of this run
-        saved: list[int] = []
-
-        def save(runner: AsyncRunner, force: bool) -> None:
-            c = runner.resume_counters()  # groups consumed (not started): a resume re-runs the unconsumed ones
-            extra = {"counters": c.to_json(), "seed": cfg.seed, "config": cfg.name, "suite": cfg.env.suite}
-            if ckpt.save(c.updates, {"train": runner.state}, force=force, extra=extra):
-                saved.append(c.updates)
-                newest["step"] = c.updates
-
-        boundaries = UpdateBoundaries(stop, ckpt, start_updates, newest, save, cleanup, "the LIBERO run",
-                                      "killed the LIBERO workers (their groups in flight run again on resume)")
-
-        def on_update(runner: AsyncRunner, record: dict) -> None:
-            u = record["update"]
-            c0 = counters.sample_calls  # update u trained on call c0 + (u - 1 - start_updates): require_batches groups
-            call = c0 + u - 1 - start_updates
-            m = dict(record["metrics"]) | rollout.consumed_metrics(range(call, call + 1))
-            row = {"update": u, "version": record["version"], "staleness": record["staleness"],
-                   "staleness_updates": record["staleness_updates"], "span": record["span"],
-                   "env_steps": record["env_steps"], "time": time.time(), "update_s": update_s[-1], "train": m}
-            ends.append(time.monotonic())
-            history.append(row)
-            write_row(row)
-            log.info("rl libero: update %d/%d staleness %s success %.2f loss %.4g", u, total, record["staleness"],
-                     m.get("success", float("nan")), m.get("loss", float("nan")))
-            save(runner, force=u >= end)
-            if u >= end:
-                runner.lifetime.stop()
-
-        t0 = time.perf_counter()
-        try:
-            with stop.abandonable("set-up (before the first update)", kept, cleanup):
-                if on_rollout is not None:
-                    on_rollout(rollout)
-                runner = AsyncRunner(p, sample_step=rollout.sample_step, train_step=train_step,
-                                     get_params=lambda s: s.params, state=state, num_updates=total,
-                                     samples_per_step=rollout.G * rollout.groups, mini_batch=rollout.G,
-                                     counters=counters, on_update=on_update, update_scope=boundaries.scope)
-                rollout.bind(runner)
-            status = ("done" if counters.updates >= end else
-                      runner.run(on_interrupt=boundaries.interrupt, stop=stop.local))
-            ckpt.wait()
-            u = runner.counters.updates
-            if status == "interrupted":
-                stop.report(f"the LIBERO run at update {u}", f"stopped at the boundary after update {u}")
-            elif stop.local():  # the signal came during the last update (unsaved predecessor): finished, saved
-                stop.report(f"the LIBERO run at update {u}", f"finished the last update and saved checkpoint {u}")
-        finally:
-            rollout.close()
-            ckpt.close()
-    steady = runner.summary(ends[0], ends[-1]) if len(ends) > 1 else {}  # after the first update (compiles)
-    return {"status": status, "updates": runner.counters.updates, "version": runner.counters.version,
-            "seconds": round(time.perf_counter() - t0, 1), "history": history, "checkpoint_dir": ckpt_dir,
-            "checkpoints": saved, "summary": runner.summary(), "summary_steady": steady,
-            "restarts": rollout.pool.events, "server_batches": list(rollout.server.batches),
-            "infer_times": list(rollout.infer_times), "update_times": list(ends),
-            "server_errors": list(rollout.server.errors), "evals": list(rollout.evals), "state": runner.state}
+    rows = _Rows(cfg)
+    source = functools.partial(_LiberoSource, python=python, rows=rows, reward_fn=reward_fn, on_rollout=on_rollout)
+    out = train_pipeline(cfg, source, build=build_setup, stop_at=stop_at, record=rows.update, evaluate=False,
+                         name="the LIBERO run", on_cleanup=pool_mod.kill_all, skip_when_done=True,
+                         dropped="killed the LIBERO workers (their groups in flight run again on resume)",
+                         last_update_line=True)
+    runner, r = out.runner, out.source.rollout
+    return {"status": out.status, "updates": runner.counters.updates, "version": runner.counters.version,
+            "seconds": out.seconds, "history": rows.history, "checkpoint_dir": out.checkpoint_dir,
+            "checkpoints": out.checkpoints, "summary": runner.summary(), "summary_steady": out.steady(),
+            "restarts": r.pool.events, "server_batches": list(r.server.batches), "infer_times": list(r.infer_times),
+            "update_times": out.update_times, "server_errors": list(r.server.errors), "evals": list(r.evals),
+            "state": runner.state}
 
 
 def command(cfg: TrainConfig) -> int:
@@ -268,7 +215,7 @@ def command(cfg: TrainConfig) -> int:
                                                         "update_times", "server_batches", "evals")}
     short["staleness_max"] = max((max(h["staleness"]) for h in out["history"]), default=0)
     short["success"] = [h["train"].get("success") for h in out["history"]]
-    short["evals"] = [{k: e[k] for k in ("version", "success", "successes", "episodes", "wilson95")}
+    short["evals"] = [{k: e[k] for k in ("version", "update", "success", "successes", "episodes", "wilson95")}
                       for e in out["evals"]]
     print(json.dumps(short, default=str), flush=True)
     return 0

@@ -61,13 +61,19 @@ LIBERO_SMALL_MODEL = dataclasses.replace(
     state_dim=8, action_horizon=10, max_text_len=32, num_cameras=2)
 
 
+# T_max of the LIBERO endpoint's adaptive batching (`pipeline.max_wait_ms`): the longest a slot still stepping holds
+# the others' batch -- about one replan chunk of LIBERO steps on a CPU (the metrics' step_s_p50 / step_s_mean), so
+# worker slots in lockstep share one forward; a slot between episodes is not waited for
+LIBERO_T_MAX_MS = 250.0
+
+
 def _rl(dummy: bool) -> TrainConfig:
     g, groups = (2, 1) if dummy else (8, 4)
     model = dataclasses.replace(_model("pi05", dummy=dummy), trainable="expert")
     rl = RLConfig(algo="grpo", group_size=g, num_iterations=3 if dummy else 300, num_minibatches=1,
                   update_epochs=1, learning_rate=1e-5 if dummy else 1e-6, normalize_advantages="none",
                   dual_clip=0.0, eval_every=-1, chunk_steps=5)
-    pipeline = AsyncConfig(enabled=True, staleness_threshold=1.0, partial_rollout=True, max_wait_ms=20.0,
+    pipeline = AsyncConfig(enabled=True, staleness_threshold=1.0, partial_rollout=True, max_wait_ms=LIBERO_T_MAX_MS,
                            require_batches=groups, queue_timeout_s=900.0, watchdog_s=900.0)
     name = "rl-pi05-libero" + ("-dummy" if dummy else "")
     return TrainConfig(name=name, output_dir=f"runs/{name}", model=model,
@@ -129,7 +135,7 @@ def _rl_grpo_libero_small() -> TrainConfig:
                   learning_rate=5e-5, normalize_advantages="none", dual_clip=0.0, eval_every=-1, chunk_steps=5,
                   temperature=0.5, kl_coef=0.04, reward="success")
     pipeline = AsyncConfig(enabled=True, staleness_threshold=1.0, partial_rollout=True, use_rollout_log_probs=False,
-                           max_wait_ms=20.0, require_batches=groups, queue_timeout_s=900.0, watchdog_s=900.0)
+                           max_wait_ms=LIBERO_T_MAX_MS, require_batches=groups, queue_timeout_s=900.0, watchdog_s=900.0)
     return TrainConfig(name="rl-grpo-libero-small", output_dir="runs/rl-grpo-libero-small",
                        model=ModelConfig(action_head="tokens", value_head="none"),
                        env=EnvConfig(suite="spatial", num_envs=g * groups, image_size=LIBERO_IMAGE_SIZE), rl=rl,
