@@ -5,7 +5,8 @@ rows skipped with their reason, a row that overruns its budget killed and record
 in a fresh worker, rows past the global deadline skipped, bad command lines refused -- and the whole dry run, every
 row exercised at tiny sizes but rl:pi0's (it runs in `make test`; minutes on the busy 2-core CPU). rl:pi0's dry run
 (pi0-dummy at one Gemma layer, 2 envs, two timed updates; its row's label says so) compiles two pi0-dummy RL loops:
-at load 45 on that CPU it did not finish in its 1500 s budget (cold compile cache), so it is a slow test."""
+with an empty compile cache its bench took 265 s on that CPU at load 0.2-3 (the compiles; docs/gpu.md) and did
+not finish in its 1500 s budget at load 45, so it is a slow test."""
 
 from __future__ import annotations
 

@@ -369,7 +369,9 @@ class Args:
     # the loops to time: sync = rl.loop.train, the rest rl.async_loop.train_async in that mode
     modes: tuple[Literal[MODES], ...] = MODES
     repeats: int = 3  # runs per (regime, mode); the outer loop
-    updates: int = 20  # timed updates per run (after one warm-up update, which compiles)
+    # timed updates per run (after one warm-up update, which compiles); >= 2: with one, train_async's window would
+    # time that update alone (the staleness-1 pipeline collects its rollout during the warm-up)
+    updates: int = 20
     envs: int = 16  # env.num_envs (split into --slots slots in the slot modes)
     slots: int = 4  # env slots of the slot modes; also the micro-batches of every mode's update
     horizon: int = 8  # rl.rollout_length: decisions per env per update
@@ -406,8 +408,9 @@ def _check(a: Args) -> None:
     if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
         cli.error(f"--json {a.json}: its directory does not exist")
     if a.repeats < 1 or a.updates < 2:
-        cli.error(f"--repeats must be >= 1 and --updates >= 2 (got {a.repeats}, {a.updates}): the timed window "
-                  "runs from the end of the first timed update to the last")
+        cli.error(f"--repeats must be >= 1 and --updates >= 2 (got {a.repeats}, {a.updates}): the window runs from "
+                  "the end of the warm-up update (which compiles) to the last; with one timed update train_async's "
+                  "window would time that update alone (its rollout ran during the warm-up)")
     if a.slots < 1 or a.envs % a.slots:
         cli.error(f"--envs {a.envs} must split into --slots {a.slots}")
     if min(a.envs, a.horizon, 1 if a.width is None else a.width) < 1 or min(a.max_wait_ms, a.adaptive_max_wait_ms) < 0 \

@@ -60,18 +60,19 @@ class Row:
     dry_budget_s: float = 0.0  # --dry-run: killed after this (0 = DRY_BUDGET_S)
 
 
-# Budgets from two H200 runs (docs/gpu.md, 2026-11-28, sessions 29 and 31): pytest 13 / 11 s, parity - / 108,
+# Budgets from two H200 runs (docs/gpu.md, 2026-11-28, 08:00 and 14:38 UTC): pytest 13 / 11 s, parity - / 108,
 # sft-small 54 / 57, pi0 73 / 73, attention 12 / 9, env:mjx 77 / 70, rollout 105 / 148 (its first size compiled in
 # 37 s, not 25), serve 111 / -, async - / 277 (a second call). The rows through rollout take ~480 s, so the 540 s
-# deadline skips serve and async: each runs in a second call, one per session (docs/gpu.md, "Running it").
+# deadline skips serve and async: each runs in a second call, one per loan (docs/gpu.md, "Running it").
 ROWS = (Row("pytest", 90, 20), Row("parity", 150, 40), Row("sft:sft-small", 90, 40), Row("sft:pi0", 150, 60),
         Row("attention", 40, 10), Row("env:mjx", 120, 60), Row("env:mjwarp", 60, 30), Row("rollout", 200, 90),
         Row("serve", 150, 90), Row("async", 330, 150), Row("rl:pi0", 270, 150, 1500), Row("async:cpu-sim", 270, 150))
 # rl:pi0 and async:cpu-sim have not run on a GPU yet: their budgets are estimates sized so that both fit one
-# 540 s call (`--rows rl:pi0 async:cpu-sim`), or either one the second call of a session (docs/gpu.md)
+# 540 s call (`--rows rl:pi0 async:cpu-sim`), or either one the second call of a loan (docs/gpu.md)
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
 # except rl:pi0's: its dry run compiles two pi0-dummy RL loops (sync, train_async), at one Gemma layer, 2 envs
-# and two timed updates; on a 2-core CPU at load 20 one such loop compiled in 5-12 min
+# and two timed updates; on a 2-core CPU at load 20 one such loop compiled in 5-12 min, and with an empty compile
+# cache the bench took 265 s at load 0.2-3 (sync 157 s, train_async 98 s; docs/gpu.md)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +219,7 @@ def synthetic_batch(mcfg, cameras: tuple[str, ...], n: int, seed: int) -> dict:
 
 # the SFT rows time windows of `steps` steps, up to SFT_WINDOWS of them while the timed seconds stay under
 # SFT_WINDOWS_S, and report the median window: one 20-step window of sft-small (0.5 s on an H200) gave
-# 377,207 and 566,976 tokens/s in two sessions; a 10 s pi0 window stays one window
+# 377,207 and 566,976 tokens/s in two runs; a 10 s pi0 window stays one window
 SFT_WINDOWS, SFT_WINDOWS_S = 5, 4.0
 
 
