@@ -37,6 +37,8 @@ def preflight(cfg: TrainConfig, command: str = "", *, flags: list[str] | None = 
                           f"frames into the SFT batches); the {command} command does not read it")
     if flags is not None:
         check_flags(cfg, command, flags)
+    if command == "demos" and not is_libero(cfg.env.suite):
+        _check_tabletop_demos(cfg)
     if libero:
         libero_checks.check(cfg, command)
     check_checkpoints(cfg, command, libero=libero)
@@ -75,6 +77,25 @@ def preflight(cfg: TrainConfig, command: str = "", *, flags: list[str] | None = 
         if jax.default_backend() != "gpu":
             raise ConfigError(f"model.attention='cudnn' needs an NVIDIA GPU (this backend is "
                               f"{jax.default_backend()!r}); use model.attention='xla' or 'auto'")
+
+
+# DataConfig fields only LIBERO's recorder reads (vlajax.libero.demos), at the values the tabletop `demos` needs
+# (the same table as vlajax.data.demos.LIBERO_ONLY, which needs jax to import; a test keeps the two equal)
+DEMOS_LIBERO_ONLY = {"demo_workers": 2, "demo_image_size": 256, "demo_max_steps": 0, "demo_keep_failures": False}
+
+
+def _check_tabletop_demos(cfg: TrainConfig) -> None:
+    """What tabletop `demos` (vlajax.data.demos) refuses only after its imports: LIBERO-only fields, and
+    data.demo_target_swap off the object suite (task names are 'suite/name': vlajax.envs.registry.SUITES)."""
+    for name, default in DEMOS_LIBERO_ONLY.items():
+        if getattr(cfg.data, name) != default:
+            raise ConfigError(f"data.{name} is for demos on a LIBERO suite (--suite libero_spatial), "
+                              f"not env.suite={cfg.env.suite!r}")
+    picked = cfg.env.task or f"{cfg.env.suite}/"
+    if cfg.data.demo_target_swap and not picked.startswith("object/"):
+        raise ConfigError("data.demo_target_swap is for the object suite (cube 0 is the colour-named target); got "
+                          + (f"env.task={cfg.env.task!r}" if cfg.env.task else f"env.suite={cfg.env.suite!r}")
+                          + "; use env.suite='object' or an object/* task")
 
 
 def _check_warp_physics(cfg: TrainConfig, command: str) -> None:

@@ -158,3 +158,31 @@ def test_merge_keeps_each_case_once_the_later_row_winning(tmp_path):
         "rl.critic=head": ("ran", "c.json"), "rl.algo=grpo": ("ran", "b.json"), "rl.algo=ppo": ("ran", "a.json")}
     assert [r["name"] for r in merged["not_cases_now"]] == ["rl.algo=gone"]
     assert merged["summary"]["rl"]["ran"] == 3 and merged["summary"]["rl"]["failures"] == []
+
+
+def test_tabletop_demos_refusals_come_before_any_import(tmp_path):
+    """The two `demos` refusals the sweep found after the command's imports are preflight's now, and agree with
+    what `vlajax.data.demos` refuses (its LIBERO-only table; target swap only on the registry's object tasks)."""
+    from vlajax.config.schema import ConfigError
+    from vlajax.data import demos
+    from vlajax.envs import registry
+    from vlajax.preflight import DEMOS_LIBERO_ONLY, preflight
+    from vlajax.train import parse
+
+    assert DEMOS_LIBERO_ONLY == demos.LIBERO_ONLY
+    base = ["--preset", "sft-tiny", "--output-dir", str(tmp_path / "run")]
+    with pytest.raises(ConfigError, match="demo_keep_failures is for demos on a LIBERO suite"):
+        preflight(parse("demos", [*base, "--data.demo-keep-failures"]), "demos")
+    picks = [("--env.task", t) for t in registry.ALL_ENVS] + [("--env.suite", s) for s in registry.SUITES]
+    for flag, name in picks:
+        cfg = parse("demos", [*base, flag, name, "--data.demo-target-swap"])
+        if flag == "--env.suite":
+            cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, task=""))
+        swaps = all(n.startswith("object/") for n in registry.tasks_for(cfg.env))  # generate's own rule
+        try:
+            preflight(cfg, "demos")
+            accepted = True
+        except ConfigError as e:
+            accepted = False
+            assert "demo_target_swap is for the object suite" in str(e), (name, e)
+        assert accepted == swaps, (flag, name)
