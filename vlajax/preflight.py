@@ -8,7 +8,7 @@ import dataclasses
 import os
 import typing
 
-from vlajax.config.schema import ConfigError, TrainConfig
+from vlajax.config.schema import ConfigError, DataConfig, TrainConfig
 from vlajax.libero import checks as libero_checks
 from vlajax.libero.suites import is_libero
 
@@ -79,16 +79,16 @@ def preflight(cfg: TrainConfig, command: str = "", *, flags: list[str] | None = 
                               f"{jax.default_backend()!r}); use model.attention='xla' or 'auto'")
 
 
-# DataConfig fields only LIBERO's recorder reads (vlajax.libero.demos), at the values the tabletop `demos` needs
-# (the same table as vlajax.data.demos.LIBERO_ONLY, which needs jax to import; a test keeps the two equal)
-DEMOS_LIBERO_ONLY = {"demo_workers": 2, "demo_image_size": 256, "demo_max_steps": 0, "demo_keep_failures": False}
+# DataConfig fields only LIBERO's recorder reads (vlajax.libero.demos): the tabletop `demos` needs their defaults
+DEMOS_LIBERO_ONLY = ("demo_workers", "demo_image_size", "demo_max_steps", "demo_keep_failures")
 
 
 def _check_tabletop_demos(cfg: TrainConfig) -> None:
     """What tabletop `demos` (vlajax.data.demos) refuses only after its imports: LIBERO-only fields, and
     data.demo_target_swap off the object suite (task names are 'suite/name': vlajax.envs.registry.SUITES)."""
-    for name, default in DEMOS_LIBERO_ONLY.items():
-        if getattr(cfg.data, name) != default:
+    defaults = DataConfig()
+    for name in DEMOS_LIBERO_ONLY:
+        if getattr(cfg.data, name) != getattr(defaults, name):
             raise ConfigError(f"data.{name} is for demos on a LIBERO suite (--suite libero_spatial), "
                               f"not env.suite={cfg.env.suite!r}")
     picked = cfg.env.task or f"{cfg.env.suite}/"

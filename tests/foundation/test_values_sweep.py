@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import inspect
 import json
 import os
 import subprocess
@@ -163,16 +164,23 @@ def test_merge_keeps_each_case_once_the_later_row_winning(tmp_path):
 def test_tabletop_demos_refusals_come_before_any_import(tmp_path):
     """The two `demos` refusals the sweep found after the command's imports are preflight's now, and agree with
     what `vlajax.data.demos` refuses (its LIBERO-only table; target swap only on the registry's object tasks)."""
-    from vlajax.config.schema import ConfigError
-    from vlajax.data import demos
+    from vlajax.config.schema import ConfigError, DataConfig
     from vlajax.envs import registry
+    from vlajax.libero import demos as libero_demos
     from vlajax.preflight import DEMOS_LIBERO_ONLY, preflight
     from vlajax.train import parse
 
-    assert DEMOS_LIBERO_ONLY == demos.LIBERO_ONLY
     base = ["--preset", "sft-tiny", "--output-dir", str(tmp_path / "run")]
     with pytest.raises(ConfigError, match="demo_keep_failures is for demos on a LIBERO suite"):
         preflight(parse("demos", [*base, "--data.demo-keep-failures"]), "demos")
+    fields = {f.name: f.default for f in dataclasses.fields(DataConfig)}
+    for name in DEMOS_LIBERO_ONLY:  # each one the LIBERO recorder reads, refused off LIBERO away from its default
+        assert name in fields and f"cfg.data.{name}" in inspect.getsource(libero_demos), name
+        cfg = parse("demos", base)
+        other = (not fields[name]) if isinstance(fields[name], bool) else fields[name] + 1
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{name: other}))
+        with pytest.raises(ConfigError, match=f"data.{name} is for demos on a LIBERO suite"):
+            preflight(cfg, "demos")
     picks = [("--env.task", t) for t in registry.ALL_ENVS] + [("--env.suite", s) for s in registry.SUITES]
     for flag, name in picks:
         cfg = parse("demos", [*base, flag, name, "--data.demo-target-swap"])

@@ -305,16 +305,10 @@ def generate(cfg: TrainConfig, out: str, *, progress: str = "plain") -> dict:
     return summary
 
 
-# DataConfig fields only LIBERO's recorder reads (vlajax.libero.demos: `demos` on a LIBERO suite), at their defaults
-LIBERO_ONLY = {"demo_workers": 2, "demo_image_size": 256, "demo_max_steps": 0, "demo_keep_failures": False}
-
-
 def run(cfg: TrainConfig) -> int:
+    """`python -m vlajax.train demos` on a tabletop suite (after `vlajax.preflight`, which refuses the LIBERO-only
+    data.demo_* fields here)."""
     out = os.path.abspath(os.path.expanduser(dataset_dir(cfg)))
-    for name, default in LIBERO_ONLY.items():
-        if getattr(cfg.data, name) != default:
-            raise ConfigError(f"data.{name} is for demos on a LIBERO suite (--suite libero_spatial), "
-                              f"not env.suite={cfg.env.suite!r}")
     compile_cache.enable(cfg.compilation_cache_dir)
     try:
         summary = generate(cfg, out, progress=cfg.logging.progress)
