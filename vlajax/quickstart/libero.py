@@ -66,11 +66,12 @@ def sft_command(demos: str, out: str, size: dict, seed: int) -> list[str]:
 
 def rl_command(init_from: str, out: str, size: dict, seed: int) -> list[str]:
     """The RL phase, evaluated in the run at update 0, every `eval_every` updates and at the end."""
-    tasks = size["tasks"] or tuple(range(10))
     args = ["rl", "--suite", SUITE, "--preset", "rl-grpo-libero-small", "--rl.init-from", init_from,
             "--output-dir", out, "--rl.num-iterations", str(size["rl_iterations"]),
             "--rl.eval-every", str(size["eval_every"]), "--libero.episodes-per-task", str(size["eval_inits"]),
-            "--libero.tasks", *map(str, tasks), "--libero.workers", str(size["workers"]), "--seed", str(seed)]
+            "--libero.workers", str(size["workers"]), "--seed", str(seed)]
+    if size["tasks"]:  # (none given: libero.tasks' default, every task of the suite)
+        args += ["--libero.tasks", *map(str, size["tasks"])]
     if size["max_steps"]:  # the smoke: groups of 2, one group an update, short episodes
         args += ["--libero.max-steps", str(size["max_steps"]), "--rl.group-size", "2",
                  "--pipeline.require-batches", "1"]
