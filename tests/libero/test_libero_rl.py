@@ -120,6 +120,9 @@ def test_groups_start_from_the_demo_states_and_evaluation_from_the_held_out_ones
     evals = LiberoRollout.eval_episodes(lane, 4)
     assert [(e.task, e.init) for e in evals] == [(0, 0), (0, 1), (0, 2), (3, 0), (3, 1), (3, 2)]
     assert not {e.init for e in evals} & {e.init for g in groups for e in g}
+    assert not any(e.video for e in evals) and not any(e.video for g in groups for e in g)
+    recorded = LiberoRollout.eval_episodes(lane, 4, video=True)  # the final version's: init 0 of each task
+    assert [(e.task, e.init) for e in recorded if e.video] == [(0, 0), (3, 0)]
     assert P.camera_size_for(64) == 64 and P.camera_size_for(224) == 256 and P.camera_size_for(128) == 128
 
 
@@ -130,6 +133,65 @@ def test_eval_summary_pairs_outcomes_by_initial_state():
     assert out["outcomes"] == {"0/0": 1, "0/1": 0, "3/0": 1, "3/1": 1}
     lo, hi = out["tasks"]["3"]["wilson95"]
     assert 0.3 < lo < 0.4 and hi == 1.0  # Wilson's interval of 2 of 2
+
+
+def test_eval_gifs_are_whole_named_by_the_row_and_a_sweep_leaves_no_scratch(tmp_path):
+    """`EvalVideos`: frames files -> `videos/<suite>_task<k>_init<i>_<outcome>.gif` (a real GIF of every frame), the
+    frames removed; `commit` writes the row, then keeps the GIFs and drops an older final's other-outcome twin; a
+    sweep (a stop, or the run's close) removes this run's frames files, the GIFs of an uncommitted row and this
+    process's temporary GIFs -- not another run's frames, not committed GIFs -- and refuses to write after (a stop's
+    sweep: the writer blocks until the exit)."""
+    from PIL import Image
+
+    from vlajax.libero.rl_eval import EvalVideos
+    from vlajax.pipeline.lanes import PipelineStopped
+
+    v = EvalVideos(str(tmp_path), "r1-2", fps=4)
+    os.makedirs(v.frames_dir)  # (the workers make it; videos/ is the lane's to make)
+
+    def frames(ep_id, n):
+        path = os.path.join(v.frames_dir, f"{ep_id}.npy")
+        np.save(path, np.stack([np.full((8, 8, 3), 30 * t, np.uint8) for t in range(n)]))
+        return path
+
+    results = [{"suite": "libero_spatial", "task": 0, "init": 0, "success": False, "frames": frames("r1-2-v1-t0", 3)},
+               {"suite": "libero_spatial", "task": 3, "init": 0, "success": True, "frames": frames("r1-2-v1-t3", 2)},
+               {"suite": "libero_spatial", "task": 4, "init": 0, "success": True, "frames": None}]
+    names = v.write(results)
+    assert names == ["videos/libero_spatial_task0_init0_failure.gif", "videos/libero_spatial_task3_init0_success.gif"]
+    with Image.open(tmp_path / names[0]) as gif:
+        assert gif.n_frames == 3 and gif.size == (8, 8)
+    assert not os.listdir(v.frames_dir)  # each frames file went once its GIF was whole
+    twin = os.path.join(v.videos_dir, "libero_spatial_task0_init0_success.gif")  # an earlier final version's
+    open(twin, "wb").close()
+    rows = []
+    v.commit(lambda: rows.append(names))
+    assert rows == [names] and not os.path.exists(twin)  # the row, then only the newest final's GIF of (0, 0)
+    # an evaluation abandoned after its GIFs, before its row: the sweep removes them and this run's scratch
+    frames("r1-2-v2-t0", 1)
+    other = frames("r9-9-v1-t0", 1)  # another run's
+    later = v.write([{"suite": "libero_spatial", "task": 5, "init": 0, "success": True,
+                      "frames": frames("r1-2-v2-t5", 1)}])
+    tmp_gif = os.path.join(v.videos_dir, f"libero_spatial_task6_init0_failure.gif.tmp-{os.getpid()}")
+    open(tmp_gif, "wb").close()
+    v.sweep()
+    assert sorted(os.listdir(v.videos_dir)) == [os.path.basename(n) for n in names]  # committed GIFs stay
+    assert not os.path.exists(tmp_path / later[0]) and os.listdir(v.frames_dir) == [os.path.basename(other)]
+    with pytest.raises(PipelineStopped):
+        v.write([{"suite": "libero_spatial", "task": 0, "init": 0, "success": True, "frames": other}])
+    with pytest.raises(PipelineStopped):
+        v.commit(lambda: rows.append("late"))
+    assert rows == [names] and os.path.exists(other)
+    os.remove(other)
+    v.sweep()  # idempotent; the emptied frames directory goes
+    assert not os.path.exists(v.frames_dir)
+    # a stop's sweep (`exiting`): a writer after it blocks (the stop's thread exits the process) and writes nothing
+    stopping = EvalVideos(str(tmp_path / "stopping"), "r3-4", fps=4)
+    stopping.sweep(exiting=True)
+    writer = threading.Thread(target=stopping.commit, args=(lambda: rows.append("after the stop"),), daemon=True)
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and rows == [names]
 
 
 def test_a_run_after_an_aborted_one_gets_only_its_own_results(tmp_path):
@@ -303,6 +365,9 @@ def test_async_rl_on_libero_workers_resumes(imported, tmp_path):
     first = rl_train.train(_cfg(imported, run, 2, *ev), reward_fn=_eef_height)
     assert first["updates"] == 2 and first["checkpoints"] == [1, 2]
     assert [(e["version"], e["update"], e["episodes"]) for e in first["evals"]] == [(0, 0, 1), (2, 2, 1)]
+    gif = "videos/libero_spatial_task0_init0_{}.gif"
+    assert "videos" not in first["evals"][0]  # the starting policy's evaluation records nothing
+    assert first["evals"][1]["videos"] in ([gif.format("success")], [gif.format("failure")])
     second = rl_train.train(_cfg(imported, run, 3, *ev), reward_fn=_eef_height)
     assert second["status"] == "done" and [h["update"] for h in second["history"]] == [3]
     assert second["checkpoints"] == [3] and second["history"][0]["train"]["decisions"] == 4
@@ -310,6 +375,10 @@ def test_async_rl_on_libero_workers_resumes(imported, tmp_path):
     with open(os.path.join(run, "libero_rl.jsonl")) as f:
         rows = [json.loads(ln) for ln in f]
     assert [r["eval"]["version"] if "eval" in r else r["update"] for r in rows] == [0, 1, 2, 2, 3, 3]
+    # the resumed run's final version recorded its GIF (named in its row; one GIF for the episode), no frames left
+    (named,) = rows[-1]["eval"]["videos"]
+    assert os.listdir(os.path.join(run, "videos")) == [os.path.basename(named)]
+    assert os.path.getsize(os.path.join(run, named)) > 100 and not os.path.exists(os.path.join(run, "frames"))
 
 
 def test_bench_libero_prediction_from_a_sync_row():

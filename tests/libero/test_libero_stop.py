@@ -55,10 +55,10 @@ def _left_in_sessions(sessions: list[int]) -> list[int]:
 class _Run:
     """The command in a subprocess, its stdout / stderr lines collected as they come."""
 
-    def __init__(self, cmd: list[str]):
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None):
         self.t0 = time.monotonic()
-        self.popen = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"}, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.popen = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})},
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, into in ((self.popen.stdout, self.out), (self.popen.stderr, self.err)):
@@ -150,6 +150,37 @@ def test_eval_sigterm_mid_evaluation_writes_nothing_kills_the_workers(tmp_path):
 
 
 @pytest.mark.slow
+def test_rl_sigterm_as_the_final_evaluation_writes_its_gif_leaves_no_scratch(imported, tmp_path):  # noqa: F811
+    """`rl_train.train` in a process of its own (this file's __main__): 1 update, evaluated at the end only
+    (`--rl.eval-every 0`, one held-out episode, recorded); SIGTERM as the final evaluation is about to turn its
+    frames into a GIF -> the evaluation is abandoned: exit 0, one line, the worker killed, and nothing of it left
+    -- no GIF (whole or temporary), no frames file nor frames directory, no eval row (the row and its GIFs go
+    together: `rl_eval.EvalVideos`)."""
+    venv_or_skip()
+    out = tmp_path / "run"
+    run = _Run([sys.executable, os.path.abspath(__file__), imported, str(out)], env={"PYTHONPATH": REPO})
+    workers: list[int] = []
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while run.popen.poll() is None and time.monotonic() < deadline:
+        workers.extend(w for w in _workers_of(run.popen.pid) if w not in workers)
+        time.sleep(0.05)
+    rc = run.popen.wait(60)
+    time.sleep(0.2)  # the reader threads take the last lines
+    lines = run.stop_lines("rl")
+    frames = [json.loads(ln)["frames"] for ln in run.out if ln.startswith('{"frames"')]
+    print(f"libero rl: SIGTERM as the final evaluation writes its GIF -> exit {rc}; {lines}")
+    assert rc == 0 and len(lines) == 1 and frames == [[str(out / "frames" / os.path.basename(frames[0][0]))]], \
+        "".join(run.out)[-2000:] + "".join(run.err)[-4000:]
+    assert re.fullmatch(r"rl: SIGTERM during the evaluation at update 1: abandoned it; .*; exit 0", lines[0]), lines
+    assert not any("not stopped" in ln for ln in run.out)
+    assert not os.path.exists(frames[0][0]) and not (out / "frames").exists()
+    assert not (out / "videos").is_dir() or not os.listdir(out / "videos"), os.listdir(out / "videos")
+    with open(out / "libero_rl.jsonl") as f:
+        assert [("eval" in r, r.get("update")) for r in map(json.loads, f)] == [(False, 1)]
+    _assert_no_orphans(workers)
+
+
+@pytest.mark.slow
 def test_rl_second_sigterm_exits_130_and_the_run_resumes(imported, tmp_path):  # noqa: F811
     """`rl --suite libero_spatial`, nothing saved after update 1 (checkpoint.every_steps 100): two SIGTERMs 0.1 s
     apart once update 2 is logged -> exit 130 at once, only whole checkpoints on disk, the worker gone (the
@@ -190,3 +221,26 @@ def test_rl_second_sigterm_exits_130_and_the_run_resumes(imported, tmp_path):  #
         rows = [json.loads(ln)["update"] for ln in f]
     assert rows[-(3 - ckpts[-1]):] == list(range(ckpts[-1] + 1, 4)), rows  # the resumed run: the updates after it
     assert sorted(int(n) for n in os.listdir(out / "checkpoints") if n.isdigit())[-1] == 3
+
+
+if __name__ == "__main__":  # the final-evaluation stop's run (a SIGTERM from itself ends it)
+    from test_libero_rl import _cfg
+
+    from vlajax.libero import rl_train
+
+    imported_dir, out_dir = sys.argv[1:]
+
+    def on_rollout(rollout):
+        write = rollout.videos.write
+
+        def signalled_write(results):  # the final evaluation's episodes are done: their frames on disk
+            print(json.dumps({"frames": [r["frames"] for r in results]}), flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(2)  # the stop's cleanup (the worker killed, this run's scratch swept) goes first
+            return write(results)
+
+        rollout.videos.write = signalled_write
+
+    rl_train.train(_cfg(imported_dir, out_dir, 1, "--rl.eval-every", "0", "--libero.episodes-per-task", "1"),
+                   on_rollout=on_rollout)
+    print("not stopped", flush=True)

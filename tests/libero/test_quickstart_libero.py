@@ -1,7 +1,8 @@
-"""`make quickstart-libero` end to end at the smoke size (`VLAJAX_QUICKSTART_SIZE=smoke`): LIBERO demos on real
-LIBERO workers -> SFT (`sft-libero-tiny`, token head) -> async GRPO on LIBERO's success (1 update), evaluated in the
-run at update 0 and at the end -> the report folder. A wiring check on short episodes, not a learning run. Without
-the LIBERO venv it skips (VLAJAX_LIBERO_REQUIRED=1, as `make test` sets it, makes that a failure)."""
+"""`make quickstart-libero` end to end at the smoke size (`VLAJAX_QUICKSTART_SIZE=smoke`): LIBERO demos on real LIBERO
+workers -> SFT (`sft-libero-tiny`, token head) -> async GRPO on LIBERO's success (1 update), evaluated in the run at
+update 0 and at the end (the final version's episode recorded as a GIF) -> the report folder. A wiring check on short
+episodes, not a learning run. Without the LIBERO venv it skips (VLAJAX_LIBERO_REQUIRED=1, as `make test` sets it,
+makes that a failure)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ def test_quickstart_libero_smoke_writes_the_report(tmp_path):
     evals = [r["eval"] for r in records if "eval" in r]
     assert [(e["update"], e["episodes"], list(e["outcomes"])) for e in evals] == [(0, 1, ["0/0"]), (1, 1, ["0/0"])]
     assert all(e["successes"] == 1 or e["steps_mean"] == 10 for e in evals)
+    # ... the final one recorded its episode as a GIF, named in its row (the SFT policy's: none); no frames left
+    (gif,) = evals[1]["videos"]
+    outcome = "success" if evals[1]["successes"] else "failure"
+    assert "videos" not in evals[0] and gif == f"videos/libero_spatial_task0_init0_{outcome}.gif", evals[1]
+    assert os.listdir(os.path.join(out, "rl", "videos")) == [os.path.basename(gif)]
+    assert not os.path.exists(os.path.join(out, "rl", "frames"))
     # 4. the RL phase ran one asynchronous GRPO update on LIBERO episodes and saved the policy it was evaluated at
     rows = [r for r in records if "update" in r]
     assert [r["update"] for r in rows] == [1] and rows[0]["env_steps"] > 0
@@ -58,3 +65,13 @@ def test_quickstart_libero_smoke_writes_the_report(tmp_path):
     assert [e["update"] for e in summary["evals"]] == [0, 1] and summary["meta"]["size"] == "smoke"
     assert summary["before"]["per_task"]["0"]["episodes"] == 1
     assert os.path.getsize(os.path.join(report, "curves.png")) > 1000
+    # ... and the final policy's GIF beside the README (a copy of the run's), linked from it: a frame per decision
+    from PIL import Image
+
+    name = os.path.basename(gif)
+    assert "- 0: pick up the black bowl" in text, text
+    assert f"held-out initial state 0, {outcome}: ![{name}]({name})" in text, text
+    with open(os.path.join(report, name), "rb") as f, open(os.path.join(out, "rl", gif), "rb") as g:
+        assert f.read() == g.read()
+    with Image.open(os.path.join(report, name)) as im:
+        assert im.format == "GIF" and im.n_frames >= 1

@@ -28,7 +28,10 @@ episodes is not waited for).
 
 Evaluation (`evaluate`): the policy of one version on the held-out initial states, answered by the greedy
 sampler `eval --suite libero_* --checkpoint` serves (`deterministic=True`: the ODE sampler / argmax tokens),
-not by the RL sampler; nothing of it is recorded for training.
+not by the RL sampler; nothing of it is recorded for training. The final version's evaluation (`version >=
+rl.num_iterations // pipeline.trigger_parameter_sync_step`) also records each task's held-out initial state 0: the
+agentview images its requests carried -> `<output_dir>/videos/<suite>_task<k>_init<i>_<success|failure>.gif`, named
+in its row (`vlajax.libero.rl_eval.EvalVideos`; the workers' frames files, `<output_dir>/frames/`, removed).
 
 Weights: with `pipeline.partial_rollout` every inference batch takes the newest installed weights
 (`bind(runner.weights)`), so an episode in flight continues under new weights and its decisions carry
@@ -62,6 +65,7 @@ from vlajax.libero import protocol as P
 from vlajax.libero.backend import advertised_url, make_pool
 from vlajax.libero.checks import pool_backend
 from vlajax.libero.inference import BatchingServer, Request
+from vlajax.libero.rl_eval import EvalVideos, eval_summary
 from vlajax.pipeline.buffer import Trajectory
 from vlajax.pipeline.lanes import PipelineStopped
 from vlajax.serve.spec import KeyMap
@@ -224,6 +228,9 @@ class LiberoRollout:
         self._round: tuple[int, Any] = (0, None)
         self._fixed: tuple[int, Any] | None = None  # an evaluation's (version, params): every request takes them
         self.eval_every = cfg.rl.eval_every
+        # the version the run ends at: its evaluations record GIFs (`rl_eval.EvalVideos`; frames via the pool)
+        self.final_version = cfg.rl.num_iterations // cfg.pipeline.trigger_parameter_sync_step
+        self.videos = EvalVideos(cfg.output_dir, self.tag, fps=max(1, round(20 / self.k)))
         self.next_eval: int | None = None  # the version at or after which the lane evaluates next (None: never)
         self.on_eval = None  # on_eval(summary): the trainer's log of an evaluation
         self.evals: list[dict[str, Any]] = []
@@ -264,6 +271,7 @@ class LiberoRollout:
         try:
             self.pool = make_pool(backend, self.lib.workers, advertised_url(backend, self.server.port),
                                   envs_per_worker=self.lib.envs_per_worker, log_dir=log_dir, gl=self.lib.gl,
+                                  frames_dir=self.videos.frames_dir,
                                   hang_timeout_s=self.lib.hang_timeout_s, python=python)
         except BaseException:
             self.server.close()
@@ -333,20 +341,23 @@ class LiberoRollout:
                           num_steps_wait=self.lib.num_steps_wait, replan_steps=self.k, seed=self.lib.env_seed,
                           camera_size=self.camera_size, video=False, report_terminal=True) for j in range(self.G)]
 
-    def eval_episodes(self, version: int, n: int = 0) -> list[P.Episode]:
+    def eval_episodes(self, version: int, n: int = 0, video: bool = False) -> list[P.Episode]:
         """One episode per (task, held-out initial state 0..libero.episodes_per_task - 1) (`n`: the evaluation's
-        number, in the ids)."""
+        number, in the ids); `video`: each task's initial state 0 keeps its frames (`Episode.video`)."""
         return [P.Episode(f"{self.tag}-v{version}-n{n}-t{t}-i{i}", self.suite, t, i, max_steps=self.limit,
                           num_steps_wait=self.lib.num_steps_wait, replan_steps=self.k, seed=self.lib.env_seed,
-                          camera_size=self.camera_size, video=False)
+                          camera_size=self.camera_size, video=video and i == 0)
                 for t in self.tasks for i in range(self.lib.episodes_per_task)]
 
-    def evaluate(self, version: int, params: Any, abort=None) -> dict[str, Any]:
+    def evaluate(self, version: int, params: Any, abort=None, video: bool | None = None) -> dict[str, Any]:
         """The policy of `version` (its `params`, every request: no newer weights mid-evaluation; the greedy
         sampler) on the held-out initial states, LIBERO's own success check -> `eval_summary` plus 'version',
-        'update' (the updates that made it), 'seconds', 'steps_mean'. Nothing is recorded for training (the
-        episodes are not dealt to the recorder). `abort()` True ends it (`PipelineStopped`)."""
-        eps = self.eval_episodes(version, next(self._evals))
+        'update' (the updates that made it), 'seconds', 'steps_mean', and 'videos' (the GIFs, relative to the
+        output directory: `rl_eval.EvalVideos`) when it records them -- `video` (None: the final version's
+        evaluation does). Nothing is recorded for training (the episodes are not dealt to the recorder).
+        `abort()` True ends it (`PipelineStopped`)."""
+        video = version >= self.final_version if video is None else video
+        eps = self.eval_episodes(version, next(self._evals), video)
         t0 = time.perf_counter()
         self._fixed = (version, params)
         try:
@@ -362,9 +373,15 @@ class LiberoRollout:
         out.update({"version": int(version), "update": int(version) * self.cfg.pipeline.trigger_parameter_sync_step,
                     "seconds": round(time.perf_counter() - t0, 1),
                     "steps_mean": float(np.mean([results[e.id]["steps"] for e in eps]))})
+        if video:
+            out["videos"] = self.videos.write([results[e.id] for e in eps if e.video])
+
+        def row() -> None:  # the trainer's log of it (libero_rl.jsonl), naming its GIFs
+            if self.on_eval is not None:
+                self.on_eval(out)
+
+        self.videos.commit(row)  # the row, then its GIFs kept (a stop's sweep comes before or after both)
         self.evals.append(out)
-        if self.on_eval is not None:
-            self.on_eval(out)
         return out
 
     def _finals(self, recs: list[_Episode], results: dict[str, dict]) -> list[dict[str, Any]]:
@@ -432,30 +449,12 @@ class LiberoRollout:
         return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
 
     def close(self) -> None:
+        """The workers, the endpoint, then this run's scratch (`EvalVideos.sweep`: frames files, uncommitted GIFs)."""
         try:
             self.pool.close()
         finally:
-            self.server.close()
+            try:
+                self.server.close()
+            finally:
+                self.videos.sweep()
 
-
-def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials (95%)."""
-    p, d = k / n, 1 + z * z / n
-    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def eval_summary(outcomes: list[tuple[int, int, bool]]) -> dict[str, Any]:
-    """(task, init, success) per episode -> {'success', 'successes', 'episodes', 'wilson95', 'tasks': {task:
-    {'success', 'successes', 'episodes', 'wilson95'}}, 'outcomes': {'<task>/<init>': 0 | 1}} (the outcomes keyed by
-    initial state: a later evaluation pairs with them)."""
-    def row(xs: list[bool]) -> dict[str, Any]:
-        k, n = sum(xs), len(xs)
-        return {"success": k / n, "successes": k, "episodes": n, "wilson95": [round(x, 3) for x in _wilson(k, n)]}
-
-    by_task: dict[int, list[bool]] = {}
-    for task, _, ok in outcomes:
-        by_task.setdefault(task, []).append(ok)
-    return row([ok for _, _, ok in outcomes]) | {
-        "tasks": {str(t): row(xs) for t, xs in sorted(by_task.items())},
-        "outcomes": {f"{t}/{i}": int(ok) for t, i, ok in outcomes}}

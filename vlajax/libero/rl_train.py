@@ -22,7 +22,11 @@ Evaluation (`rl.eval_every`; each task of `libero.tasks` from the held-out initi
 throughout, answered by the greedy sampler `eval --suite libero_* --checkpoint` serves): N > 0 the starting
 policy, then at the rollout's first call after every N updates, and the final version once the last update is
 done; 0 the final version only; -1 none. Its rows go to the metrics file as `{"eval": {...}}` with the version,
-the update that made it, per-task success, Wilson 95% intervals and each (task, init)'s outcome.
+the update that made it, per-task success, Wilson 95% intervals and each (task, init)'s outcome. The final
+version's evaluation records each task's held-out initial state 0 as a GIF,
+`<output_dir>/videos/<suite>_task<k>_init<i>_<success|failure>.gif` (`eval --suite libero_*`'s naming, written
+atomically), and its row names them (`"videos"`; `vlajax.libero.rl_eval`); a resumed run's final version is
+evaluated (and recorded) by the run that reaches it.
 
 Checkpoints (Orbax, `checkpoint.every_steps` updates and at the end; `checkpoint.resume`): the train state
 and the runner counters; `config.json` + `policy.json` make the checkpoint directory a policy that
@@ -34,8 +38,9 @@ evaluations), besides the pipeline's own (`async_metrics.jsonl`).
 SIGTERM / Ctrl-C (`vlajax.training.preemption`, docs/reliability.md): set-up (the pool's start, the policy's
 load, the compiles), an evaluation after its update's checkpoint and an update whose predecessor is saved are
 abandoned at once; otherwise the run stops at the next update boundary with that update's checkpoint (forced).
-Either way the LIBERO workers are killed (`pool.kill_all`), one line goes to stderr and the process exits 0; a
-second signal exits 130 at once.
+Either way the LIBERO workers are killed (`pool.kill_all`), this run's scratch is removed (the workers' frames
+files, the GIFs of an evaluation whose row was not written: never half a GIF), one line goes to stderr and the
+process exits 0; a second signal exits 130 at once.
 """
 
 from __future__ import annotations
@@ -142,8 +147,8 @@ class _LiberoSource(Source):
     (`rl.eval_every`) and the final version after the run (`evaluate_final`)."""
 
     def __init__(self, run: Run, where: Places, setup: rl_setup.Setup, *, python: str, rows: _Rows,
-                 reward_fn: Any, on_rollout: Any):
-        self.cfg, self.setup, self.python, self.rows = run.cfg, setup, python, rows
+                 reward_fn: Any, on_rollout: Any, started: list):
+        self.cfg, self.setup, self.python, self.rows, self.started = run.cfg, setup, python, rows, started
         self.reward_fn, self.on_rollout = reward_fn, on_rollout
         self.tasks = _tasks(self.cfg, python)
         self.rollout: LiberoRollout | None = None
@@ -154,6 +159,7 @@ class _LiberoSource(Source):
         self.calls0, self.updates0 = counters.sample_calls, counters.updates
         r = self.rollout = LiberoRollout(cfg, self.setup, self.tasks, counters.sample_calls, python=self.python,
                                          log_dir=os.path.join(cfg.output_dir, "workers"), reward_fn=self.reward_fn)
+        self.started.append(r)  # (a stop's cleanup sweeps its scratch: `_cleanup`)
         every = cfg.rl.eval_every  # the starting policy of a fresh run, then every N versions
         r.next_eval = None if every <= 0 else 0 if counters.version == 0 else (counters.version // every + 1) * every
         r.on_eval = self.rows.evaluation
@@ -174,11 +180,22 @@ class _LiberoSource(Source):
     def evaluate_final(self, runner: AsyncRunner) -> dict | None:
         version, params = runner.weights.latest()
         done = self.rollout.evals and self.rollout.evals[-1]["version"] == version
-        return None if done else self.rollout.evaluate(version, params)
+        return None if done else self.rollout.evaluate(version, params, video=True)  # with its GIFs
 
     def close(self) -> None:
         if self.rollout is not None:
             self.rollout.close()
+
+
+def _cleanup(started: list[LiberoRollout]) -> None:
+    """An abandoned region's (a stop's) last act before the exit: the workers killed (`pool.kill_all`), then the
+    scratch of this run's rollout (`EvalVideos.sweep`: its frames files and any GIF of an evaluation whose row
+    was not written -- none half-written)."""
+    try:
+        pool_mod.kill_all()
+    finally:
+        for r in started:
+            r.videos.sweep(exiting=True)
 
 
 def train(cfg: TrainConfig, *, stop_at: int | None = None, python: str | None = None, on_rollout: Any = None,
@@ -192,9 +209,11 @@ def train(cfg: TrainConfig, *, stop_at: int | None = None, python: str | None = 
     preflight(cfg, "rl")  # (vlajax.train ran it too; `train` is also called directly)
     python = python or pool_mod.libero_python()  # LiberoEnvMissing before anything loads
     rows = _Rows(cfg)
-    source = functools.partial(_LiberoSource, python=python, rows=rows, reward_fn=reward_fn, on_rollout=on_rollout)
+    started: list[LiberoRollout] = []
+    source = functools.partial(_LiberoSource, python=python, rows=rows, reward_fn=reward_fn, on_rollout=on_rollout,
+                               started=started)
     out = train_pipeline(cfg, source, build=build_setup, stop_at=stop_at, record=rows.update, evaluate=False,
-                         name="the LIBERO run", on_cleanup=pool_mod.kill_all, skip_when_done=True,
+                         name="the LIBERO run", on_cleanup=functools.partial(_cleanup, started), skip_when_done=True,
                          dropped="killed the LIBERO workers (their groups in flight run again on resume)",
                          last_update_line=True)
     runner, r = out.runner, out.source.rollout
@@ -215,7 +234,7 @@ def command(cfg: TrainConfig) -> int:
                                                         "update_times", "server_batches", "evals")}
     short["staleness_max"] = max((max(h["staleness"]) for h in out["history"]), default=0)
     short["success"] = [h["train"].get("success") for h in out["history"]]
-    short["evals"] = [{k: e[k] for k in ("version", "update", "success", "successes", "episodes", "wilson95")}
-                      for e in out["evals"]]
+    short["evals"] = [{k: e[k] for k in ("version", "update", "success", "successes", "episodes", "wilson95",
+                                         "videos") if k in e} for e in out["evals"]]
     print(json.dumps(short, default=str), flush=True)
     return 0

@@ -14,9 +14,10 @@ Phases (each the documented command, run as its own process; docs/libero-trainin
             on the held-out initial states 0..K-1 of every task with the greedy sampler `eval --checkpoint` serves
             (argmax tokens), LIBERO's own success check; the rows in `rl/libero_rl.jsonl`
   4. report `report/README.md` (per-task success before and after RL with Wilson 95% intervals, the curve,
-            the commands to go further), `curves.png`, `summary.json` (`vlajax.quickstart.report`'s table and
-            figure, as `make quickstart` writes them); no GIFs: the in-run evaluation records no frames (the
-            report's `eval --checkpoint` command writes them)
+            links to the final policy's GIFs, the commands to go further), `curves.png`, `summary.json`
+            (`vlajax.quickstart.report`'s table and figure, as `make quickstart` writes them) and the GIFs: the
+            final version's evaluation records held-out initial state 0 of each task
+            (`rl/videos/<suite>_task<k>_init<i>_<success|failure>.gif`, named in its row), copied into `report/`
 
 `VLAJAX_QUICKSTART_DIR` (default `runs/quickstart-libero`; a previous run there is deleted first),
 `VLAJAX_QUICKSTART_SEED` (integer >= 0, default 0: every phase's `--seed`), `VLAJAX_QUICKSTART_SIZE`
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
 import time
 
@@ -89,7 +92,7 @@ def _interval(row: dict) -> dict:
 def read_rl(rl_dir: str) -> tuple[list[dict], list[dict]]:
     """The RL run's `libero_rl.jsonl` -> (its per-update rows, its evaluations as the report reads them:
     {'update', 'version', 'mean', 'low', 'high', 'episodes', 'successes', 'per_task': {task: {'success', 'low',
-    'high', 'episodes', 'successes'}}, 'outcomes'}), each in update order."""
+    'high', 'episodes', 'successes'}}, 'outcomes', 'videos': its GIFs relative to `rl_dir`}), each in update order."""
     rows, evals = [], []
     path = os.path.join(rl_dir, "libero_rl.jsonl")
     if os.path.exists(path):
@@ -102,17 +105,32 @@ def read_rl(rl_dir: str) -> tuple[list[dict], list[dict]]:
                     evals.append({"update": ev["update"], "version": ev["version"], "mean": whole["success"],
                                   **{k: whole[k] for k in ("low", "high", "episodes", "successes")},
                                   "per_task": {t: _interval(r) for t, r in ev["tasks"].items()},
-                                  "outcomes": ev["outcomes"]})
+                                  "outcomes": ev["outcomes"], "videos": ev.get("videos", [])})
                 elif "update" in rec:
                     rows.append(rec)
     by_update = lambda xs: sorted({x["update"]: x for x in xs}.values(), key=lambda x: x["update"])  # noqa: E731
     return by_update(rows), by_update(evals)
 
 
+def gif_lines(rl_dir: str, after: dict, report: str, name) -> list[str]:
+    """The final evaluation's GIFs (`after['videos']`, under `rl_dir`) copied into `report`, as the tabletop report
+    keeps its episodes beside its README -> a Markdown line per GIF (`name(task)`, the initial state, the outcome,
+    the image), or one line saying there are none."""
+    lines = []
+    for rel in after["videos"]:
+        base = os.path.basename(rel)
+        m = re.fullmatch(r".+_task(\d+)_init(\d+)_(success|failure)\.gif", base)
+        if m is None:
+            raise ValueError(f"{rel}: not a GIF name of the LIBERO evaluation (<suite>_task<k>_init<i>_<outcome>.gif)")
+        shutil.copy(os.path.join(rl_dir, rel), os.path.join(report, base))
+        lines.append(f"- {name(m.group(1))}, held-out initial state {m.group(2)}, {m.group(3)}: ![{base}]({base})")
+    return lines or [f"- none: the evaluation at update {after['update']} recorded no GIF"]
+
+
 def write_report(run_dir: str, meta: dict) -> dict:
-    """report/README.md, curves.png, summary.json of the run in `run_dir` (its evaluations and updates:
-    `<run>/rl/libero_rl.jsonl`; the pipeline's metrics: `<run>/rl/async_metrics.jsonl`; the task instructions:
-    `<run>/demos/demos.json`)."""
+    """report/README.md, curves.png, summary.json and the final policy's GIFs of the run in `run_dir` (its
+    evaluations and updates: `<run>/rl/libero_rl.jsonl`, the GIFs its final evaluation names under `<run>/rl/`; the
+    pipeline's metrics: `<run>/rl/async_metrics.jsonl`; the task instructions: `<run>/demos/demos.json`)."""
     report = os.path.join(run_dir, "report")
     os.makedirs(report, exist_ok=True)
     rows, evals = read_rl(os.path.join(run_dir, "rl"))
@@ -131,7 +149,9 @@ def write_report(run_dir: str, meta: dict) -> dict:
                "staleness_max": max((max(r["staleness"]) for r in rows if r.get("staleness")), default=None)}
     with open(os.path.join(report, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    table = qr.table(before, after, name=lambda t: f"{t}: {instructions.get(t, '')}")
+    name = lambda t: f"{t}: {instructions.get(t, '')}"  # noqa: E731
+    table = qr.table(before, after, name=name)
+    gifs = gif_lines(os.path.join(run_dir, "rl"), after, report, name)
     lines = [
         "# vlajax LIBERO quickstart report", "",
         f"demos -> SFT -> async RL -> eval on {SUITE} in {meta['minutes']:.1f} minutes (seed {meta['seed']}, size "
@@ -145,9 +165,12 @@ def write_report(run_dir: str, meta: dict) -> dict:
         "over those episodes. It does not include the seed-to-seed spread of the run "
         "(experiments/libero-learning/README.md measures RL's lift over seeds).", "",
         f"Evaluation during RL: {qr.curve(evals)}.", "",
-        "`curves.png`: " + "; ".join(titles) + ".", "`summary.json`: the numbers behind them.",
-        "GIFs of the final policy's episodes: the `eval` command below writes one per episode (`videos/`; the "
-        "in-run evaluation records none).", "",
+        "`curves.png`: " + "; ".join(titles) + ".", "`summary.json`: the numbers behind them.", "",
+        f"## Episodes after RL (update {after['update']})", "",
+        "The final policy's episode from held-out initial state 0 of each task, recorded in its evaluation (the "
+        "agentview camera as the policy saw it, one frame per decision; `rl/videos/`, copied here). The `eval` "
+        "command below writes one per episode.", "",
+        *gifs, "",
         "## Going further", "",
         "```bash",
         f"python -m vlajax.train eval --suite {SUITE} --checkpoint {run_dir}/rl/checkpoints --episodes-per-task 25",
