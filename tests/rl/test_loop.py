@@ -188,6 +188,39 @@ def test_init_from_merge_keeps_new_heads_and_loads_the_rest():
     np.testing.assert_array_equal(np.asarray(out["value_head"]["w"]), 1.0)
 
 
+def test_start_params_from_a_policy_with_every_leaf_compiles_no_random_init():
+    """RL from `rl.init_from`: the jitted init takes the loaded params as arguments (not constants) and, when they
+    cover every leaf, runs and compiles no RNG; with a new head the fresh init runs for it (and only it is kept)."""
+    import flax.linen as nn
+
+    def init_params(rng):
+        k1, k2 = jax.random.split(rng)
+        return {"a": nn.with_logical_partitioning(nn.initializers.normal(1.0), ("embed", "mlp"))(k1, (2, 3)),
+                "value_head": {"w": jax.random.normal(k2, (2,))}}
+
+    full = {"a": np.full((2, 3), 5.0, np.float32), "value_head": {"w": np.full((2,), 7.0, np.float32)}}
+    setup = rl_setup.Setup(None, None, init_params, None, 1, 1, loaded=full)
+    init = jax.jit(lambda rng, loaded: nn.unbox(setup.start_params(rng, loaded)))
+    hlo = init.lower(jax.random.key(0), full).as_text()
+    assert "threefry" not in hlo and "rng_bit_generator" not in hlo and "5.000000e+00" not in hlo, hlo
+    out = init(jax.random.key(0), full)
+    np.testing.assert_array_equal(np.asarray(out["a"]), 5.0)
+    np.testing.assert_array_equal(np.asarray(out["value_head"]["w"]), 7.0)
+    boxed = setup.start_params(jax.random.key(0))  # eager, from setup.loaded: the logical names kept
+    assert isinstance(boxed["a"], nn.LogicallyPartitioned) and boxed["a"].names == ("embed", "mlp")
+
+    part = {"a": full["a"]}  # a new head: initialized fresh, the rest loaded
+    hlo = init.lower(jax.random.key(0), part).as_text()
+    assert "threefry" in hlo or "rng_bit_generator" in hlo
+    out = init(jax.random.key(0), part)
+    np.testing.assert_array_equal(np.asarray(out["a"]), 5.0)
+    w = np.asarray(out["value_head"]["w"])
+    np.testing.assert_array_equal(w, np.asarray(init_params(jax.random.key(0))["value_head"]["w"]))
+    assert not np.allclose(w, 7.0)
+    assert rl_setup.covers(full, init_params(jax.random.key(0))) and not rl_setup.covers(part, init_params(
+        jax.random.key(0)))
+
+
 def test_critic_warmup_trains_only_the_critic_and_value_lr_applies(tmp_path):
     """During `critic_warmup_iterations` the actor's params stay put while the critic learns;
     `value_learning_rate` gives the critic its own Adam rate (first Adam step moves a leaf by ~lr)."""

@@ -92,14 +92,13 @@ def build_setup(cfg: TrainConfig, mesh=None) -> rl_setup.Setup:
     actor = actors.vla_actor(model, bridge, use_value=False, temperature=cfg.rl.temperature, execute=k,
                              per_factor=cfg.rl.ratio_level == "factor" or cfg.rl.kl_coef > 0)
 
-    def init_params(rng):
-        params = model.init(rng, fake_observation(rng, 1, model_cfg, cameras=bridge.cameras))["params"]
-        return rl_setup.merge_params(params, loaded)
+    def init_params(rng):  # (the loaded params are merged over these: `Setup.start_params`)
+        return model.init(rng, fake_observation(rng, 1, model_cfg, cameras=bridge.cameras))["params"]
 
     def no_env_eval(params, iteration):  # (LIBERO's evaluations run on its workers: LiberoRollout.evaluate)
         raise ConfigError("RL on LIBERO evaluates on its workers (rl.eval_every), not in an env of this process")
 
-    return rl_setup.Setup(actor, None, init_params, no_env_eval, k, 0, bridge)
+    return rl_setup.Setup(actor, None, init_params, no_env_eval, k, 0, bridge, loaded)
 
 
 def _tasks(cfg: TrainConfig, python: str) -> tuple[int, ...]:

@@ -130,7 +130,7 @@ class RLWorkload:
 
     def init_state(self, seed: int) -> TrainState:
         rng = jax.random.key(seed)
-        return TrainState.create(self.setup.init_params(rng), self.tx, jax.random.fold_in(rng, 1))
+        return TrainState.create(self.setup.start_params(rng), self.tx, jax.random.fold_in(rng, 1))
 
     def get_params(self, state: TrainState) -> Any:
         return state.params

@@ -54,7 +54,7 @@ from vlajax.training.train_state import TrainState
 __all__ = [
     "ENV_STREAM", "EVAL_STREAM", "UPDATE_STREAM", "Setup", "build", "check_decisions", "collect", "env_leaves",
     "env_unleaves", "episodic", "eval_seed", "initial_env_state", "iteration_keys", "Learner", "load_sft", "log_eval",
-    "make_learner", "merge_params", "open_policy_checkpoints", "place_env_state", "run_and_report",
+    "covers", "make_learner", "merge_params", "open_policy_checkpoints", "place_env_state", "run_and_report",
 ]
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,22 @@ class Setup:
     action_horizon: int
     episode_decisions: int  # decisions that cover one episode (GRPO rollout length)
     bridge: Any = None  # the VLA's `Bridge` (the run's policy.json: its checkpoints serve); None for the MLP
+    loaded: Any = None  # the params of `rl.init_from` (unboxed), merged over init_params' (`start_params`)
+
+    def start_params(self, rng: jax.Array, loaded: Any = None) -> Any:
+        """The policy's starting params: `init_params(rng)` with every leaf of `loaded` (`self.loaded`, or the
+        same tree passed in -- as a jit argument, so the weights are not baked into the program) replaced by its
+        loaded value. When `loaded` has every leaf, the random init is not run (nor, under jit, compiled: its
+        RNG program took 23-33 s of CPU to compile for sft-libero-tiny / -small); only its shapes are traced."""
+        loaded = self.loaded if loaded is None else loaded
+        if loaded is None:
+            return self.init_params(rng)
+        abstract = jax.eval_shape(self.init_params, rng)
+        if covers(loaded, abstract):
+            fresh = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), abstract)  # (every leaf replaced below)
+        else:
+            fresh = self.init_params(rng)
+        return merge_params(fresh, loaded)
 
 
 # ----------------------------------------------------------------------------------------
@@ -224,11 +240,9 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
                              # per-entry log-probs for per-entry ratios, and for the KL penalty's per-entry estimator
                              per_factor=cfg.rl.ratio_level == "factor" or cfg.rl.kl_coef > 0)
 
-    def init_params(rng):
+    def init_params(rng):  # (the SFT params are merged over these: `Setup.start_params`)
         obs = fake_observation(rng, 1, model_cfg, cameras=bridge.cameras)
         params = model.init(rng, obs)["params"]
-        if sft_params is not None:
-            params = merge_params(params, sft_params)
         if critic is not None:
             x = jnp.zeros((1, tabletop_env.PRIVILEGED_SIZE))
             params = {**params, "critic": critic.init(jax.random.fold_in(rng, 7), x)["params"]}
@@ -252,7 +266,8 @@ def _build_vla(cfg: TrainConfig, mesh) -> Setup:
             out["robustness"] = {f"{a}/{lv}": v for a, by in rob["mean"].items() for lv, v in by.items()}
         return out
 
-    return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h), bridge)
+    return Setup(actor, env, init_params, evaluate, h, ro.decisions_per_episode(cfg.env.episode_length, h), bridge,
+                 sft_params)
 
 
 def _identity_bridge(cfg: TrainConfig):
@@ -287,12 +302,23 @@ def load_sft(cfg: TrainConfig, mesh):
     return model_cfg, bridge, params
 
 
+def _unboxed_path(path: tuple) -> tuple:
+    """A leaf's tree path with flax's box (`.value`) step left out: the path of the same leaf unboxed."""
+    return tuple(p for p in path if not (isinstance(p, jax.tree_util.GetAttrKey) and p.name == "value"))
+
+
+def covers(loaded: Any, fresh: Any) -> bool:
+    """Whether `loaded` has a value for every leaf of `fresh` (maybe flax-boxed; arrays or ShapeDtypeStructs)."""
+    have = {path for path, _ in jax.tree_util.tree_flatten_with_path(loaded)[0]}
+    return all(_unboxed_path(path) in have for path, _ in jax.tree_util.tree_flatten_with_path(fresh)[0])
+
+
 def merge_params(fresh: Any, loaded: Any) -> Any:
     """`fresh` (maybe flax-boxed) with every leaf that `loaded` has replaced by the loaded value."""
     flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
 
     def one(path, leaf):
-        key = tuple(p for p in path if not (isinstance(p, jax.tree_util.GetAttrKey) and p.name == "value"))
+        key = _unboxed_path(path)
         if key in flat_loaded:
             new = flat_loaded[key]
             if isinstance(leaf, nn.spmd.LogicallyPartitioned | nn.Partitioned):
@@ -326,10 +352,10 @@ def make_learner(run: Run, setup: Setup) -> Learner:
     cfg = run.cfg
     tx = learner.make_optimizer(cfg.rl)
 
-    def init(rng):
-        return TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
+    def init(rng, loaded):  # (the loaded params are an argument of the jitted init, not constants in it)
+        return TrainState.create(setup.start_params(rng, loaded), tx, jax.random.fold_in(rng, 1))
 
-    state, shardings = run.init_state(init)
+    state, shardings = run.init_state(init, setup.loaded)
     ref_params = jax.tree.map(jnp.copy, state.params) if cfg.rl.kl_coef > 0 else None
     update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                         in_shardings=(None, shardings, None), out_shardings=(shardings, None), donate_argnums=(1,))

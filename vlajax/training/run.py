@@ -162,11 +162,11 @@ class Run:
         self.mesh = mesh
         return mesh
 
-    def init_state(self, init: Callable[[jax.Array], Any]) -> tuple[Any, Any]:
-        """`init(key(seed))` jitted with the shardings its logical names give: the state born on its shards.
-        -> (state, its shardings)."""
+    def init_state(self, init: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
+        """`init(key(seed), *args)` jitted with the shardings its logical names give: the state born on its
+        shards (`args`, e.g. loaded params, are the program's arguments). -> (state, its shardings)."""
         with self.phase("building the train state, compiling its init"):
-            return sharding.init_sharded(init, self.mesh, self.rules, jax.random.key(self.cfg.seed))
+            return sharding.init_sharded(init, self.mesh, self.rules, jax.random.key(self.cfg.seed), *args)
 
     # ---- checkpoints --------------------------------------------------------------------------
 
