@@ -124,23 +124,35 @@ def test_update_logs_the_rollout_metrics_of_the_calls_it_trained_on():
     assert sorted(c.by_call) == [3, 4] and c.consumed_metrics(range(0, 1)) == {}
 
 
-def test_collect_keeps_each_unconsumed_calls_start_state_for_resume(tmp_path):
+def test_collect_keeps_each_unconsumed_calls_start_state_for_resume(tmp_path, caplog):
     """The num_slots == 1 rollouter runs ahead of the trainer; a checkpoint at any update must hold the env state
     the first unconsumed call started from (a resume replays it). `_Collect` keeps those states by reference (its
     collect does not donate them): after three calls, `snapshot(k)` is the state call k started from, value for
-    value, and still readable (a donated buffer would raise), also while later calls have run."""
+    value, and still readable (a donated buffer would raise), also while later calls have run.
+
+    Its program is the synchronous loop's collect (neither donates the env state, both make the key under the
+    mesh), so the compile cache serves whichever compiles second (`bench async` and gpu-check's rl rows run sync,
+    then train_async, in one process): one persistent-cache key for both (JAX logs it on a hit and on a miss; a
+    donated env state or a key made off the mesh gives two). The params are a one-iteration loop's: on its
+    shardings."""
     import functools
+    import logging
 
     from vlajax.rl import setup as rl_setup
     from vlajax.rl.async_loop import _Collect
     from vlajax.training import sharding
 
-    cfg = _cfg(tmp_path, "collect", staleness_threshold=3.0)
+    cfg = _cfg(tmp_path, "collect", iterations=1, staleness_threshold=3.0)
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=4),
-                              rl=dataclasses.replace(cfg.rl, rollout_length=2))
+                              rl=dataclasses.replace(cfg.rl, rollout_length=2, eval_every=-1))
+    caplog.set_level(logging.DEBUG, logger="jax._src.compiler")
+    keys = lambda: {r.args[1] for r in caplog.records  # noqa: E731  (the hit and the miss lines: name, key)
+                    if "with key" in str(r.msg) and r.args and r.args[0] == "jit_collect"}
+    params = loop.train(cfg)["state"].params
+    loop_keys = keys()
+    caplog.clear()
     mesh = sharding.make_mesh(cfg.mesh)
     setup = rl_setup.build(cfg, mesh)
-    params = setup.init_params(jax.random.key(0))
     with sharding.use_mesh(mesh, cfg.mesh.logical_rules):
         start = rl_setup.place_env_state(jax.jit(functools.partial(rl_setup.initial_env_state, cfg, setup.env))(),
                                          mesh)
@@ -157,3 +169,5 @@ def test_collect_keeps_each_unconsumed_calls_start_state_for_resume(tmp_path):
         assert sorted(c.before) == list(range(k, 3))
     # the states differ from call to call (the check above is not vacuous)
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(expect[0]), jax.tree.leaves(expect[1])))
+    if jax.config.jax_compilation_cache_dir:  # (VLAJAX_COMPILATION_CACHE='' turns the cache, and its keys, off)
+        assert len(loop_keys) == 1 and keys() == loop_keys, (loop_keys, keys())

@@ -183,10 +183,11 @@ class _Collect:
 
     def __init__(self, cfg: TrainConfig, setup: rl_setup.Setup, mesh, env_state: Any, calls: int):
         self.cfg, self.mesh = cfg, mesh
-        # the env state is not donated (the loop's collect donates it): each call's starting state is kept by
-        # reference until consumed, for exact resume -- the same memory as copies beside a donated input (one
-        # env state per unconsumed call either way), without copying every leaf before every call and again at
-        # every update
+        # the env state is not donated: each call's starting state is kept by reference until consumed, for exact
+        # resume -- the same memory as copies beside a donated input (one env state per unconsumed call either
+        # way), without copying every leaf before every call and again at every update. The loop's collect does
+        # not donate it either, and its key is made under the mesh as here (`__call__`): the same program, so
+        # the compile cache serves the one compiled second (tests/pipeline/test_rl_async.py)
         self.fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup))
         self.env_state, self.calls = env_state, calls
         self.lock = threading.Lock()
@@ -194,14 +195,14 @@ class _Collect:
         self.before: dict[int, Any] = {}  # call -> the env state it started from (not yet consumed; immutable)
 
     def __call__(self, version: int, params: Any, call: int) -> list[Trajectory]:
-        k_collect, _ = rl_setup.iteration_keys(self.cfg.seed, call)
         # the lock guards the bookkeeping only, not the call (minutes for a VLA): the trainer's
         # `consumed_metrics` / `snapshot` must not wait for a rollout in flight
         with self.lock:
             env_state = self.env_state
             if env_state is not None:  # kept until consumed: a checkpoint resumes from here
                 self.before[call] = env_state
-        with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules):
+        with sharding.use_mesh(self.mesh, self.cfg.mesh.logical_rules):  # the key on the mesh, as in the loop
+            k_collect, _ = rl_setup.iteration_keys(self.cfg.seed, call)
             env_state, batch, roll = self.fn(params, env_state, k_collect, jnp.int32(version))
         with self.lock:
             self.env_state, self.calls = env_state, call + 1

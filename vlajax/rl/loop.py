@@ -92,7 +92,9 @@ def train(cfg: TrainConfig, setup: Setup | None = None, *, stop_at: int | None =
             state = learn.state
             n_params = sum(x.size for x in jax.tree.leaves(state.params))
             ref_fn = jax.jit(functools.partial(learner.with_reference, setup.actor.logp_value))
-            collect_fn = jax.jit(functools.partial(collect, cfg, setup), donate_argnums=(1,))
+            # the env state not donated: the same program as the async loop's collect (`async_loop._Collect`, which
+            # keeps each call's start state for exact resume), so the compile cache serves one from the other
+            collect_fn = jax.jit(functools.partial(collect, cfg, setup))
             with sharding.use_mesh(mesh, run.rules), run.phase(f"resetting {cfg.env.num_envs} envs"):
                 env_state = place_env_state(jax.jit(functools.partial(initial_env_state, cfg, setup.env))(), mesh)
 
