@@ -1,12 +1,12 @@
 """The prepared GPU check (`python -m vlajax.bench gpu-check`, docs/gpu.md) run on CPU before device time is spent.
 
-Default suite: the parent / worker machinery for real -- the `pytest -m gpu` row (its tests skip here), GPU-only
-rows skipped with their reason, a row that overruns its budget killed and recorded while the next row still runs
-in a fresh worker, rows past the global deadline skipped, bad command lines refused -- and the whole dry run, every
-row exercised at tiny sizes but rl:pi0's (it runs in `make test`; minutes on the busy 2-core CPU). rl:pi0's dry run
-(pi0-dummy at one Gemma layer, 2 envs, two timed updates; its row's label says so) compiles two pi0-dummy RL loops:
-with an empty compile cache its bench took 265 s on that CPU at load 0.2-3 (the compiles; docs/gpu.md) and did
-not finish in its 1500 s budget at load 45, so it is a slow test."""
+Default suite (`make test`): the parent / worker machinery for real -- the `pytest -m gpu` row (its tests skip
+here), GPU-only rows skipped with their reason, a row that overruns its budget killed and recorded while the next
+row still runs in a fresh worker, rows past the global deadline skipped, bad command lines refused -- and the whole
+dry run, every row at tiny sizes: all but rl:pi0 in one test, rl:pi0 in its own (its own deadline; pi0-dummy at
+one Gemma layer, 2 envs, two timed updates; its row's label says so). rl:pi0 compiles one pi0-dummy RL loop:
+train_async's collect and update are sync's programs, served by the compile cache. Timings on the busy 2-core CPU
+with an empty compile cache: docs/gpu.md ("Which rows ran where")."""
 
 from __future__ import annotations
 
@@ -77,12 +77,12 @@ def test_bad_command_lines_are_refused_with_one_error_line(argv, capsys):
     assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
 
 
-SLOW_DRY = ("rl:pi0",)  # its dry run compiles the pi0-dummy RL loops: a slow test of its own (below)
+OWN_TEST = ("rl:pi0",)  # its dry run compiles a pi0-dummy RL loop: a test of its own (below), its own deadline
 
 
 @pytest.mark.timeout(1800)
-def test_full_dry_run_exercises_every_row(tmp_path):  # the whole dry run but SLOW_DRY, in `make test`
-    names = [r.name for r in gpu_check.ROWS if r.name not in SLOW_DRY]
+def test_full_dry_run_exercises_every_row(tmp_path):  # the whole dry run but OWN_TEST's rows, in `make test`
+    names = [r.name for r in gpu_check.ROWS if r.name not in OWN_TEST]
     # the GPU's 540 s deadline is for 10-minute commands; CI is loaded
     rc, data, _ = _run(tmp_path, "--deadline-s", "1500", "--rows", *names)
     rows = data["rows"]
@@ -122,10 +122,10 @@ def test_full_dry_run_exercises_every_row(tmp_path):  # the whole dry run but SL
     assert [r["clients"] for r in serve[0]["rows"]] == [1, 2] and serve[0]["rows"][1]["requests_per_s"]["median"] > 0
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(3000)
-def test_rl_pi0_dry_run(tmp_path):
-    """PPO of the pi0-dummy policy (one Gemma layer) from 28-px pixels on MJX, sync and train_async."""
+def test_rl_pi0_dry_run(tmp_path):  # in `make test`
+    """PPO of the pi0-dummy policy (one Gemma layer) from 28-px pixels on MJX, sync and train_async (its
+    collect served by the compile cache from sync's: one program, tests/pipeline/test_rl_async.py)."""
     rc, data, _ = _run(tmp_path, "--rows", "rl:pi0", "--deadline-s", "2800")
     assert rc == 0, data["rows"]
     pi = data["rows"]["rl:pi0"]

@@ -70,9 +70,9 @@ ROWS = (Row("pytest", 90, 20), Row("parity", 150, 40), Row("sft:sft-small", 90, 
 # rl:pi0 and async:cpu-sim have not run on a GPU yet: their budgets are estimates sized so that both fit one
 # 540 s call (`--rows rl:pi0 async:cpu-sim`), or either one the second call of a loan (docs/gpu.md)
 DRY_BUDGET_S = 300  # every row's budget in a dry run (a busy 2-core CPU compiles the tiny sizes in 0.5-2 min)
-# except rl:pi0's: its dry run compiles two pi0-dummy RL loops (sync, train_async), at one Gemma layer, 2 envs
-# and two timed updates; on a 2-core CPU at load 20 one such loop compiled in 5-12 min, and with an empty compile
-# cache the bench took 265 s at load 0.2-3 (sync 157 s, train_async 98 s; docs/gpu.md)
+# except rl:pi0's: its dry run compiles a pi0-dummy RL loop (sync; train_async's collect and update are the same
+# programs, served by the compile cache) at one Gemma layer, 2 envs and two timed updates; on a 2-core CPU at
+# load 20 one such loop compiled in 5-12 min (the row's timings with an empty compile cache: docs/gpu.md)
 
 
 @dataclasses.dataclass(frozen=True)
