@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -40,6 +39,7 @@ from vlajax.config.schema import ConfigError, TrainConfig
 from vlajax.data.build import dataset_dir
 from vlajax.libero import pool as pool_mod
 from vlajax.libero import protocol as P
+from vlajax.shared.stats import wilson
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +59,6 @@ def features(size: int) -> dict[str, dict]:
     return {"image": dict(img), "wrist_image": dict(img),
             "state": {"dtype": "float32", "shape": [8], "names": ["state"]},
             "actions": {"dtype": "float32", "shape": [7], "names": ["actions"]}}
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials (95% by default); (0, 1) for n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def parse_tasks(spec: str) -> tuple[int, ...]:

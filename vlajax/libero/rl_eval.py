@@ -26,7 +26,6 @@ the process), after the run's close it gets `PipelineStopped`.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 from collections.abc import Callable
@@ -35,15 +34,9 @@ from typing import Any
 import numpy as np
 
 from vlajax.pipeline.lanes import PipelineStopped
+from vlajax.shared.stats import wilson
 
 __all__ = ["EvalVideos", "eval_summary", "gif_name"]
-
-
-def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials (95%)."""
-    p, d = k / n, 1 + z * z / n
-    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def eval_summary(outcomes: list[tuple[int, int, bool]]) -> dict[str, Any]:
@@ -52,7 +45,7 @@ def eval_summary(outcomes: list[tuple[int, int, bool]]) -> dict[str, Any]:
     initial state: a later evaluation pairs with them)."""
     def row(xs: list[bool]) -> dict[str, Any]:
         k, n = sum(xs), len(xs)
-        return {"success": k / n, "successes": k, "episodes": n, "wilson95": [round(x, 3) for x in _wilson(k, n)]}
+        return {"success": k / n, "successes": k, "episodes": n, "wilson95": [round(x, 3) for x in wilson(k, n)]}
 
     by_task: dict[int, list[bool]] = {}
     for task, _, ok in outcomes:

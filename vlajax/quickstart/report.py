@@ -32,18 +32,14 @@ import os
 import re
 import sys
 
+from vlajax.shared import stats
+
 Z95 = 1.959964
 
 
-def wilson(k: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """(low, high): the Wilson score interval of a success rate k / n (k successes of n); n = 0 gives (0, 1)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, c - h), min(1.0, c + h)
+def wilson(k: float, n: int) -> tuple[float, float]:
+    """(low, high): the Wilson score interval of k successes of n at z = Z95 (`vlajax.shared.stats.wilson`)."""
+    return stats.wilson(k, n, Z95)
 
 
 def read_evals(rl_dir: str) -> list[dict]:

@@ -9,6 +9,7 @@ values give: with every value negative, so is every resampled mean.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -31,3 +32,13 @@ def percentile_bootstrap(values, statistic: Callable = np.mean, *, resamples: in
     alpha = (1.0 - confidence) / 2
     lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
     return float(statistic(x)), float(lo), float(hi)
+
+
+def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """(low, high): the Wilson score interval of a success rate k / n (k successes of n; 95% at the default z);
+    n = 0 gives (0, 1)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p, d = k / n, 1 + z * z / n
+    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
