@@ -43,7 +43,7 @@ SIZES = {
     # demos per task, SFT steps, RL updates, evaluate every N updates (and at 0 and the end), held-out inits per task
     # in each evaluation, tasks (() = every task of the suite), step limits (0 = the suite's), SFT preset, LIBERO
     # worker processes of every phase
-    "default": dict(episodes=5, sft_steps=2000, rl_iterations=6, eval_every=3, eval_inits=3, tasks=(),
+    "default": dict(episodes=4, sft_steps=2000, rl_iterations=6, eval_every=3, eval_inits=3, tasks=(),
                     demo_max_steps=0, max_steps=0, sft_preset="sft-libero-small", workers=2),
     # one episode at a time: a second worker only adds its start to the two cores
     "smoke": dict(episodes=1, sft_steps=2, rl_iterations=1, eval_every=1, eval_inits=1, tasks=(0,),
