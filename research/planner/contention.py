@@ -103,7 +103,8 @@ def measure(a: Args) -> dict:
             tx = learner.make_optimizer(cfg.rl)
             init = lambda rng: TrainState.create(setup.init_params(rng), tx, jax.random.fold_in(rng, 1))
             state, shardings = sharding.init_sharded(init, mesh, rules, jax.random.key(0))
-            collect_fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup), donate_argnums=(1,))
+            # the env state not donated: the loop's own collect program (vlajax/rl/loop.py, async_loop._Collect)
+            collect_fn = jax.jit(functools.partial(rl_setup.collect, cfg, setup))
             update_fn = jax.jit(functools.partial(learner.update, cfg.rl, setup.actor.logp_value),
                                 in_shardings=(None, shardings, None), out_shardings=(shardings, None),
                                 donate_argnums=(1,))
