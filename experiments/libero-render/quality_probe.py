@@ -1,9 +1,10 @@
 """Render cost of one LIBERO scene under MuJoCo's visual quality settings (a probe, one sample per setting).
 
-Run in LIBERO's venv:
+Run in LIBERO's venv (numpy, libero; `vlajax.shared.atomic_files` for the JSON):
 
-    MUJOCO_GL=egl PYOPENGL_PLATFORM=egl .venv-libero/bin/python experiments/libero-render/quality_probe.py \\
-        --size 64 --renders 40 --json results/libero-render/quality_probe.json
+    MUJOCO_GL=egl PYOPENGL_PLATFORM=egl PYTHONPATH=. .venv-libero/bin/python \\
+        experiments/libero-render/quality_probe.py --size 64 --renders 40 \\
+        --json results/libero-render/quality_probe.json
 
 Builds libero_spatial task 0 at initial state 0 as the worker does (robosuite's OffScreenRenderEnv, both cameras at
 size x size), steps 5 zero actions, then times rendering both cameras (agentview, robot0_eye_in_hand) from that one
@@ -27,6 +28,8 @@ import time
 
 import numpy as np
 import tyro
+
+from vlajax.shared.atomic_files import write_json
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 
@@ -114,10 +117,7 @@ def main(args: Args) -> None:
         "mujoco": mujoco.__version__,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    tmp = args.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, args.json)
+    write_json(args.json, out)
     print(json.dumps(out, indent=1))
     env.close()
 
